@@ -1,0 +1,112 @@
+//! Finds the system DPDK with pkg-config, compiles the C shim for DPDK's
+//! static-inline functions and generates the raw bindings with bindgen.
+
+use std::env;
+use std::path::PathBuf;
+use std::process::Command;
+
+const MIN_DPDK: &str = "22.11";
+
+fn main() {
+    println!("cargo:rerun-if-changed=shim/shim.h");
+    println!("cargo:rerun-if-changed=shim/shim.c");
+    println!("cargo:rerun-if-env-changed=PKG_CONFIG_PATH");
+
+    let dpdk = pkg_config::Config::new()
+        .atleast_version(MIN_DPDK)
+        .probe("libdpdk")
+        .unwrap_or_else(|e| {
+            panic!(
+                "spate-dpdk needs DPDK >= {MIN_DPDK} visible to pkg-config as `libdpdk`.\n\
+                 On Debian: apt-get install dpdk dpdk-dev libdpdk-dev pkg-config clang libclang-dev\n\
+                 (or run `cargo xtask setup`, which installs them).\n\
+                 pkg-config said: {e}"
+            )
+        });
+
+    // rte_vdev_init lives in the vdev bus driver, which pkg-config's
+    // application link line leaves to the EAL's plugin loader.
+    println!("cargo:rustc-link-lib=dylib=rte_bus_vdev");
+
+    // The full cflags matter: `-include rte_config.h` and the machine flags
+    // DPDK was built with decide struct layouts and which inline paths exist.
+    let cflags = pkg_config_cflags();
+
+    let mut cc = cc::Build::new();
+    cc.file("shim/shim.c").opt_level(3).warnings(false);
+    for flag in &cflags {
+        cc.flag(flag);
+    }
+    for path in &dpdk.include_paths {
+        cc.include(path);
+    }
+    cc.compile("spate_dpdk_shim");
+
+    let out = PathBuf::from(env::var("OUT_DIR").expect("cargo sets OUT_DIR"));
+    let bindings = bindgen::Builder::default()
+        .header("shim/shim.h")
+        .clang_args(&cflags)
+        .clang_macro_fallback()
+        .parse_callbacks(Box::new(bindgen::CargoCallbacks::new()))
+        .allowlist_function("spate_.*")
+        .allowlist_function("rte_eal_.*")
+        .allowlist_function("rte_strerror")
+        .allowlist_function("rte_version")
+        .allowlist_function("rte_get_tsc_hz")
+        .allowlist_function("rte_get_next_lcore")
+        .allowlist_function("rte_get_main_lcore")
+        .allowlist_function("rte_lcore_.*")
+        .allowlist_function("rte_socket_.*")
+        .allowlist_function("rte_thread_register")
+        .allowlist_function("rte_thread_unregister")
+        .allowlist_function("rte_pktmbuf_pool_create")
+        .allowlist_function("rte_pktmbuf_free_bulk")
+        .allowlist_function("rte_mempool_.*")
+        .allowlist_function("rte_eth_.*")
+        .allowlist_function("rte_vdev_init")
+        .allowlist_function("rte_vdev_uninit")
+        .allowlist_type("rte_mbuf")
+        .allowlist_type("rte_mempool")
+        .allowlist_type("rte_eth_.*")
+        .allowlist_type("rte_ether_addr")
+        .allowlist_var("RTE_ETH_.*")
+        .allowlist_var("RTE_MBUF_F_.*")
+        .allowlist_var("RTE_PTYPE_.*")
+        .allowlist_var("RTE_MAX_LCORE")
+        .allowlist_var("RTE_MAX_ETHPORTS")
+        .allowlist_var("RTE_MBUF_DEFAULT_BUF_SIZE")
+        .allowlist_var("RTE_PKTMBUF_HEADROOM")
+        .allowlist_var("RTE_ETHER_ADDR_LEN")
+        .allowlist_var("LCORE_ID_ANY")
+        .allowlist_var("SOCKET_ID_ANY")
+        .allowlist_var("RTE_ETHDEV_QUEUE_STAT_CNTRS")
+        .allowlist_var("RTE_ETH_XSTATS_NAME_SIZE")
+        .allowlist_var("RTE_MEMPOOL_.*")
+        .blocklist_function("rte_mempool_ops_.*")
+        .blocklist_function("rte_eth_dev_info_get_.*")
+        .derive_default(true)
+        .derive_debug(false)
+        .layout_tests(false)
+        .generate_comments(false)
+        .prepend_enum_name(false)
+        .generate()
+        .expect("bindgen failed on shim/shim.h (is libclang-dev installed?)");
+    bindings
+        .write_to_file(out.join("bindings.rs"))
+        .expect("write bindings.rs");
+}
+
+fn pkg_config_cflags() -> Vec<String> {
+    let output = Command::new("pkg-config")
+        .args(["--cflags", "libdpdk"])
+        .output()
+        .expect("run pkg-config --cflags libdpdk");
+    assert!(
+        output.status.success(),
+        "pkg-config --cflags libdpdk failed: {}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    let text = String::from_utf8(output.stdout).expect("pkg-config output is UTF-8");
+    // Kept in order: `-include rte_config.h` is two words that belong together.
+    text.split_whitespace().map(str::to_string).collect()
+}

@@ -1,0 +1,198 @@
+//! Lcores: launching work on EAL worker lcores, thread affinity, the TSC.
+
+use std::ffi::{c_int, c_void};
+
+use crate::error::{Error, Result};
+use crate::sys;
+
+/// The calling thread's lcore id, or `None` on a thread unknown to the EAL.
+#[inline]
+pub fn current() -> Option<u32> {
+    // SAFETY: reads a thread-local through the shim.
+    let id = unsafe { sys::spate_lcore_id() };
+    (id != sys::LCORE_ID_ANY).then_some(id)
+}
+
+/// The main lcore.
+pub fn main_lcore() -> u32 {
+    // SAFETY: plain getter.
+    unsafe { sys::rte_get_main_lcore() }
+}
+
+/// Every enabled lcore, main first.
+pub fn all() -> Vec<u32> {
+    let mut out = vec![main_lcore()];
+    out.extend(workers());
+    out
+}
+
+/// The enabled worker lcores (every lcore but the main one).
+pub fn workers() -> Vec<u32> {
+    let mut out = Vec::new();
+    let mut id = u32::MAX;
+    loop {
+        // SAFETY: rte_get_next_lcore walks the lcore table; -1 starts it.
+        id = unsafe { sys::rte_get_next_lcore(id, 1, 0) };
+        if id >= sys::RTE_MAX_LCORE {
+            return out;
+        }
+        out.push(id);
+    }
+}
+
+/// The NUMA socket of an lcore.
+pub fn socket_of(lcore: u32) -> u32 {
+    // SAFETY: plain getter; out-of-range ids return SOCKET_ID_ANY.
+    unsafe { sys::rte_lcore_to_socket_id(lcore) }
+}
+
+/// The CPU an lcore runs on (its first, when given a set).
+pub fn cpu_of(lcore: u32) -> Option<usize> {
+    // SAFETY: plain getter.
+    let cpu = unsafe { sys::rte_lcore_to_cpu_id(lcore as c_int) };
+    (cpu >= 0).then_some(cpu as usize)
+}
+
+/// Registers the calling (non-EAL) thread with the EAL so it gets an lcore
+/// id and mempool caches; returns that id.
+pub fn register_thread() -> Result<u32> {
+    // SAFETY: registers the calling thread only.
+    let ret = unsafe { sys::rte_thread_register() };
+    if ret != 0 {
+        let errno = crate::error::rte_errno();
+        return Err(Error::Lcore {
+            lcore: u32::MAX,
+            what: format!("rte_thread_register: {}", crate::error::strerror(errno)),
+        });
+    }
+    current().ok_or_else(|| Error::Lcore {
+        lcore: u32::MAX,
+        what: "registered but no lcore id".into(),
+    })
+}
+
+type Job = Box<dyn FnOnce() -> i32 + Send + 'static>;
+
+/// A closure running on a worker lcore; `join` waits for its return value.
+/// Dropping the handle waits too, so no work is left running unseen.
+#[derive(Debug)]
+#[must_use = "a launched lcore should be joined"]
+pub struct LcoreJoin {
+    lcore: u32,
+    joined: bool,
+}
+
+impl LcoreJoin {
+    /// The lcore it runs on.
+    pub fn lcore(&self) -> u32 {
+        self.lcore
+    }
+
+    /// Waits for the closure and returns its value (-1 if it panicked).
+    pub fn join(mut self) -> i32 {
+        self.joined = true;
+        // SAFETY: waits for a job launched on a valid worker lcore.
+        unsafe { sys::rte_eal_wait_lcore(self.lcore) }
+    }
+}
+
+impl Drop for LcoreJoin {
+    fn drop(&mut self) {
+        if !self.joined {
+            // SAFETY: as in join.
+            unsafe { sys::rte_eal_wait_lcore(self.lcore) };
+        }
+    }
+}
+
+/// Runs `job` on worker lcore `lcore`.
+pub fn launch<F>(lcore: u32, job: F) -> Result<LcoreJoin>
+where
+    F: FnOnce() -> i32 + Send + 'static,
+{
+    if lcore == main_lcore() {
+        return Err(Error::Lcore {
+            lcore,
+            what: "the main lcore runs the caller; launch on a worker".into(),
+        });
+    }
+    let job: Box<Job> = Box::new(Box::new(job));
+    let arg = Box::into_raw(job) as *mut c_void;
+    // SAFETY: trampoline takes back the box exactly once when it runs.
+    let ret = unsafe { sys::rte_eal_remote_launch(Some(trampoline), arg, lcore) };
+    if ret != 0 {
+        // SAFETY: the job did not start, so the box is still ours.
+        drop(unsafe { Box::from_raw(arg as *mut Job) });
+        let what = if ret == -libc::EBUSY {
+            "busy: it runs another job".to_string()
+        } else {
+            format!("not a worker lcore ({ret})")
+        };
+        return Err(Error::Lcore { lcore, what });
+    }
+    Ok(LcoreJoin {
+        lcore,
+        joined: false,
+    })
+}
+
+unsafe extern "C" fn trampoline(arg: *mut c_void) -> c_int {
+    // SAFETY: arg is the Box<Job> leaked by launch, taken back once here.
+    let job = unsafe { Box::from_raw(arg as *mut Job) };
+    match std::panic::catch_unwind(std::panic::AssertUnwindSafe(move || (*job)())) {
+        Ok(v) => v,
+        Err(_) => {
+            log::error!("a job on lcore {:?} panicked", current());
+            -1
+        }
+    }
+}
+
+/// Pins the calling thread to `cpus`.
+pub fn set_affinity(cpus: &[usize]) -> std::io::Result<()> {
+    // SAFETY: cpu_set_t is plain data; CPU_SET bounds-checks against its size.
+    unsafe {
+        let mut set: libc::cpu_set_t = std::mem::zeroed();
+        for &c in cpus {
+            libc::CPU_SET(c, &mut set);
+        }
+        if libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &set) != 0 {
+            return Err(std::io::Error::last_os_error());
+        }
+    }
+    Ok(())
+}
+
+/// Lets the calling thread run on every online CPU again: threads spawned
+/// after EAL init inherit the main lcore's single-CPU affinity.
+pub fn unpin_current_thread() -> std::io::Result<()> {
+    let n = std::thread::available_parallelism()
+        .map(|n| n.get())
+        .unwrap_or(1);
+    // available_parallelism honours the current mask; read the online count instead.
+    // SAFETY: sysconf is always safe to call.
+    let online = unsafe { libc::sysconf(libc::_SC_NPROCESSORS_ONLN) };
+    let n = if online > 0 { online as usize } else { n };
+    set_affinity(&(0..n).collect::<Vec<_>>())
+}
+
+/// The time-stamp counter.
+#[inline]
+pub fn tsc() -> u64 {
+    #[cfg(target_arch = "x86_64")]
+    {
+        // SAFETY: rdtsc has no preconditions on x86_64.
+        unsafe { core::arch::x86_64::_rdtsc() }
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    {
+        // SAFETY: reads the counter through the shim.
+        unsafe { sys::spate_rdtsc() }
+    }
+}
+
+/// TSC ticks per second, as the EAL measured them.
+pub fn tsc_hz() -> u64 {
+    // SAFETY: plain getter, valid after EAL init.
+    unsafe { sys::rte_get_tsc_hz() }
+}

@@ -1,0 +1,386 @@
+//! Owned packet buffers.
+
+use std::ptr::NonNull;
+
+use crate::error::{Error, Result};
+use crate::sys;
+
+/// An owned DPDK packet buffer (a chain of one or more segments).
+///
+/// It is freed to its pool on drop, exactly once; `into_raw` hands it to
+/// DPDK instead. `repr(transparent)` lets an array of `Mbuf` be passed as the
+/// `struct rte_mbuf **` that the burst functions take.
+#[repr(transparent)]
+#[derive(Debug)]
+pub struct Mbuf(NonNull<sys::rte_mbuf>);
+
+// SAFETY: an Mbuf is the only handle to its buffer; DPDK mbufs may be freed
+// on any thread.
+unsafe impl Send for Mbuf {}
+
+/// Checksum status a port reported for a received packet.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RxChecksum {
+    /// The port did not check it.
+    Unknown,
+    /// The port verified it.
+    Good,
+    /// The port found it wrong.
+    Bad,
+    /// The packet has no such checksum (or the check does not apply).
+    None,
+}
+
+impl Mbuf {
+    /// Takes ownership of a raw mbuf; `None` for a null pointer.
+    ///
+    /// # Safety
+    /// `raw` must be null or a valid mbuf that nothing else owns.
+    #[inline]
+    pub unsafe fn from_raw(raw: *mut sys::rte_mbuf) -> Option<Mbuf> {
+        NonNull::new(raw).map(Mbuf)
+    }
+
+    /// Gives up ownership without freeing.
+    #[inline]
+    pub fn into_raw(self) -> *mut sys::rte_mbuf {
+        let raw = self.0.as_ptr();
+        std::mem::forget(self);
+        raw
+    }
+
+    /// The raw pointer (still owned by `self`).
+    #[inline]
+    pub fn as_ptr(&self) -> *mut sys::rte_mbuf {
+        self.0.as_ptr()
+    }
+
+    #[inline]
+    fn raw(&self) -> &sys::rte_mbuf {
+        // SAFETY: we own a valid mbuf.
+        unsafe { self.0.as_ref() }
+    }
+
+    #[inline]
+    fn raw_mut(&mut self) -> &mut sys::rte_mbuf {
+        // SAFETY: we own a valid mbuf exclusively.
+        unsafe { self.0.as_mut() }
+    }
+
+    /// The first segment's data.
+    #[inline]
+    pub fn data(&self) -> &[u8] {
+        let m = self.raw();
+        // SAFETY: buf_addr + data_off .. + data_len lies inside the buffer.
+        unsafe {
+            std::slice::from_raw_parts(
+                (m.buf_addr as *const u8).add(m.data_off as usize),
+                m.data_len as usize,
+            )
+        }
+    }
+
+    /// The first segment's data, writable.
+    #[inline]
+    pub fn data_mut(&mut self) -> &mut [u8] {
+        let m = self.raw_mut();
+        // SAFETY: as in `data`; the mbuf is ours alone (spate never clones
+        // mbufs into shared ones), so writing cannot be observed elsewhere.
+        unsafe {
+            std::slice::from_raw_parts_mut(
+                (m.buf_addr as *mut u8).add(m.data_off as usize),
+                m.data_len as usize,
+            )
+        }
+    }
+
+    /// Bytes in the first segment.
+    #[inline]
+    pub fn data_len(&self) -> usize {
+        self.raw().data_len as usize
+    }
+
+    /// Bytes in the whole packet (all segments).
+    #[inline]
+    pub fn pkt_len(&self) -> usize {
+        self.raw().pkt_len as usize
+    }
+
+    /// Number of segments.
+    #[inline]
+    pub fn segments(&self) -> u16 {
+        self.raw().nb_segs
+    }
+
+    /// Whether the packet is in one segment.
+    #[inline]
+    pub fn is_contiguous(&self) -> bool {
+        self.raw().nb_segs == 1
+    }
+
+    /// Every segment's data, in order.
+    pub fn segment_data(&self) -> SegmentIter<'_> {
+        SegmentIter {
+            next: self.0.as_ptr(),
+            _owner: std::marker::PhantomData,
+        }
+    }
+
+    /// Copies `out.len()` bytes starting at `offset` across segments; false
+    /// when the packet is shorter.
+    pub fn read_at(&self, mut offset: usize, out: &mut [u8]) -> bool {
+        if offset + out.len() > self.pkt_len() {
+            return false;
+        }
+        let mut done = 0;
+        for seg in self.segment_data() {
+            if offset >= seg.len() {
+                offset -= seg.len();
+                continue;
+            }
+            let n = (seg.len() - offset).min(out.len() - done);
+            out[done..done + n].copy_from_slice(&seg[offset..offset + n]);
+            done += n;
+            offset = 0;
+            if done == out.len() {
+                break;
+            }
+        }
+        done == out.len()
+    }
+
+    /// Free bytes before the data.
+    #[inline]
+    pub fn headroom(&self) -> usize {
+        self.raw().data_off as usize
+    }
+
+    /// Free bytes after the data of the last segment.
+    pub fn tailroom(&self) -> usize {
+        // SAFETY: valid mbuf; the shim walks nothing, it reads the last segment only if given it.
+        unsafe { sys::spate_pktmbuf_tailroom(self.last_segment()) as usize }
+    }
+
+    fn last_segment(&self) -> *mut sys::rte_mbuf {
+        let mut seg = self.0.as_ptr();
+        // SAFETY: the chain of a valid mbuf ends in a null `next`.
+        unsafe {
+            while !(*seg).next.is_null() {
+                seg = (*seg).next;
+            }
+        }
+        seg
+    }
+
+    /// Grows the packet at the front by `len` bytes and returns them.
+    #[inline]
+    pub fn prepend(&mut self, len: usize) -> Result<&mut [u8]> {
+        if len > self.headroom() {
+            return Err(Error::MbufRoom("prepend beyond the headroom"));
+        }
+        // SAFETY: len fits in the headroom, so DPDK returns a valid pointer.
+        unsafe {
+            let p = sys::spate_pktmbuf_prepend(self.0.as_ptr(), len as u16);
+            Ok(std::slice::from_raw_parts_mut(p as *mut u8, len))
+        }
+    }
+
+    /// Grows the packet at the end (of the last segment) by `len` bytes.
+    #[inline]
+    pub fn append(&mut self, len: usize) -> Result<&mut [u8]> {
+        if len > u16::MAX as usize {
+            return Err(Error::MbufRoom("append of more than 65,535 bytes"));
+        }
+        // SAFETY: DPDK checks the tailroom and returns null when it is short.
+        let p = unsafe { sys::spate_pktmbuf_append(self.0.as_ptr(), len as u16) };
+        if p.is_null() {
+            return Err(Error::MbufRoom("append beyond the tailroom"));
+        }
+        // SAFETY: DPDK reserved len bytes at p.
+        Ok(unsafe { std::slice::from_raw_parts_mut(p as *mut u8, len) })
+    }
+
+    /// Removes `len` bytes from the front (of the first segment).
+    #[inline]
+    pub fn adj(&mut self, len: usize) -> Result<()> {
+        if len > self.data_len() {
+            return Err(Error::MbufRoom("adj beyond the first segment"));
+        }
+        // SAFETY: len fits in the first segment.
+        unsafe { sys::spate_pktmbuf_adj(self.0.as_ptr(), len as u16) };
+        Ok(())
+    }
+
+    /// Removes `len` bytes from the end (of the last segment).
+    #[inline]
+    pub fn trim(&mut self, len: usize) -> Result<()> {
+        if len > u16::MAX as usize {
+            return Err(Error::MbufRoom("trim beyond the last segment"));
+        }
+        // SAFETY: DPDK checks the last segment's length.
+        let ret = unsafe { sys::spate_pktmbuf_trim(self.0.as_ptr(), len as u16) };
+        if ret != 0 {
+            return Err(Error::MbufRoom("trim beyond the last segment"));
+        }
+        Ok(())
+    }
+
+    /// Appends `tail`'s segments to this packet.
+    pub fn chain(&mut self, tail: Mbuf) -> Result<()> {
+        let raw_tail = tail.into_raw();
+        // SAFETY: both are valid; on success the chain owns tail.
+        let ret = unsafe { sys::spate_pktmbuf_chain(self.0.as_ptr(), raw_tail) };
+        if ret != 0 {
+            // SAFETY: on failure DPDK left tail untouched and ours again.
+            drop(unsafe { Mbuf::from_raw(raw_tail) });
+            return Err(Error::MbufRoom("chain of more than the segment limit"));
+        }
+        Ok(())
+    }
+
+    /// Splits off the segments after the first; the rest becomes its own packet.
+    pub fn split_first_segment(&mut self) -> Option<Mbuf> {
+        let m = self.raw_mut();
+        if m.next.is_null() {
+            return None;
+        }
+        let rest = m.next;
+        m.next = std::ptr::null_mut();
+        let first_len = m.data_len as u32;
+        let rest_len = m.pkt_len - first_len;
+        let rest_segs = m.nb_segs - 1;
+        m.pkt_len = first_len;
+        m.nb_segs = 1;
+        // SAFETY: `rest` was the owned tail of our chain; fix its header fields.
+        unsafe {
+            (*rest).pkt_len = rest_len;
+            (*rest).nb_segs = rest_segs;
+            Mbuf::from_raw(rest)
+        }
+    }
+
+    /// The port the packet arrived on.
+    #[inline]
+    pub fn port(&self) -> u16 {
+        self.raw().port
+    }
+
+    /// DPDK's packet type (`RTE_PTYPE_*` bits), as the PMD parsed it.
+    #[inline]
+    pub fn packet_type(&self) -> u32 {
+        // SAFETY: packet_type is the plain view of the union.
+        unsafe { self.raw().__bindgen_anon_1.packet_type }
+    }
+
+    /// Sets the packet type.
+    #[inline]
+    pub fn set_packet_type(&mut self, ptype: u32) {
+        self.raw_mut().__bindgen_anon_1.packet_type = ptype;
+    }
+
+    /// Offload flags (`RTE_MBUF_F_*`).
+    #[inline]
+    pub fn ol_flags(&self) -> u64 {
+        self.raw().ol_flags
+    }
+
+    /// Sets offload flags.
+    #[inline]
+    pub fn set_ol_flags(&mut self, flags: u64) {
+        self.raw_mut().ol_flags = flags;
+    }
+
+    /// The hardware RSS hash, when the port computed one.
+    #[inline]
+    pub fn rss_hash(&self) -> Option<u32> {
+        let m = self.raw();
+        if m.ol_flags & sys::RTE_MBUF_F_RX_RSS_HASH as u64 != 0 {
+            // SAFETY: with the flag set, `rss` is the valid union member.
+            Some(unsafe { m.__bindgen_anon_2.hash.rss })
+        } else {
+            None
+        }
+    }
+
+    /// Stores an RSS hash and sets its flag.
+    #[inline]
+    pub fn set_rss_hash(&mut self, hash: u32) {
+        let m = self.raw_mut();
+        m.__bindgen_anon_2.hash.rss = hash;
+        m.ol_flags |= sys::RTE_MBUF_F_RX_RSS_HASH as u64;
+    }
+
+    /// The IPv4 header checksum status the port reported.
+    #[inline]
+    pub fn rx_ip_checksum(&self) -> RxChecksum {
+        let f = self.raw().ol_flags & sys::RTE_MBUF_F_RX_IP_CKSUM_MASK as u64;
+        match f as u32 {
+            sys::RTE_MBUF_F_RX_IP_CKSUM_GOOD => RxChecksum::Good,
+            sys::RTE_MBUF_F_RX_IP_CKSUM_BAD => RxChecksum::Bad,
+            sys::RTE_MBUF_F_RX_IP_CKSUM_NONE => RxChecksum::None,
+            _ => RxChecksum::Unknown,
+        }
+    }
+
+    /// The L4 (UDP) checksum status the port reported.
+    #[inline]
+    pub fn rx_l4_checksum(&self) -> RxChecksum {
+        let f = self.raw().ol_flags & sys::RTE_MBUF_F_RX_L4_CKSUM_MASK as u64;
+        match f as u32 {
+            sys::RTE_MBUF_F_RX_L4_CKSUM_GOOD => RxChecksum::Good,
+            sys::RTE_MBUF_F_RX_L4_CKSUM_BAD => RxChecksum::Bad,
+            sys::RTE_MBUF_F_RX_L4_CKSUM_NONE => RxChecksum::None,
+            _ => RxChecksum::Unknown,
+        }
+    }
+
+    /// Asks the port to fill checksums on transmit: header lengths plus
+    /// `RTE_MBUF_F_TX_*` flags (IPv4/IPv6, IP_CKSUM, UDP_CKSUM).
+    #[inline]
+    pub fn set_tx_offload(&mut self, l2_len: u8, l3_len: u16, l4_len: u8, flags: u64) {
+        let m = self.raw_mut();
+        // tx_offload packs l2_len:7, l3_len:9, l4_len:8 from bit 0 up.
+        m.__bindgen_anon_3.tx_offload = (l2_len as u64 & 0x7f)
+            | ((l3_len as u64 & 0x1ff) << 7)
+            | ((l4_len as u64 & 0xff) << 16);
+        m.ol_flags |= flags;
+    }
+
+    /// The pool this mbuf comes from.
+    pub fn pool_name(&self) -> String {
+        crate::mempool::Mempool::name_of(self.raw().pool)
+    }
+}
+
+impl Drop for Mbuf {
+    #[inline]
+    fn drop(&mut self) {
+        // SAFETY: we own the mbuf (and its chain); freed exactly once here.
+        unsafe { sys::spate_pktmbuf_free(self.0.as_ptr()) }
+    }
+}
+
+/// The data of each segment of a packet.
+pub struct SegmentIter<'a> {
+    next: *mut sys::rte_mbuf,
+    _owner: std::marker::PhantomData<&'a Mbuf>,
+}
+
+impl<'a> Iterator for SegmentIter<'a> {
+    type Item = &'a [u8];
+
+    fn next(&mut self) -> Option<&'a [u8]> {
+        if self.next.is_null() {
+            return None;
+        }
+        // SAFETY: segments of a chain we borrow stay valid for 'a.
+        unsafe {
+            let m = &*self.next;
+            self.next = m.next;
+            Some(std::slice::from_raw_parts(
+                (m.buf_addr as *const u8).add(m.data_off as usize),
+                m.data_len as usize,
+            ))
+        }
+    }
+}

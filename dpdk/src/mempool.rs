@@ -1,0 +1,204 @@
+//! Packet mbuf pools.
+
+use std::ffi::{CStr, CString};
+use std::ptr::NonNull;
+
+use crate::burst::Burst;
+use crate::eal::Eal;
+use crate::error::{Error, Result, rte_errno, strerror};
+use crate::mbuf::Mbuf;
+use crate::sys;
+
+/// DPDK's limit on mempool names (RTE_MEMPOOL_NAMESIZE minus the "MP_" prefix).
+pub const MAX_NAME_LEN: usize = 25;
+
+/// How to size a pool.
+#[derive(Debug, Clone)]
+pub struct MempoolConfig {
+    /// Unique pool name (at most [`MAX_NAME_LEN`] bytes).
+    pub name: String,
+    /// Number of mbufs; DPDK works best with 2^n - 1.
+    pub size: u32,
+    /// Per-lcore cache size (0 for none; at most 512).
+    pub cache_size: u32,
+    /// Bytes of data room per mbuf, headroom included.
+    pub data_room: u16,
+    /// NUMA socket, or `None` for any.
+    pub socket: Option<u32>,
+}
+
+impl MempoolConfig {
+    /// `size` mbufs with DPDK's default data room (2,048 bytes + headroom)
+    /// and a 256-mbuf per-lcore cache.
+    pub fn new(name: &str, size: u32) -> Self {
+        MempoolConfig {
+            name: name.into(),
+            size,
+            cache_size: 256.min(size / 2),
+            data_room: sys::RTE_MBUF_DEFAULT_BUF_SIZE as u16,
+            socket: None,
+        }
+    }
+}
+
+/// A pool of packet mbufs; `Send + Sync` (DPDK's pools are thread-safe).
+///
+/// Dropping a pool whose mbufs are still in use leaks it with a warning
+/// instead of freeing memory that mbufs point into.
+#[derive(Debug)]
+pub struct Mempool {
+    raw: NonNull<sys::rte_mempool>,
+    name: String,
+    size: u32,
+}
+
+// SAFETY: rte_mempool operations are multi-producer/multi-consumer safe.
+unsafe impl Send for Mempool {}
+// SAFETY: as above; the struct itself is immutable after creation.
+unsafe impl Sync for Mempool {}
+
+impl Mempool {
+    /// Creates a packet mbuf pool.
+    pub fn new(cfg: &MempoolConfig) -> Result<Mempool> {
+        if !Eal::is_running() {
+            return Err(Error::EalNotRunning);
+        }
+        let fail = |errno: i32, why: Option<&str>| Error::MempoolCreate {
+            name: cfg.name.clone(),
+            size: cfg.size,
+            errno,
+            text: why.map(str::to_string).unwrap_or_else(|| strerror(errno)),
+        };
+        if cfg.name.is_empty() || cfg.name.len() > MAX_NAME_LEN {
+            return Err(fail(libc::ENAMETOOLONG, Some("name must be 1 to 25 bytes")));
+        }
+        if cfg.size == 0 || cfg.cache_size > 512 || cfg.cache_size > cfg.size {
+            return Err(fail(
+                libc::EINVAL,
+                Some("size must be > 0 and cache_size <= min(512, size)"),
+            ));
+        }
+        let cname =
+            CString::new(cfg.name.as_str()).map_err(|_| fail(libc::EINVAL, Some("NUL in name")))?;
+        let socket = cfg.socket.map(|s| s as i32).unwrap_or(sys::SOCKET_ID_ANY);
+        // SAFETY: the EAL runs; the name is a valid C string copied by DPDK.
+        let raw = unsafe {
+            sys::rte_pktmbuf_pool_create(
+                cname.as_ptr(),
+                cfg.size,
+                cfg.cache_size,
+                0,
+                cfg.data_room,
+                socket,
+            )
+        };
+        let raw = NonNull::new(raw).ok_or_else(|| fail(rte_errno(), None))?;
+        Ok(Mempool {
+            raw,
+            name: cfg.name.clone(),
+            size: cfg.size,
+        })
+    }
+
+    /// One mbuf, or `None` when the pool is exhausted.
+    #[inline]
+    pub fn alloc(&self) -> Option<Mbuf> {
+        // SAFETY: the pool is valid; a non-null result is a fresh mbuf we own.
+        unsafe { Mbuf::from_raw(sys::spate_pktmbuf_alloc(self.raw.as_ptr())) }
+    }
+
+    /// One mbuf, or [`Error::MempoolExhausted`].
+    pub fn try_alloc(&self) -> Result<Mbuf> {
+        self.alloc().ok_or_else(|| self.exhausted(1))
+    }
+
+    /// Fills `burst` up to `n` mbufs in one call, or allocates none.
+    pub fn alloc_bulk<const N: usize>(&self, burst: &mut Burst<N>, n: usize) -> Result<()> {
+        let start = burst.len();
+        if start + n > N {
+            return Err(Error::MbufRoom("burst too small for the bulk allocation"));
+        }
+        // SAFETY: the spare slots of the burst take n pointers; on success
+        // all n are fresh mbufs owned by the burst.
+        let ret = unsafe {
+            sys::spate_pktmbuf_alloc_bulk(self.raw.as_ptr(), burst.spare_ptr(), n as u32)
+        };
+        if ret != 0 {
+            return Err(self.exhausted(n as u32));
+        }
+        // SAFETY: n slots past len were just initialised.
+        unsafe { burst.set_len(start + n) };
+        Ok(())
+    }
+
+    fn exhausted(&self, wanted: u32) -> Error {
+        Error::MempoolExhausted {
+            name: self.name.clone(),
+            in_use: self.in_use(),
+            size: self.size,
+            wanted,
+        }
+    }
+
+    /// Mbufs handed out and not yet returned (per-lcore caches count as free).
+    pub fn in_use(&self) -> u32 {
+        // SAFETY: the pool is valid.
+        unsafe { sys::rte_mempool_in_use_count(self.raw.as_ptr()) }
+    }
+
+    /// Mbufs available.
+    pub fn available(&self) -> u32 {
+        // SAFETY: the pool is valid.
+        unsafe { sys::rte_mempool_avail_count(self.raw.as_ptr()) }
+    }
+
+    /// Number of mbufs in the pool.
+    pub fn size(&self) -> u32 {
+        self.size
+    }
+
+    /// The pool's name.
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// Bytes of data room per mbuf after the headroom.
+    pub fn data_room(&self) -> u16 {
+        // SAFETY: the pool is a packet pool, created by rte_pktmbuf_pool_create.
+        let room = unsafe { sys::spate_pktmbuf_data_room_size(self.raw.as_ptr()) };
+        room - sys::RTE_PKTMBUF_HEADROOM as u16
+    }
+
+    /// The raw pool pointer, for other `spate-dpdk` modules.
+    pub(crate) fn as_ptr(&self) -> *mut sys::rte_mempool {
+        self.raw.as_ptr()
+    }
+
+    /// A raw pool's name (for diagnostics).
+    pub(crate) fn name_of(raw: *const sys::rte_mempool) -> String {
+        if raw.is_null() {
+            return String::new();
+        }
+        // SAFETY: a valid pool's name is a NUL-terminated array.
+        unsafe {
+            CStr::from_ptr((*raw).name.as_ptr())
+                .to_string_lossy()
+                .into_owned()
+        }
+    }
+}
+
+impl Drop for Mempool {
+    fn drop(&mut self) {
+        let in_use = self.in_use();
+        if in_use == 0 {
+            // SAFETY: no mbuf of the pool is alive, so nothing points into it.
+            unsafe { sys::rte_mempool_free(self.raw.as_ptr()) };
+        } else {
+            log::warn!(
+                "mempool {} dropped with {in_use} mbufs still in use: leaking it",
+                self.name
+            );
+        }
+    }
+}

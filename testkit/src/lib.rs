@@ -1,0 +1,15 @@
+//! Shared by spate's integration tests and benchmarks: one EAL per test
+//! process, a lock that runs device tests one at a time, guards that end
+//! child processes (also when a test fails or dies), a `dpdk-testpmd`
+//! driver, and unique names for everything a test creates.
+
+pub mod eal;
+pub mod names;
+pub mod process;
+pub mod testpmd;
+mod unsafe_libc;
+
+pub use eal::{device_lock, shared_eal};
+pub use names::{unique, unique_socket_path};
+pub use process::Proc;
+pub use testpmd::{FwdStats, TestPmd, TestPmdBuilder};

@@ -1,0 +1,15 @@
+//! libc calls the standard library does not wrap: sending a chosen signal
+//! to a child process.
+#![allow(unsafe_code)]
+
+/// Sends `sig` to process `pid`; false when it no longer exists.
+pub fn kill(pid: u32, sig: libc::c_int) -> bool {
+    let Ok(pid) = libc::pid_t::try_from(pid) else {
+        return false;
+    };
+    if pid <= 0 {
+        return false; // never signal a process group or every process
+    }
+    // SAFETY: kill(2) on a positive pid has no memory-safety preconditions.
+    unsafe { libc::kill(pid, sig) == 0 }
+}

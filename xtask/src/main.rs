@@ -1,0 +1,266 @@
+//! spate's task runner. It builds without DPDK, so it can install what the
+//! rest of the workspace needs before building it.
+//!
+//! ```text
+//! cargo xtask demo     install what is missing, build, run spate's main job
+//! cargo xtask test     install what the tests need, run the whole suite
+//! cargo xtask setup    only install packages and reserve hugepages
+//! cargo xtask bench    run the benchmarks (see the README)
+//! cargo xtask leftovers  fail if a test left a process, folder or namespace
+//! ```
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, ExitCode};
+
+/// What building and running spate needs (testpmd is in dpdk-dev).
+const RUN_PACKAGES: &[&str] = &[
+    "dpdk",
+    "dpdk-dev",
+    "libdpdk-dev",
+    "pkg-config",
+    "clang",
+    "libclang-dev",
+    "iproute2",
+];
+/// What the tests need on top.
+const TEST_PACKAGES: &[&str] = &[
+    "ethtool",
+    "iperf",
+    "iperf3",
+    "python3-scapy",
+    "tcpdump",
+    "util-linux",
+    "procps",
+];
+const HUGEPAGES_2M: u32 = 1024;
+const HUGEPAGE_SYSFS: &str = "/sys/kernel/mm/hugepages/hugepages-2048kB/nr_hugepages";
+
+fn main() -> ExitCode {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let (task, rest) = match args.split_first() {
+        Some((t, r)) => (t.as_str(), r),
+        None => ("help", &[][..]),
+    };
+    let result = match task {
+        "setup" => setup(rest.iter().any(|a| a == "--tests")),
+        "demo" => demo(rest),
+        "test" => test(rest),
+        "bench" => bench(rest),
+        "leftovers" => leftovers(),
+        _ => {
+            eprintln!(
+                "usage: cargo xtask <demo | test | setup [--tests] | bench [--quick] | leftovers>\n\
+                 demo: install what is missing, build, and run spate's main job\n\
+                 test: install what the tests need and run the whole suite"
+            );
+            return if task == "help" {
+                ExitCode::SUCCESS
+            } else {
+                ExitCode::from(2)
+            };
+        }
+    };
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("xtask {task}: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+type Result<T = ()> = std::result::Result<T, String>;
+
+fn root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .expect("xtask sits in the workspace")
+        .to_path_buf()
+}
+
+fn run(cmd: &mut Command) -> Result {
+    eprintln!("+ {cmd:?}");
+    let status = cmd
+        .status()
+        .map_err(|e| format!("cannot run {cmd:?}: {e}"))?;
+    if status.success() {
+        Ok(())
+    } else {
+        Err(format!("{cmd:?} failed: {status}"))
+    }
+}
+
+fn is_root() -> bool {
+    Command::new("id")
+        .arg("-u")
+        .output()
+        .map(|o| o.stdout.starts_with(b"0\n"))
+        .unwrap_or(false)
+}
+
+fn installed(pkg: &str) -> bool {
+    Command::new("dpkg-query")
+        .args(["-W", "-f=${Status}", pkg])
+        .output()
+        .map(|o| {
+            o.status.success()
+                && String::from_utf8_lossy(&o.stdout).contains("install ok installed")
+        })
+        .unwrap_or(false)
+}
+
+/// Installs missing Debian packages and reserves hugepages.
+fn setup(tests: bool) -> Result {
+    let mut wanted: Vec<&str> = RUN_PACKAGES.to_vec();
+    if tests {
+        wanted.extend(TEST_PACKAGES);
+    }
+    let missing: Vec<&str> = wanted.into_iter().filter(|p| !installed(p)).collect();
+    if !missing.is_empty() {
+        if !is_root() {
+            return Err(format!(
+                "packages missing: {}; run as root or: sudo apt-get install {}",
+                missing.join(" "),
+                missing.join(" ")
+            ));
+        }
+        let apt = |args: &[&str]| {
+            let mut c = Command::new("apt-get");
+            c.env("DEBIAN_FRONTEND", "noninteractive")
+                .args(["-o", "DPkg::Lock::Timeout=600"])
+                .args(args);
+            c
+        };
+        run(&mut apt(&["update", "-q"]))?;
+        let mut install = apt(&["install", "-y", "-q", "--no-install-recommends"]);
+        install.args(&missing);
+        run(&mut install)?;
+    }
+    hugepages();
+    Ok(())
+}
+
+/// Reserves 2 MiB hugepages and mounts hugetlbfs where permitted; without
+/// them spate runs with --no-huge (vhost-user needs them).
+fn hugepages() {
+    let current: u32 = std::fs::read_to_string(HUGEPAGE_SYSFS)
+        .ok()
+        .and_then(|s| s.trim().parse().ok())
+        .unwrap_or(0);
+    if current < HUGEPAGES_2M {
+        if let Err(e) = std::fs::write(HUGEPAGE_SYSFS, HUGEPAGES_2M.to_string()) {
+            eprintln!(
+                "note: cannot reserve hugepages ({e}); DPDK will run with --no-huge where it can"
+            );
+            return;
+        }
+    }
+    let mounted = std::fs::read_to_string("/proc/mounts")
+        .map(|m| {
+            m.lines()
+                .any(|l| l.split_whitespace().nth(2) == Some("hugetlbfs"))
+        })
+        .unwrap_or(false);
+    if !mounted {
+        let _ = std::fs::create_dir_all("/dev/hugepages");
+        if run(Command::new("mount").args(["-t", "hugetlbfs", "nodev", "/dev/hugepages"])).is_err()
+        {
+            eprintln!("note: cannot mount hugetlbfs; DPDK will run with --no-huge where it can");
+        }
+    }
+}
+
+fn cargo() -> Command {
+    let mut c = Command::new(std::env::var("CARGO").unwrap_or_else(|_| "cargo".into()));
+    c.current_dir(root());
+    c
+}
+
+fn demo(args: &[String]) -> Result {
+    setup(false)?;
+    run(cargo().args(["build", "--release", "--bin", "spate-echo"]))?;
+    let bin = root().join("target/release/spate-echo");
+    let mut cmd = Command::new(bin);
+    cmd.args(args);
+    run(&mut cmd)
+}
+
+fn test(args: &[String]) -> Result {
+    setup(true)?;
+    let before = leftover_report();
+    let result = run(cargo().args(["test", "--workspace"]).args(args));
+    let after = leftover_report();
+    let new: Vec<&String> = after.iter().filter(|l| !before.contains(l)).collect();
+    result?;
+    if !new.is_empty() {
+        return Err(format!(
+            "the tests left behind:\n  {}",
+            new.iter()
+                .map(|s| s.as_str())
+                .collect::<Vec<_>>()
+                .join("\n  ")
+        ));
+    }
+    eprintln!("no process, socket, DPDK folder or namespace left behind");
+    Ok(())
+}
+
+fn bench(args: &[String]) -> Result {
+    setup(true)?;
+    let quick = args.iter().any(|a| a == "--quick");
+    let mut cmd = cargo();
+    cmd.args(["bench", "--bench", "dpdk_forward", "--"]);
+    if quick {
+        cmd.arg("--quick");
+    }
+    run(&mut cmd)
+}
+
+fn leftovers() -> Result {
+    let found = leftover_report();
+    if found.is_empty() {
+        eprintln!("nothing left behind");
+        Ok(())
+    } else {
+        Err(format!("left behind:\n  {}", found.join("\n  ")))
+    }
+}
+
+/// DPDK processes, runtime folders, sockets and namespaces that spate's
+/// tests create, as one line each.
+fn leftover_report() -> Vec<String> {
+    let mut found = Vec::new();
+    if let Ok(out) = Command::new("pgrep")
+        .args([
+            "-a",
+            "-f",
+            "dpdk-testpmd|spate-echo|spate-sink|spate-flood|spate-iperf",
+        ])
+        .output()
+    {
+        for line in String::from_utf8_lossy(&out.stdout).lines() {
+            if !line.contains("pgrep") {
+                found.push(format!("process: {line}"));
+            }
+        }
+    }
+    for dir in ["/var/run/dpdk", "/tmp"] {
+        if let Ok(entries) = std::fs::read_dir(dir) {
+            for e in entries.flatten() {
+                let name = e.file_name().to_string_lossy().into_owned();
+                if name.starts_with("spate-") && (dir == "/var/run/dpdk" || name.ends_with(".sock"))
+                {
+                    found.push(format!("file: {dir}/{name}"));
+                }
+            }
+        }
+    }
+    if let Ok(out) = Command::new("ip").args(["netns", "list"]).output() {
+        for line in String::from_utf8_lossy(&out.stdout).lines() {
+            if line.starts_with("spate") {
+                found.push(format!("namespace: {line}"));
+            }
+        }
+    }
+    found
+}
