@@ -27,6 +27,8 @@ fn main() {
     // rte_vdev_init lives in the vdev bus driver, which pkg-config's
     // application link line leaves to the EAL's plugin loader.
     println!("cargo:rustc-link-lib=dylib=rte_bus_vdev");
+    // rte_eth_from_rings (two ports wired to each other) is the ring PMD's.
+    println!("cargo:rustc-link-lib=dylib=rte_net_ring");
 
     // The full cflags matter: `-include rte_config.h` and the machine flags
     // DPDK was built with decide struct layouts and which inline paths exist.
@@ -65,6 +67,10 @@ fn main() {
         .allowlist_function("rte_eth_.*")
         .allowlist_function("rte_vdev_init")
         .allowlist_function("rte_vdev_uninit")
+        .allowlist_function("rte_eth_from_rings")
+        .allowlist_function("rte_ring_create")
+        .allowlist_function("rte_ring_free")
+        .allowlist_function("rte_ring_count")
         .allowlist_type("rte_mbuf")
         .allowlist_type("rte_mempool")
         .allowlist_type("rte_eth_.*")
@@ -82,6 +88,7 @@ fn main() {
         .allowlist_var("RTE_ETHDEV_QUEUE_STAT_CNTRS")
         .allowlist_var("RTE_ETH_XSTATS_NAME_SIZE")
         .allowlist_var("RTE_MEMPOOL_.*")
+        .allowlist_var("RING_F_.*")
         .blocklist_function("rte_mempool_ops_.*")
         .blocklist_function("rte_eth_dev_info_get_.*")
         .derive_default(true)

@@ -109,3 +109,36 @@ fn unsent_mbufs_come_back_to_the_caller() {
     }
     assert_eq!(pool.in_use(), 0);
 }
+
+#[test]
+fn wire_pair_carries_frames_both_ways() {
+    let _serial = device_lock();
+    shared_eal(Memory::Auto);
+    let pool = Arc::new(Mempool::new(&MempoolConfig::new(&unique("wire"), 4095)).unwrap());
+    {
+        let (mut a, mut b) = Port::wire_pair(&unique("t")).unwrap();
+        for p in [&mut a, &mut b] {
+            p.configure(&PortConfig::default(), pool.clone()).unwrap();
+            p.start().unwrap();
+        }
+        let (mut a_rx, mut a_tx) = (a.rx_queue(0).unwrap(), a.tx_queue(0).unwrap());
+        let (mut b_rx, mut b_tx) = (b.rx_queue(0).unwrap(), b.tx_queue(0).unwrap());
+        let mut burst: Burst = Burst::new();
+        for (seq, tx) in [(1usize, &mut a_tx), (2, &mut b_tx)] {
+            let mut m = pool.try_alloc().unwrap();
+            m.append(payload(seq).len())
+                .unwrap()
+                .copy_from_slice(&payload(seq));
+            burst.push(m).unwrap();
+            assert_eq!(tx.tx_burst(&mut burst), 1);
+        }
+        assert_eq!(b_rx.rx_burst(&mut burst), 1);
+        assert_eq!(burst.pop().unwrap().data(), payload(1).as_slice(), "a -> b");
+        assert_eq!(a_rx.rx_burst(&mut burst), 1);
+        assert_eq!(burst.pop().unwrap().data(), payload(2).as_slice(), "b -> a");
+        // Frames left in flight when the ports go are freed with the rings.
+        pool.alloc_bulk(&mut burst, 16).unwrap();
+        assert_eq!(a_tx.tx_burst(&mut burst), 16);
+    }
+    assert_eq!(pool.in_use(), 0);
+}

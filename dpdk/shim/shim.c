@@ -65,3 +65,6 @@ unsigned int spate_mempool_cache_size(const struct rte_mempool *mp)
 
 uint16_t spate_pktmbuf_data_room_size(struct rte_mempool *mp)
 { return rte_pktmbuf_data_room_size(mp); }
+
+unsigned int spate_ring_dequeue_burst(struct rte_ring *r, struct rte_mbuf **mbufs, unsigned int n)
+{ return rte_ring_dequeue_burst(r, (void **)mbufs, n, NULL); }

@@ -11,10 +11,12 @@
 #include <rte_eal.h>
 #include <rte_errno.h>
 #include <rte_ethdev.h>
+#include <rte_eth_ring.h>
 #include <rte_launch.h>
 #include <rte_lcore.h>
 #include <rte_mbuf.h>
 #include <rte_mempool.h>
+#include <rte_ring.h>
 #include <rte_version.h>
 
 uint16_t spate_rx_burst(uint16_t port, uint16_t queue, struct rte_mbuf **pkts, uint16_t n);
@@ -41,5 +43,6 @@ void spate_set_errno(int value);
 uint64_t spate_rdtsc(void);
 unsigned int spate_mempool_cache_size(const struct rte_mempool *mp);
 uint16_t spate_pktmbuf_data_room_size(struct rte_mempool *mp);
+unsigned int spate_ring_dequeue_burst(struct rte_ring *r, struct rte_mbuf **mbufs, unsigned int n);
 
 #endif
