@@ -1,1 +1,4 @@
-//! spate-stack
+//! spate's UDP/IP stack.
+#![deny(unsafe_code)]
+
+pub mod wire;

@@ -1,0 +1,147 @@
+//! The Internet checksum (RFC 1071), pseudo-headers, and incremental
+//! updates (RFC 1624).
+
+use std::net::{Ipv4Addr, Ipv6Addr};
+
+/// The one's-complement sum of `data` as 16-bit big-endian words, not yet
+/// folded; an odd last byte is padded with zero.
+#[inline]
+pub fn sum(data: &[u8]) -> u64 {
+    let mut acc: u64 = 0;
+    let mut chunks = data.chunks_exact(8);
+    for c in &mut chunks {
+        let v = u64::from_be_bytes([c[0], c[1], c[2], c[3], c[4], c[5], c[6], c[7]]);
+        // Add the two 32-bit halves: no overflow before 2^32 chunks.
+        acc += (v >> 32) + (v & 0xffff_ffff);
+    }
+    let mut rest = chunks.remainder();
+    while rest.len() >= 2 {
+        acc += u16::from_be_bytes([rest[0], rest[1]]) as u64;
+        rest = &rest[2..];
+    }
+    if let [last] = rest {
+        acc += (*last as u64) << 8;
+    }
+    acc
+}
+
+/// Folds a sum to 16 bits (not complemented).
+#[inline]
+pub fn fold(mut acc: u64) -> u16 {
+    while acc > 0xffff {
+        acc = (acc & 0xffff) + (acc >> 16);
+    }
+    acc as u16
+}
+
+/// The checksum field value for `data`: the complement of its folded sum.
+#[inline]
+pub fn checksum(data: &[u8]) -> u16 {
+    !fold(sum(data))
+}
+
+/// The sum over data split in segments, as if it were one buffer (a
+/// segment of odd length shifts the bytes after it).
+pub fn sum_segments<'a>(segments: impl IntoIterator<Item = &'a [u8]>) -> u64 {
+    let mut acc: u64 = 0;
+    let mut odd = false;
+    for seg in segments {
+        if seg.is_empty() {
+            continue;
+        }
+        let s = fold(sum(seg)) as u64;
+        // After an odd number of bytes the next segment's words are
+        // byte-swapped relative to the whole buffer.
+        acc += if odd { (s >> 8) | ((s & 0xff) << 8) } else { s };
+        odd ^= seg.len() % 2 == 1;
+    }
+    acc
+}
+
+/// The sum of an IPv4 pseudo-header.
+#[inline]
+pub fn pseudo_header_v4(src: Ipv4Addr, dst: Ipv4Addr, protocol: u8, length: u32) -> u64 {
+    let s = u32::from(src) as u64;
+    let d = u32::from(dst) as u64;
+    (s >> 16) + (s & 0xffff) + (d >> 16) + (d & 0xffff) + protocol as u64 + length as u64
+}
+
+/// The sum of an IPv6 pseudo-header.
+#[inline]
+pub fn pseudo_header_v6(src: &Ipv6Addr, dst: &Ipv6Addr, next_header: u8, length: u32) -> u64 {
+    sum(&src.octets())
+        + sum(&dst.octets())
+        + (length >> 16) as u64
+        + (length & 0xffff) as u64
+        + next_header as u64
+}
+
+/// Updates checksum field `check` after a 16-bit word changed from `old`
+/// to `new` (RFC 1624, eqn. 3: HC' = ~(~HC + ~m + m')).
+#[inline]
+pub fn update_u16(check: u16, old: u16, new: u16) -> u16 {
+    let acc = (!check as u64) + (!old as u64 & 0xffff) + new as u64;
+    !fold(acc)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A straightforward RFC 1071 reference.
+    fn reference(data: &[u8]) -> u16 {
+        let mut acc: u32 = 0;
+        for pair in data.chunks(2) {
+            let w = if pair.len() == 2 {
+                u16::from_be_bytes([pair[0], pair[1]])
+            } else {
+                (pair[0] as u16) << 8
+            };
+            acc += w as u32;
+            acc = (acc & 0xffff) + (acc >> 16);
+        }
+        !(acc as u16)
+    }
+
+    #[test]
+    fn rfc1071_example() {
+        // RFC 1071 section 3: 00 01 f2 03 f4 f5 f6 f7 sums to ddf2.
+        let data = [0x00, 0x01, 0xf2, 0x03, 0xf4, 0xf5, 0xf6, 0xf7];
+        assert_eq!(fold(sum(&data)), 0xddf2);
+        assert_eq!(checksum(&data), !0xddf2);
+    }
+
+    #[test]
+    fn matches_reference_for_all_lengths() {
+        let data: Vec<u8> = (0..300u32).map(|i| (i * 37 + 11) as u8).collect();
+        for len in 0..data.len() {
+            assert_eq!(checksum(&data[..len]), reference(&data[..len]), "len {len}");
+        }
+    }
+
+    #[test]
+    fn segments_equal_whole() {
+        let data: Vec<u8> = (0..100u32).map(|i| (i * 91 + 3) as u8).collect();
+        for cut1 in 0..data.len() {
+            let cut2 = (cut1 + 7).min(data.len());
+            let parts = [&data[..cut1], &data[cut1..cut2], &data[cut2..]];
+            assert_eq!(
+                fold(sum_segments(parts)),
+                fold(sum(&data)),
+                "cuts {cut1} {cut2}"
+            );
+        }
+    }
+
+    #[test]
+    fn incremental_update_matches_recompute() {
+        let mut data = [
+            0x45u8, 0, 0, 0x54, 0x12, 0x34, 0x40, 0, 0x40, 1, 0, 0, 10, 0, 0, 1, 10, 0, 0, 2,
+        ];
+        let c = checksum(&data);
+        let old = u16::from_be_bytes([data[8], data[9]]);
+        data[8] = 0x3f; // TTL 64 -> 63
+        let new = u16::from_be_bytes([data[8], data[9]]);
+        assert_eq!(update_u16(c, old, new), checksum(&data));
+    }
+}
