@@ -1,0 +1,469 @@
+//! How a [`Stack`](crate::Stack) is set up: ports and their addresses,
+//! routes, lcores, pools and timers; from code or from a TOML file.
+
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
+use std::path::Path;
+use std::str::FromStr;
+
+use serde::Deserialize;
+
+use crate::error::{Error, Result};
+use crate::wire::MacAddr;
+
+/// An address with its prefix length, such as `198.18.0.2/24`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct Cidr {
+    /// The address.
+    pub addr: IpAddr,
+    /// The prefix length.
+    pub prefix_len: u8,
+}
+
+impl Cidr {
+    /// Whether `other` lies in this prefix.
+    pub fn contains(&self, other: &IpAddr) -> bool {
+        match (self.addr, other) {
+            (IpAddr::V4(a), IpAddr::V4(b)) => {
+                let mask = if self.prefix_len == 0 {
+                    0
+                } else {
+                    u32::MAX << (32 - self.prefix_len as u32)
+                };
+                u32::from(a) & mask == u32::from(*b) & mask
+            }
+            (IpAddr::V6(a), IpAddr::V6(b)) => {
+                let mask = if self.prefix_len == 0 {
+                    0
+                } else {
+                    u128::MAX << (128 - self.prefix_len as u32)
+                };
+                u128::from(a) & mask == u128::from(*b) & mask
+            }
+            _ => false,
+        }
+    }
+
+    /// The subnet-directed broadcast address (IPv4 prefixes up to /30).
+    pub fn broadcast(&self) -> Option<Ipv4Addr> {
+        match self.addr {
+            IpAddr::V4(a) if self.prefix_len <= 30 => {
+                let host = u32::MAX >> self.prefix_len as u32;
+                Some(Ipv4Addr::from(u32::from(a) | host))
+            }
+            _ => None,
+        }
+    }
+}
+
+impl FromStr for Cidr {
+    type Err = Error;
+
+    fn from_str(s: &str) -> Result<Cidr> {
+        let bad = || {
+            Error::Config(format!(
+                "{s:?} is not ADDRESS/PREFIX (like 198.18.0.2/24 or fd00::2/64)"
+            ))
+        };
+        let (a, p) = s.split_once('/').ok_or_else(bad)?;
+        let addr: IpAddr = a.parse().map_err(|_| bad())?;
+        let prefix_len: u8 = p.parse().map_err(|_| bad())?;
+        let max = if addr.is_ipv4() { 32 } else { 128 };
+        if prefix_len > max {
+            return Err(bad());
+        }
+        if addr.is_unspecified() || addr.is_multicast() {
+            return Err(Error::Config(format!(
+                "{s}: an interface address must be a unicast address"
+            )));
+        }
+        Ok(Cidr { addr, prefix_len })
+    }
+}
+
+impl std::fmt::Display for Cidr {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}/{}", self.addr, self.prefix_len)
+    }
+}
+
+impl<'de> Deserialize<'de> for Cidr {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> std::result::Result<Self, D::Error> {
+        let s = String::deserialize(d)?;
+        s.parse().map_err(serde::de::Error::custom)
+    }
+}
+
+/// One port and what spate is on it.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct PortSpec {
+    /// A DPDK virtual device (`net_tap0,iface=spate0,mac=02:53:50:41:54:45`,
+    /// `net_pcap0,iface=veth0,phy_mac=1`, `net_virtio_user0,path=...`), a
+    /// PCI address (`0000:00:04.0`), or the name of a port that already
+    /// exists (for example one end of `Port::wire_pair`).
+    pub device: String,
+    /// IPv4 addresses with prefix lengths.
+    #[serde(default)]
+    pub ipv4: Vec<Cidr>,
+    /// IPv6 addresses with prefix lengths (a link-local address derived from
+    /// the MAC is added).
+    #[serde(default)]
+    pub ipv6: Vec<Cidr>,
+    /// MTU (default: the device's, normally 1500).
+    #[serde(default)]
+    pub mtu: Option<u16>,
+    /// 802.1Q VLAN id: frames are sent tagged and only frames with this tag
+    /// are received.
+    #[serde(default)]
+    pub vlan: Option<u16>,
+    /// Use RX checksum offload where the device has it (default true).
+    #[serde(default = "yes")]
+    pub rx_checksum_offload: bool,
+    /// Use TX checksum offload where the device has it (default true).
+    #[serde(default = "yes")]
+    pub tx_checksum_offload: bool,
+}
+
+fn yes() -> bool {
+    true
+}
+
+impl PortSpec {
+    /// A port on `device`, with no addresses yet.
+    pub fn new(device: &str) -> PortSpec {
+        PortSpec {
+            device: device.into(),
+            ipv4: Vec::new(),
+            ipv6: Vec::new(),
+            mtu: None,
+            vlan: None,
+            rx_checksum_offload: true,
+            tx_checksum_offload: true,
+        }
+    }
+
+    /// Adds an address (`198.18.0.2/24` or `fd00::2/64`).
+    pub fn addr(mut self, cidr: &str) -> Result<PortSpec> {
+        let c: Cidr = cidr.parse()?;
+        if c.addr.is_ipv4() {
+            self.ipv4.push(c)
+        } else {
+            self.ipv6.push(c)
+        }
+        Ok(self)
+    }
+
+    /// Whether `device` names a PCI device.
+    pub fn is_pci(&self) -> bool {
+        let d = self.device.split(',').next().unwrap_or("");
+        let parts: Vec<&str> = d.split([':', '.']).collect();
+        parts.len() >= 3
+            && parts
+                .iter()
+                .all(|p| !p.is_empty() && p.chars().all(|c| c.is_ascii_hexdigit()))
+    }
+}
+
+/// Neighbour-discovery timers and limits (ARP and IPv6 ND alike).
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct NeighborConfig {
+    /// How long a confirmed entry stays reachable, in ms (Linux: 30 s).
+    pub reachable_ms: u64,
+    /// Interval between solicitations, in ms (Linux: 1 s).
+    pub retrans_ms: u64,
+    /// Solicitations before giving up (Linux: 3).
+    pub probes: u32,
+    /// Packets kept per unresolved neighbour (Linux keeps about 100).
+    pub pending_max: usize,
+    /// Entries kept at most.
+    pub max_entries: usize,
+    /// An unused stale entry is forgotten after this long, in ms (Linux: 60 s).
+    pub gc_stale_ms: u64,
+}
+
+impl Default for NeighborConfig {
+    fn default() -> Self {
+        NeighborConfig {
+            reachable_ms: 30_000,
+            retrans_ms: 1_000,
+            probes: 3,
+            pending_max: 64,
+            max_entries: 4096,
+            gc_stale_ms: 60_000,
+        }
+    }
+}
+
+/// Hugepage use.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Hugepages {
+    /// Hugepages when the machine offers them.
+    #[default]
+    Auto,
+    /// Hugepages or an error.
+    On,
+    /// No hugepages.
+    Off,
+}
+
+/// Everything a stack needs.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct StackConfig {
+    /// The lcores spate polls on, in EAL `-l` syntax (`1`, `0-1`).
+    pub lcores: String,
+    /// Ports.
+    pub ports: Vec<PortSpec>,
+    /// Default gateways (at most one per family).
+    pub gateways: Vec<IpAddr>,
+    /// Mbufs in the packet pool.
+    pub mempool_size: u32,
+    /// Per-lcore mempool cache.
+    pub mempool_cache: u32,
+    /// RX descriptors per queue.
+    pub rx_desc: u16,
+    /// TX descriptors per queue.
+    pub tx_desc: u16,
+    /// Default socket receive buffer in bytes (Linux: 212,992).
+    pub rcvbuf: usize,
+    /// Neighbour discovery.
+    pub neighbor: NeighborConfig,
+    /// ICMP errors sent per second, at most (Linux: 1,000).
+    pub icmp_rate: u32,
+    /// ICMP error burst (Linux: 50).
+    pub icmp_burst: u32,
+    /// When an lcore found nothing to do for a while, sleep this long (µs)
+    /// between polls; 0 polls without pause (lowest latency, one busy core).
+    pub idle_sleep_us: u32,
+    /// Hugepages.
+    pub hugepages: Hugepages,
+    /// EAL memory in MiB.
+    pub memory_mb: u32,
+    /// Extra EAL arguments, passed through.
+    pub eal_args: Vec<String>,
+    /// Stop when SIGINT or SIGTERM arrives.
+    pub stop_on_signal: bool,
+    /// Send gratuitous ARP / unsolicited NA when the stack starts.
+    pub announce: bool,
+}
+
+impl Default for StackConfig {
+    fn default() -> Self {
+        StackConfig {
+            lcores: "0".into(),
+            ports: Vec::new(),
+            gateways: Vec::new(),
+            mempool_size: 16383,
+            mempool_cache: 256,
+            rx_desc: 1024,
+            tx_desc: 1024,
+            rcvbuf: 212_992,
+            neighbor: NeighborConfig::default(),
+            icmp_rate: 1000,
+            icmp_burst: 50,
+            idle_sleep_us: 0,
+            hugepages: Hugepages::Auto,
+            memory_mb: 512,
+            eal_args: Vec::new(),
+            stop_on_signal: true,
+            announce: true,
+        }
+    }
+}
+
+impl StackConfig {
+    /// Reads a TOML file.
+    pub fn from_file(path: &Path) -> Result<StackConfig> {
+        let text = std::fs::read_to_string(path)
+            .map_err(|e| Error::Config(format!("{}: {e}", path.display())))?;
+        Self::from_toml(&text).map_err(|e| Error::Config(format!("{}: {e}", path.display())))
+    }
+
+    /// Parses TOML text.
+    pub fn from_toml(text: &str) -> Result<StackConfig> {
+        toml::from_str(text).map_err(|e| Error::Config(e.to_string()))
+    }
+
+    /// Checks what can be checked before any device is touched.
+    pub fn validate(&self) -> Result<()> {
+        if self.ports.is_empty() {
+            return Err(Error::Config("no port configured".into()));
+        }
+        parse_lcores(&self.lcores)?;
+        for (i, p) in self.ports.iter().enumerate() {
+            if p.ipv4.is_empty() && p.ipv6.is_empty() {
+                return Err(Error::Config(format!(
+                    "port {i} ({}) has no address",
+                    p.device
+                )));
+            }
+            if let Some(v) = p.vlan {
+                if v == 0 || v >= 4095 {
+                    return Err(Error::Config(format!("VLAN id {v} is outside 1..=4094")));
+                }
+            }
+            if let Some(m) = p.mtu {
+                if m < 576 || (m < 1280 && !p.ipv6.is_empty()) {
+                    return Err(Error::Config(format!(
+                        "MTU {m} is below 576 (1280 with IPv6)"
+                    )));
+                }
+            }
+        }
+        let (mut v4, mut v6) = (0, 0);
+        for g in &self.gateways {
+            if g.is_ipv4() {
+                v4 += 1
+            } else {
+                v6 += 1
+            }
+            let on_link = self
+                .ports
+                .iter()
+                .any(|p| p.ipv4.iter().chain(&p.ipv6).any(|c| c.contains(g)))
+                || matches!(g, IpAddr::V6(a) if is_link_local(a));
+            if !on_link {
+                return Err(Error::Config(format!(
+                    "gateway {g} is not on any configured prefix"
+                )));
+            }
+        }
+        if v4 > 1 || v6 > 1 {
+            return Err(Error::Config(
+                "at most one default gateway per address family".into(),
+            ));
+        }
+        if self.mempool_size < 1023 {
+            return Err(Error::Config(format!(
+                "mempool_size {} is too small (at least 1023)",
+                self.mempool_size
+            )));
+        }
+        if self.rcvbuf < 4096 {
+            return Err(Error::Config("rcvbuf below 4096 bytes".into()));
+        }
+        Ok(())
+    }
+}
+
+/// Whether an IPv6 address is link-local (fe80::/10).
+pub fn is_link_local(a: &Ipv6Addr) -> bool {
+    a.segments()[0] & 0xffc0 == 0xfe80
+}
+
+/// Parses EAL `-l` syntax (`0`, `0-2`, `0,2,4-5`) into sorted lcore ids.
+pub fn parse_lcores(list: &str) -> Result<Vec<u32>> {
+    let bad = || Error::Config(format!("lcore list {list:?} is not like 0, 0-1 or 0,2-3"));
+    let mut out = Vec::new();
+    for part in list.split(',') {
+        let part = part.trim();
+        if let Some((a, b)) = part.split_once('-') {
+            let (a, b): (u32, u32) = (a.parse().map_err(|_| bad())?, b.parse().map_err(|_| bad())?);
+            if a > b || b >= 128 {
+                return Err(bad());
+            }
+            out.extend(a..=b);
+        } else {
+            let v: u32 = part.parse().map_err(|_| bad())?;
+            if v >= 128 {
+                return Err(bad());
+            }
+            out.push(v);
+        }
+    }
+    out.sort_unstable();
+    out.dedup();
+    if out.is_empty() {
+        return Err(bad());
+    }
+    Ok(out)
+}
+
+/// Parses a MAC given in a device string's `mac=` argument, if any.
+pub fn mac_from_device(device: &str) -> Option<MacAddr> {
+    device
+        .split(',')
+        .find_map(|kv| kv.strip_prefix("mac="))
+        .and_then(|m| m.parse().ok())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn cidrs() {
+        let c: Cidr = "198.18.0.2/24".parse().unwrap();
+        assert!(c.contains(&"198.18.0.200".parse().unwrap()));
+        assert!(!c.contains(&"198.18.1.1".parse().unwrap()));
+        assert_eq!(c.broadcast(), Some(Ipv4Addr::new(198, 18, 0, 255)));
+        let c6: Cidr = "fd00::2/64".parse().unwrap();
+        assert!(c6.contains(&"fd00::99".parse().unwrap()));
+        assert!(!c6.contains(&"fd01::1".parse().unwrap()));
+        for bad in [
+            "198.18.0.2",
+            "198.18.0.2/33",
+            "fd00::1/129",
+            "0.0.0.0/0",
+            "x/1",
+            "224.0.0.1/4",
+        ] {
+            assert!(bad.parse::<Cidr>().is_err(), "{bad}");
+        }
+    }
+
+    #[test]
+    fn lcores() {
+        assert_eq!(parse_lcores("1").unwrap(), vec![1]);
+        assert_eq!(parse_lcores("0-2,5").unwrap(), vec![0, 1, 2, 5]);
+        for bad in ["", "a", "3-1", "0-200", "1,,2"] {
+            assert!(parse_lcores(bad).is_err(), "{bad}");
+        }
+    }
+
+    #[test]
+    fn toml_config() {
+        let c = StackConfig::from_toml(
+            r#"
+            lcores = "1"
+            gateways = ["198.18.0.1"]
+            [[ports]]
+            device = "net_tap0,iface=spate0"
+            ipv4 = ["198.18.0.2/24"]
+            ipv6 = ["fd00::2/64"]
+            "#,
+        )
+        .unwrap();
+        c.validate().unwrap();
+        assert_eq!(c.ports[0].ipv4[0].to_string(), "198.18.0.2/24");
+        assert!(
+            StackConfig::from_toml("bogus = 1").is_err(),
+            "unknown keys are errors"
+        );
+        let off_link = StackConfig {
+            gateways: vec!["10.0.0.1".parse().unwrap()],
+            ..c.clone()
+        };
+        assert!(
+            off_link
+                .validate()
+                .unwrap_err()
+                .to_string()
+                .contains("not on any configured prefix")
+        );
+        let no_ports = StackConfig { ports: vec![], ..c };
+        assert!(no_ports.validate().is_err());
+    }
+
+    #[test]
+    fn device_kinds() {
+        assert!(PortSpec::new("0000:00:04.0").is_pci());
+        assert!(!PortSpec::new("net_tap0,iface=x").is_pci());
+        assert_eq!(
+            mac_from_device("net_tap0,iface=x,mac=02:53:50:41:54:45"),
+            Some(MacAddr([2, 0x53, 0x50, 0x41, 0x54, 0x45]))
+        );
+    }
+}

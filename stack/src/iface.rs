@@ -1,0 +1,105 @@
+//! Interfaces: a port with its MAC, MTU, VLAN, addresses and offloads.
+
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
+
+use crate::config::{Cidr, is_link_local};
+use crate::wire::{MacAddr, ipv6};
+
+/// One port as the stack sees it. Immutable once the stack is built.
+#[derive(Debug, Clone)]
+pub struct Interface {
+    /// Index among the stack's interfaces.
+    pub index: u16,
+    /// DPDK port id.
+    pub port_id: u16,
+    /// DPDK port name.
+    pub name: String,
+    /// MAC address.
+    pub mac: MacAddr,
+    /// MTU (IP packet size).
+    pub mtu: u16,
+    /// VLAN tag to send and expect.
+    pub vlan: Option<u16>,
+    /// IPv4 addresses.
+    pub ipv4: Vec<Cidr>,
+    /// IPv6 addresses, the link-local one first.
+    pub ipv6: Vec<Cidr>,
+    /// The port checks IPv4/UDP checksums on receive.
+    pub rx_checksum: bool,
+    /// The port computes IPv4/UDP checksums on transmit.
+    pub tx_checksum: bool,
+}
+
+impl Interface {
+    /// Whether `a` is one of our IPv4 addresses.
+    #[inline]
+    pub fn has_ipv4(&self, a: Ipv4Addr) -> bool {
+        self.ipv4.iter().any(|c| c.addr == IpAddr::V4(a))
+    }
+
+    /// Whether `a` is the limited broadcast or one of our subnets'
+    /// broadcast addresses.
+    #[inline]
+    pub fn is_ipv4_broadcast(&self, a: Ipv4Addr) -> bool {
+        a.is_broadcast() || self.ipv4.iter().any(|c| c.broadcast() == Some(a))
+    }
+
+    /// Whether `a` is one of our IPv6 addresses.
+    #[inline]
+    pub fn has_ipv6(&self, a: &Ipv6Addr) -> bool {
+        self.ipv6.iter().any(|c| c.addr == IpAddr::V6(*a))
+    }
+
+    /// Whether an IPv6 packet to `a` is ours: our addresses, their
+    /// solicited-node groups, and all-nodes.
+    #[inline]
+    pub fn accepts_ipv6(&self, a: &Ipv6Addr) -> bool {
+        if a.is_multicast() {
+            return *a == ipv6::ALL_NODES
+                || self.ipv6.iter().any(
+                    |c| matches!(c.addr, IpAddr::V6(me) if ipv6::is_solicited_node_of(a, &me)),
+                );
+        }
+        self.has_ipv6(a)
+    }
+
+    /// Whether a frame to `dst` is for this interface.
+    #[inline]
+    pub fn accepts_mac(&self, dst: &MacAddr) -> bool {
+        *dst == self.mac || dst.is_broadcast() || (dst.0[0] == 0x33 && dst.0[1] == 0x33)
+    }
+
+    /// The source address for a packet to `dst`: one on the same prefix
+    /// if there is one, else the first of the family (for IPv6, the
+    /// link-local address only toward link-local destinations).
+    pub fn source_for(&self, dst: &IpAddr) -> Option<IpAddr> {
+        match dst {
+            IpAddr::V4(_) => self
+                .ipv4
+                .iter()
+                .find(|c| c.contains(dst))
+                .or(self.ipv4.first())
+                .map(|c| c.addr),
+            IpAddr::V6(d) => {
+                let ll = is_link_local(d);
+                let pick = |c: &&Cidr| matches!(c.addr, IpAddr::V6(a) if is_link_local(&a) == ll);
+                self.ipv6
+                    .iter()
+                    .filter(pick)
+                    .find(|c| c.contains(dst))
+                    .or(self.ipv6.iter().find(pick))
+                    .map(|c| c.addr)
+            }
+        }
+    }
+
+    /// Whether `dst` is on one of this interface's prefixes.
+    pub fn on_link(&self, dst: &IpAddr) -> bool {
+        self.ipv4.iter().chain(&self.ipv6).any(|c| c.contains(dst))
+    }
+
+    /// The link-local IPv6 address.
+    pub fn link_local(&self) -> Ipv6Addr {
+        ipv6::link_local_from_mac(&self.mac)
+    }
+}

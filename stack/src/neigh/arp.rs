@@ -1,0 +1,147 @@
+//! ARP (RFC 826): answering requests for our addresses, learning senders,
+//! and the requests spate sends. No I/O here: the caller sends what these
+//! functions return.
+
+use std::collections::VecDeque;
+use std::net::{IpAddr, Ipv4Addr};
+
+use super::{Learn, NeighTable};
+use crate::iface::Interface;
+use crate::time::Instant;
+use crate::wire::MacAddr;
+use crate::wire::arp::{Operation, Repr};
+
+/// What an ARP packet asks of the stack.
+#[derive(Debug)]
+pub struct Handled<P> {
+    /// A reply to send to `reply.target_mac`.
+    pub reply: Option<Repr>,
+    /// Packets that waited for the sender, now resolved.
+    pub released: Option<(MacAddr, VecDeque<P>)>,
+    /// Whether the packet was a request for one of our addresses.
+    pub request_for_us: bool,
+}
+
+/// Handles a received ARP packet on `iface`.
+pub fn handle<P>(table: &NeighTable<P>, now: Instant, iface: &Interface, arp: &Repr) -> Handled<P> {
+    let for_us = iface.has_ipv4(arp.target_ip);
+    let sender_valid = !arp.sender_ip.is_unspecified()
+        && !arp.sender_ip.is_broadcast()
+        && arp.sender_mac.is_unicast();
+    let key = (iface.index, IpAddr::V4(arp.sender_ip));
+    let released = if !sender_valid {
+        None
+    } else if arp.operation == Operation::Reply && for_us {
+        table.learn(now, key, arp.sender_mac, Learn::Confirmed)
+    } else if for_us {
+        table.learn(now, key, arp.sender_mac, Learn::Heard)
+    } else {
+        // Gratuitous ARP and traffic between others: update what we know.
+        table.learn(now, key, arp.sender_mac, Learn::Announced)
+    };
+    let request_for_us = for_us && arp.operation == Operation::Request;
+    // RFC 5227 probes (sender 0.0.0.0) for our address get an answer too:
+    // that is how the prober learns the address is taken.
+    let reply = request_for_us.then(|| Repr {
+        operation: Operation::Reply,
+        sender_mac: iface.mac,
+        sender_ip: arp.target_ip,
+        target_mac: arp.sender_mac,
+        target_ip: arp.sender_ip,
+    });
+    Handled {
+        reply,
+        released,
+        request_for_us,
+    }
+}
+
+/// A request for `target`, broadcast, or unicast to `probe_mac` when
+/// confirming a stale entry.
+pub fn request(iface: &Interface, target: Ipv4Addr, probe_mac: Option<MacAddr>) -> Option<Repr> {
+    let sender_ip = match iface.source_for(&IpAddr::V4(target))? {
+        IpAddr::V4(a) => a,
+        IpAddr::V6(_) => return None,
+    };
+    Some(Repr {
+        operation: Operation::Request,
+        sender_mac: iface.mac,
+        sender_ip,
+        target_mac: probe_mac.unwrap_or(MacAddr::ZERO),
+        target_ip: target,
+    })
+}
+
+/// A gratuitous ARP announcing `ip` (a request with sender = target).
+pub fn gratuitous(iface: &Interface, ip: Ipv4Addr) -> Repr {
+    Repr {
+        operation: Operation::Request,
+        sender_mac: iface.mac,
+        sender_ip: ip,
+        target_mac: MacAddr::ZERO,
+        target_ip: ip,
+    }
+}
+
+#[cfg(test)]
+pub(crate) mod tests {
+    use super::*;
+    use crate::config::NeighborConfig;
+    use crate::wire::arp::Packet;
+    use crate::wire::fixtures::{ARP_REQUEST, hex};
+
+    pub(crate) fn iface() -> Interface {
+        Interface {
+            index: 0,
+            port_id: 0,
+            name: "t".into(),
+            mac: MacAddr([2, 0x53, 0x50, 0x41, 0x54, 0x45]),
+            mtu: 1500,
+            vlan: None,
+            ipv4: vec!["198.18.0.2/24".parse().unwrap()],
+            ipv6: vec!["fd00::2/64".parse().unwrap()],
+            rx_checksum: false,
+            tx_checksum: false,
+        }
+    }
+
+    #[test]
+    fn answers_the_kernels_request_as_the_kernel_did() {
+        let table = NeighTable::<u8>::new(NeighborConfig::default());
+        let f = hex(ARP_REQUEST);
+        let req = Repr::parse(&Packet::new_checked(&f[14..]).unwrap()).unwrap();
+        let h = handle(&table, Instant(0), &iface(), &req);
+        let reply = h.reply.expect("a reply");
+        let mut out = [0u8; 28];
+        reply.emit(&mut out);
+        assert_eq!(out[..], hex(crate::wire::fixtures::ARP_REPLY)[14..]);
+        assert!(h.request_for_us);
+        assert_eq!(
+            table.peek((0, "198.18.0.1".parse().unwrap())),
+            Some(req.sender_mac),
+            "sender learnt"
+        );
+    }
+
+    #[test]
+    fn requests_for_others_are_not_answered() {
+        let table = NeighTable::<u8>::new(NeighborConfig::default());
+        let f = hex(ARP_REQUEST);
+        let mut req = Repr::parse(&Packet::new_checked(&f[14..]).unwrap()).unwrap();
+        req.target_ip = "198.18.0.77".parse().unwrap();
+        let h = handle(&table, Instant(0), &iface(), &req);
+        assert!(h.reply.is_none() && !h.request_for_us);
+        assert!(table.is_empty(), "and strangers are not learnt");
+    }
+
+    #[test]
+    fn our_requests() {
+        let r = request(&iface(), "198.18.0.1".parse().unwrap(), None).unwrap();
+        assert_eq!(
+            (r.sender_ip, r.target_mac),
+            ("198.18.0.2".parse().unwrap(), MacAddr::ZERO)
+        );
+        let g = gratuitous(&iface(), "198.18.0.2".parse().unwrap());
+        assert_eq!(g.sender_ip, g.target_ip);
+    }
+}
