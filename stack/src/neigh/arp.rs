@@ -42,7 +42,7 @@ pub fn handle<P>(table: &NeighTable<P>, now: Instant, iface: &Interface, arp: &R
     let request_for_us = for_us && arp.operation == Operation::Request;
     // RFC 5227 probes (sender 0.0.0.0) for our address get an answer too:
     // that is how the prober learns the address is taken.
-    let reply = request_for_us.then(|| Repr {
+    let reply = request_for_us.then_some(Repr {
         operation: Operation::Reply,
         sender_mac: iface.mac,
         sender_ip: arp.target_ip,
