@@ -142,3 +142,45 @@ fn wire_pair_carries_frames_both_ways() {
     }
     assert_eq!(pool.in_use(), 0);
 }
+
+#[test]
+fn mbuf_headroom_and_chain_operations() {
+    let _serial = device_lock();
+    shared_eal(Memory::Auto);
+    let pool = Mempool::new(&MempoolConfig::new(&unique("ops"), 63)).unwrap();
+    {
+        let mut m = pool.try_alloc().unwrap();
+        assert_eq!(m.pkt_len(), 0);
+        let head = m.headroom();
+        assert!(head >= 64);
+        m.append(10).unwrap().copy_from_slice(b"0123456789");
+        m.prepend(4).unwrap().copy_from_slice(b"hdr:");
+        assert_eq!(m.data(), b"hdr:0123456789");
+        assert_eq!(m.headroom(), head - 4);
+        m.adj(4).unwrap();
+        m.trim(2).unwrap();
+        assert_eq!(m.data(), b"01234567");
+        assert!(m.prepend(m.headroom() + 1).is_err());
+        assert!(m.adj(9).is_err());
+        assert!(m.trim(9).is_err());
+        assert!(m.append(m.tailroom() + 1).is_err());
+        assert_eq!(m.data(), b"01234567", "failed operations change nothing");
+
+        let mut tail = pool.try_alloc().unwrap();
+        tail.append(3).unwrap().copy_from_slice(b"xyz");
+        m.chain(tail).unwrap();
+        assert_eq!((m.segments(), m.pkt_len(), m.data_len()), (2, 11, 8));
+        assert_eq!(m.segment_data().collect::<Vec<_>>(), vec![&b"01234567"[..], &b"xyz"[..]]);
+        let mut buf = [0u8; 5];
+        assert!(m.read_at(6, &mut buf));
+        assert_eq!(&buf, b"67xyz");
+        assert!(!m.read_at(7, &mut buf), "past the end");
+        assert_eq!(m.buf_len(), 2 * (pool.data_room() as usize + 128), "two buffers of data room plus headroom");
+        m.trim(1).unwrap();
+        assert_eq!(m.pkt_len(), 10);
+        let rest = m.split_first_segment().unwrap();
+        assert_eq!((m.pkt_len(), rest.pkt_len(), rest.data()), (8, 2, &b"xy"[..]));
+        assert_eq!(pool.in_use(), 2);
+    }
+    assert_eq!(pool.in_use(), 0);
+}

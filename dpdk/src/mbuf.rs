@@ -157,7 +157,7 @@ impl Mbuf {
 
     /// Free bytes after the data of the last segment.
     pub fn tailroom(&self) -> usize {
-        // SAFETY: valid mbuf; the shim walks nothing, it reads the last segment only if given it.
+        // SAFETY: last_segment returns a valid segment of our chain.
         unsafe { sys::spate_pktmbuf_tailroom(self.last_segment()) as usize }
     }
 
@@ -175,14 +175,16 @@ impl Mbuf {
     /// Grows the packet at the front by `len` bytes and returns them.
     #[inline]
     pub fn prepend(&mut self, len: usize) -> Result<&mut [u8]> {
-        if len > self.headroom() {
+        let m = self.raw_mut();
+        if len > m.data_off as usize {
             return Err(Error::MbufRoom("prepend beyond the headroom"));
         }
-        // SAFETY: len fits in the headroom, so DPDK returns a valid pointer.
-        unsafe {
-            let p = sys::spate_pktmbuf_prepend(self.0.as_ptr(), len as u16);
-            Ok(std::slice::from_raw_parts_mut(p as *mut u8, len))
-        }
+        // What rte_pktmbuf_prepend does, inline.
+        m.data_off -= len as u16;
+        m.data_len += len as u16;
+        m.pkt_len += len as u32;
+        // SAFETY: the new front lies inside the buffer (checked above).
+        Ok(unsafe { std::slice::from_raw_parts_mut((m.buf_addr as *mut u8).add(m.data_off as usize), len) })
     }
 
     /// Grows the packet at the end (of the last segment) by `len` bytes.
@@ -190,6 +192,17 @@ impl Mbuf {
     pub fn append(&mut self, len: usize) -> Result<&mut [u8]> {
         if len > u16::MAX as usize {
             return Err(Error::MbufRoom("append of more than 65,535 bytes"));
+        }
+        if self.is_contiguous() {
+            let m = self.raw_mut();
+            let end = m.data_off as usize + m.data_len as usize;
+            if end + len > m.buf_len as usize {
+                return Err(Error::MbufRoom("append beyond the tailroom"));
+            }
+            m.data_len += len as u16;
+            m.pkt_len += len as u32;
+            // SAFETY: end..end+len lies inside the buffer (checked above).
+            return Ok(unsafe { std::slice::from_raw_parts_mut((m.buf_addr as *mut u8).add(end), len) });
         }
         // SAFETY: DPDK checks the tailroom and returns null when it is short.
         let p = unsafe { sys::spate_pktmbuf_append(self.0.as_ptr(), len as u16) };
@@ -203,17 +216,28 @@ impl Mbuf {
     /// Removes `len` bytes from the front (of the first segment).
     #[inline]
     pub fn adj(&mut self, len: usize) -> Result<()> {
-        if len > self.data_len() {
+        let m = self.raw_mut();
+        if len > m.data_len as usize {
             return Err(Error::MbufRoom("adj beyond the first segment"));
         }
-        // SAFETY: len fits in the first segment.
-        unsafe { sys::spate_pktmbuf_adj(self.0.as_ptr(), len as u16) };
+        m.data_off += len as u16;
+        m.data_len -= len as u16;
+        m.pkt_len -= len as u32;
         Ok(())
     }
 
     /// Removes `len` bytes from the end (of the last segment).
     #[inline]
     pub fn trim(&mut self, len: usize) -> Result<()> {
+        if self.is_contiguous() {
+            let m = self.raw_mut();
+            if len > m.data_len as usize {
+                return Err(Error::MbufRoom("trim beyond the last segment"));
+            }
+            m.data_len -= len as u16;
+            m.pkt_len -= len as u32;
+            return Ok(());
+        }
         if len > u16::MAX as usize {
             return Err(Error::MbufRoom("trim beyond the last segment"));
         }
@@ -223,6 +247,32 @@ impl Mbuf {
             return Err(Error::MbufRoom("trim beyond the last segment"));
         }
         Ok(())
+    }
+
+    /// Bytes of buffer behind the packet (every segment's buffer length):
+    /// what it costs in memory.
+    #[inline]
+    pub fn buf_len(&self) -> usize {
+        let m = self.raw();
+        if m.next.is_null() {
+            return m.buf_len as usize;
+        }
+        self.segment_bufs().sum()
+    }
+
+    fn segment_bufs(&self) -> impl Iterator<Item = usize> + '_ {
+        let mut seg = self.0.as_ptr() as *const sys::rte_mbuf;
+        std::iter::from_fn(move || {
+            if seg.is_null() {
+                return None;
+            }
+            // SAFETY: segments of a chain we borrow are valid.
+            unsafe {
+                let len = (*seg).buf_len as usize;
+                seg = (*seg).next;
+                Some(len)
+            }
+        })
     }
 
     /// Appends `tail`'s segments to this packet.
