@@ -170,16 +170,26 @@ fn mbuf_headroom_and_chain_operations() {
         tail.append(3).unwrap().copy_from_slice(b"xyz");
         m.chain(tail).unwrap();
         assert_eq!((m.segments(), m.pkt_len(), m.data_len()), (2, 11, 8));
-        assert_eq!(m.segment_data().collect::<Vec<_>>(), vec![&b"01234567"[..], &b"xyz"[..]]);
+        assert_eq!(
+            m.segment_data().collect::<Vec<_>>(),
+            vec![&b"01234567"[..], &b"xyz"[..]]
+        );
         let mut buf = [0u8; 5];
         assert!(m.read_at(6, &mut buf));
         assert_eq!(&buf, b"67xyz");
         assert!(!m.read_at(7, &mut buf), "past the end");
-        assert_eq!(m.buf_len(), 2 * (pool.data_room() as usize + 128), "two buffers of data room plus headroom");
+        assert_eq!(
+            m.buf_len(),
+            2 * (pool.data_room() as usize + 128),
+            "two buffers of data room plus headroom"
+        );
         m.trim(1).unwrap();
         assert_eq!(m.pkt_len(), 10);
         let rest = m.split_first_segment().unwrap();
-        assert_eq!((m.pkt_len(), rest.pkt_len(), rest.data()), (8, 2, &b"xy"[..]));
+        assert_eq!(
+            (m.pkt_len(), rest.pkt_len(), rest.data()),
+            (8, 2, &b"xy"[..])
+        );
         assert_eq!(pool.in_use(), 2);
     }
     assert_eq!(pool.in_use(), 0);

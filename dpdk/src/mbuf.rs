@@ -18,6 +18,21 @@ pub struct Mbuf(NonNull<sys::rte_mbuf>);
 // on any thread.
 unsafe impl Send for Mbuf {}
 
+/// `RTE_MBUF_F_TX_*` flags for checksum offload.
+pub mod tx_flags {
+    use crate::sys;
+    /// The packet is IPv4.
+    pub const IPV4: u64 = sys::RTE_MBUF_F_TX_IPV4;
+    /// The packet is IPv6.
+    pub const IPV6: u64 = sys::RTE_MBUF_F_TX_IPV6;
+    /// Compute the IPv4 header checksum.
+    pub const IP_CKSUM: u64 = sys::RTE_MBUF_F_TX_IP_CKSUM;
+    /// Compute the UDP checksum (the field holds the pseudo-header sum).
+    pub const UDP_CKSUM: u64 = sys::RTE_MBUF_F_TX_UDP_CKSUM;
+    /// Every checksum-offload flag.
+    pub const ALL: u64 = IPV4 | IPV6 | IP_CKSUM | UDP_CKSUM;
+}
+
 /// Checksum status a port reported for a received packet.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum RxChecksum {
@@ -184,7 +199,9 @@ impl Mbuf {
         m.data_len += len as u16;
         m.pkt_len += len as u32;
         // SAFETY: the new front lies inside the buffer (checked above).
-        Ok(unsafe { std::slice::from_raw_parts_mut((m.buf_addr as *mut u8).add(m.data_off as usize), len) })
+        Ok(unsafe {
+            std::slice::from_raw_parts_mut((m.buf_addr as *mut u8).add(m.data_off as usize), len)
+        })
     }
 
     /// Grows the packet at the end (of the last segment) by `len` bytes.
@@ -202,7 +219,9 @@ impl Mbuf {
             m.data_len += len as u16;
             m.pkt_len += len as u32;
             // SAFETY: end..end+len lies inside the buffer (checked above).
-            return Ok(unsafe { std::slice::from_raw_parts_mut((m.buf_addr as *mut u8).add(end), len) });
+            return Ok(unsafe {
+                std::slice::from_raw_parts_mut((m.buf_addr as *mut u8).add(end), len)
+            });
         }
         // SAFETY: DPDK checks the tailroom and returns null when it is short.
         let p = unsafe { sys::spate_pktmbuf_append(self.0.as_ptr(), len as u16) };

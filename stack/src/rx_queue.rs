@@ -80,14 +80,16 @@ pub struct RxQueue<T> {
     mem: CachePadded<Memory>,
     waiters: CachePadded<Waiters>,
     closed: AtomicBool,
+    // Set by `interrupt`: the next wait returns at once (a socket error arrived).
+    alert: AtomicBool,
 }
 
 impl<T> std::fmt::Debug for RxQueue<T> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("RxQueue")
             .field("producers", &self.producers.len())
-            .field("rmem", &self.rmem())
-            .field("rcvbuf", &self.rcvbuf())
+            .field("rmem", &self.mem.rmem.load(Ordering::Relaxed))
+            .field("rcvbuf", &self.mem.rcvbuf.load(Ordering::Relaxed))
             .finish()
     }
 }
@@ -97,13 +99,38 @@ impl<T: Truesize> RxQueue<T> {
     pub fn new(producers: usize, rcvbuf: usize) -> Self {
         RxQueue {
             producers: (0..producers.max(1))
-                .map(|_| CachePadded::new(Producer { list: Mutex::new(VecDeque::new()), drops: AtomicU64::new(0) }))
+                .map(|_| {
+                    CachePadded::new(Producer {
+                        list: Mutex::new(VecDeque::new()),
+                        drops: AtomicU64::new(0),
+                    })
+                })
                 .collect(),
-            reader: CachePadded::new(Mutex::new(Reader { list: VecDeque::new(), next: 0, owed: 0 })),
-            mem: CachePadded::new(Memory { rmem: AtomicUsize::new(0), rcvbuf: AtomicUsize::new(rcvbuf) }),
-            waiters: CachePadded::new(Waiters { count: AtomicUsize::new(0), lock: Mutex::new(()), cv: Condvar::new() }),
+            reader: CachePadded::new(Mutex::new(Reader {
+                list: VecDeque::new(),
+                next: 0,
+                owed: 0,
+            })),
+            mem: CachePadded::new(Memory {
+                rmem: AtomicUsize::new(0),
+                rcvbuf: AtomicUsize::new(rcvbuf),
+            }),
+            waiters: CachePadded::new(Waiters {
+                count: AtomicUsize::new(0),
+                lock: Mutex::new(()),
+                cv: Condvar::new(),
+            }),
             closed: AtomicBool::new(false),
+            alert: AtomicBool::new(false),
         }
+    }
+
+    /// Wakes waiting readers without data: their `pop` returns `None` so
+    /// they can look at the socket's pending error.
+    pub fn interrupt(&self) {
+        self.alert.store(true, Ordering::SeqCst);
+        let _g = lock(&self.waiters.lock);
+        self.waiters.cv.notify_all();
     }
 
     /// Queues `item` from producer `p` (its lcore index).
@@ -218,14 +245,20 @@ impl<T: Truesize> RxQueue<T> {
 
     /// Blocks as `wait` allows; false when the caller should stop trying.
     fn wait(&self, wait: Wait) -> bool {
-        if wait == Wait::No || self.closed.load(Ordering::Acquire) {
+        if wait == Wait::No
+            || self.closed.load(Ordering::Acquire)
+            || self.alert.swap(false, Ordering::SeqCst)
+        {
             return false;
         }
         let w = &self.waiters;
         let mut g = lock(&w.lock);
         // Registered before looking, so a push after the look sees us.
         w.count.fetch_add(1, Ordering::SeqCst);
-        let timed_out = if self.has_data() || self.closed.load(Ordering::Acquire) {
+        let timed_out = if self.has_data()
+            || self.closed.load(Ordering::Acquire)
+            || self.alert.load(Ordering::SeqCst)
+        {
             false
         } else {
             match wait {
@@ -241,7 +274,10 @@ impl<T: Truesize> RxQueue<T> {
                     } else {
                         #[cfg(not(loom))]
                         {
-                            g = w.cv.wait_timeout(g, deadline - now).unwrap_or_else(|p| p.into_inner()).0;
+                            g =
+                                w.cv.wait_timeout(g, deadline - now)
+                                    .unwrap_or_else(|p| p.into_inner())
+                                    .0;
                         }
                         #[cfg(loom)]
                         {
@@ -254,12 +290,15 @@ impl<T: Truesize> RxQueue<T> {
         };
         w.count.fetch_sub(1, Ordering::SeqCst);
         drop(g);
-        !timed_out && !self.closed.load(Ordering::Acquire)
+        !timed_out
+            && !self.closed.load(Ordering::Acquire)
+            && !self.alert.swap(false, Ordering::SeqCst)
     }
 
     /// Whether anything is queued (looks at producer lists: not for the fast path).
     pub fn has_data(&self) -> bool {
-        !lock(&self.reader).list.is_empty() || self.producers.iter().any(|p| !lock(&p.list).is_empty())
+        !lock(&self.reader).list.is_empty()
+            || self.producers.iter().any(|p| !lock(&p.list).is_empty())
     }
 
     /// Closes the queue: later pushes are refused, waiters wake, and what
@@ -271,7 +310,9 @@ impl<T: Truesize> RxQueue<T> {
             dropped.extend(lock(&p.list).drain(..));
         }
         let size: usize = dropped.iter().map(Truesize::truesize).sum();
-        self.mem.rmem.fetch_sub(size.min(self.rmem()), Ordering::Relaxed);
+        self.mem
+            .rmem
+            .fetch_sub(size.min(self.rmem()), Ordering::Relaxed);
         drop(dropped);
         let _g = lock(&self.waiters.lock);
         self.waiters.cv.notify_all();
@@ -304,7 +345,10 @@ impl<T: Truesize> RxQueue<T> {
 
     /// All drops.
     pub fn total_drops(&self) -> u64 {
-        self.producers.iter().map(|p| p.drops.load(Ordering::Relaxed)).sum()
+        self.producers
+            .iter()
+            .map(|p| p.drops.load(Ordering::Relaxed))
+            .sum()
     }
 
     /// Number of producer lists.
@@ -334,7 +378,9 @@ mod tests {
             q.push(0, D(i, 10)).unwrap();
             q.push(1, D(100 + i, 10)).unwrap();
         }
-        let got: Vec<u32> = std::iter::from_fn(|| q.pop(Wait::No)).map(|d| d.0).collect();
+        let got: Vec<u32> = std::iter::from_fn(|| q.pop(Wait::No))
+            .map(|d| d.0)
+            .collect();
         assert_eq!(got, vec![0, 1, 2, 100, 101, 102]);
         assert_eq!(q.rmem(), 0, "all given back once the lists ran dry");
     }
@@ -349,7 +395,11 @@ mod tests {
         assert_eq!(q.drops(0), 1);
         assert_eq!(q.rmem(), 1000);
         q.pop(Wait::No).unwrap();
-        assert_eq!(q.rmem(), 1000, "100 owed is under a quarter: not released yet");
+        assert_eq!(
+            q.rmem(),
+            1000,
+            "100 owed is under a quarter: not released yet"
+        );
         q.pop(Wait::No).unwrap();
         q.pop(Wait::No).unwrap();
         assert_eq!(q.rmem(), 700, "300 owed passes 250: released");
@@ -380,7 +430,10 @@ mod tests {
     fn blocked_reader_wakes_on_push_and_times_out_when_idle() {
         let q = Arc::new(RxQueue::new(1, 1000));
         let start = StdInstant::now();
-        assert!(q.pop(Wait::Until(start + Duration::from_millis(30))).is_none());
+        assert!(
+            q.pop(Wait::Until(start + Duration::from_millis(30)))
+                .is_none()
+        );
         assert!(start.elapsed() >= Duration::from_millis(30));
         let q2 = q.clone();
         let t = std::thread::spawn(move || q2.pop(Wait::Forever));

@@ -70,7 +70,8 @@ counters! {
 
     TxFrames = "Tx"."Frames": "Frames handed to ports.";
     TxRingFull = "Tx"."RingFull": "Frames dropped because a TX ring stayed full through the retries.";
-    TxNoRoute = "Tx"."NoRoute": "Packets without a route.";
+    TxNoRoute = "Tx"."NoRoute": "Locally made packets (ICMP) without a route.";
+    TxNoMbuf = "Tx"."NoMbuf": "Control frames (ARP, ND) not sent for lack of mbufs.";
 
     ArpInRequests = "Arp"."InRequests": "ARP requests for our addresses.";
     ArpInReplies = "Arp"."InReplies": "ARP replies.";

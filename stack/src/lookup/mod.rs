@@ -13,8 +13,8 @@
 
 use std::collections::HashMap;
 use std::net::{IpAddr, SocketAddr};
-use std::sync::{Arc, Mutex};
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
 
 /// Address family of a socket.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -80,8 +80,9 @@ pub fn compute_score<S>(b: &Binding<S>, k: &FlowKey, wildcard_pass: bool) -> i32
         if !local.is_unspecified() {
             return -1;
         }
-        // An IPv4 socket's 0.0.0.0 does not cover IPv6, nor :: with v6only IPv4.
-        if local.is_ipv4() != k.dst.is_ipv4() && !(local.is_ipv6() && !b.v6only) {
+        // 0.0.0.0 (also an IPv6 socket's ::ffff:0.0.0.0) covers IPv4 only;
+        // the family match above already kept IPv4 from v6only sockets.
+        if local.is_ipv4() && !k.dst.is_ipv4() {
             return -1;
         }
     } else if local != k.dst {
@@ -113,7 +114,9 @@ pub struct Snapshot<S> {
 
 impl<S> Default for Snapshot<S> {
     fn default() -> Self {
-        Snapshot { by_port: HashMap::new() }
+        Snapshot {
+            by_port: HashMap::new(),
+        }
     }
 }
 
@@ -177,7 +180,10 @@ fn overlaps<S>(a: &Binding<S>, b: &Binding<S>) -> bool {
     let (la, lb) = (a.local.ip(), b.local.ip());
     // Families meet when they are equal or one side is a dual-stack wildcard.
     let covers = |x: &Binding<S>, y: &Binding<S>| {
-        x.family == Family::V6 && !x.v6only && x.local.ip().is_unspecified() && y.local.ip().is_ipv4()
+        x.family == Family::V6
+            && !x.v6only
+            && x.local.ip().is_unspecified()
+            && y.local.ip().is_ipv4()
     };
     let same_family = la.is_ipv4() == lb.is_ipv4();
     if !same_family && !covers(a, b) && !covers(b, a) {
@@ -191,7 +197,10 @@ impl<S: Clone> SocketTable<S> {
     pub fn new(seed: u64) -> Self {
         let span = (*EPHEMERAL.end() - *EPHEMERAL.start()) as u64 + 1;
         SocketTable {
-            master: Mutex::new(Master { by_port: HashMap::new(), next_ephemeral: EPHEMERAL.start() + (seed % span) as u16 }),
+            master: Mutex::new(Master {
+                by_port: HashMap::new(),
+                next_ephemeral: EPHEMERAL.start() + (seed % span) as u16,
+            }),
             published: Mutex::new(Arc::new(Snapshot::default())),
             generation: AtomicU64::new(0),
         }
@@ -205,7 +214,10 @@ impl<S: Clone> SocketTable<S> {
 
     /// The current snapshot.
     pub fn snapshot(&self) -> Arc<Snapshot<S>> {
-        self.published.lock().unwrap_or_else(|p| p.into_inner()).clone()
+        self.published
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone()
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, Master<S>> {
@@ -213,7 +225,13 @@ impl<S: Clone> SocketTable<S> {
     }
 
     fn publish(&self, m: &Master<S>) {
-        let snap = Snapshot { by_port: m.by_port.iter().map(|(p, v)| (*p, v.clone().into_boxed_slice())).collect() };
+        let snap = Snapshot {
+            by_port: m
+                .by_port
+                .iter()
+                .map(|(p, v)| (*p, v.clone().into_boxed_slice()))
+                .collect(),
+        };
         *self.published.lock().unwrap_or_else(|p| p.into_inner()) = Arc::new(snap);
         self.generation.fetch_add(1, Ordering::Release);
     }
@@ -226,7 +244,11 @@ impl<S: Clone> SocketTable<S> {
             let mut found = None;
             for _ in 0..span {
                 let port = m.next_ephemeral;
-                m.next_ephemeral = if port == *EPHEMERAL.end() { *EPHEMERAL.start() } else { port + 1 };
+                m.next_ephemeral = if port == *EPHEMERAL.end() {
+                    *EPHEMERAL.start()
+                } else {
+                    port + 1
+                };
                 b.local.set_port(port);
                 if Self::conflict(&m, &b).is_none() {
                     found = Some(port);
@@ -246,14 +268,21 @@ impl<S: Clone> SocketTable<S> {
     }
 
     fn conflict<'a>(m: &'a Master<S>, b: &Binding<S>) -> Option<&'a Binding<S>> {
-        m.by_port.get(&b.local.port())?.iter().find(|o| overlaps(o, b) && !(o.reuseport && b.reuseport))
+        m.by_port
+            .get(&b.local.port())?
+            .iter()
+            .find(|o| overlaps(o, b) && !(o.reuseport && b.reuseport))
     }
 
     /// Changes socket `id`'s peer (and local address, when connecting fixes
     /// the source address of a wildcard-bound socket).
     pub fn update(&self, id: u64, local: SocketAddr, peer: Option<SocketAddr>) -> bool {
         let mut m = self.lock();
-        let Some(b) = m.by_port.get_mut(&local.port()).and_then(|v| v.iter_mut().find(|b| b.id == id)) else {
+        let Some(b) = m
+            .by_port
+            .get_mut(&local.port())
+            .and_then(|v| v.iter_mut().find(|b| b.id == id))
+        else {
             return false;
         };
         b.local = local;
@@ -295,7 +324,13 @@ mod tests {
 
     fn key(src: &str, dst: &str) -> FlowKey {
         let (s, d): (SocketAddr, SocketAddr) = (src.parse().unwrap(), dst.parse().unwrap());
-        FlowKey { src: s.ip(), src_port: s.port(), dst: d.ip(), dst_port: d.port(), iface: 0 }
+        FlowKey {
+            src: s.ip(),
+            src_port: s.port(),
+            dst: d.ip(),
+            dst_port: d.port(),
+            iface: 0,
+        }
     }
 
     #[test]
@@ -304,18 +339,38 @@ mod tests {
         t.bind(b(1, Family::V4, "0.0.0.0:7", None)).unwrap();
         t.bind(b(2, Family::V4, "198.18.0.2:8", None)).unwrap();
         let s = t.snapshot();
-        assert_eq!(s.lookup(&key("198.18.0.1:1000", "198.18.0.2:7")).unwrap().id, 1);
-        assert_eq!(s.lookup(&key("198.18.0.1:1000", "198.18.0.2:8")).unwrap().id, 2);
+        assert_eq!(
+            s.lookup(&key("198.18.0.1:1000", "198.18.0.2:7"))
+                .unwrap()
+                .id,
+            1
+        );
+        assert_eq!(
+            s.lookup(&key("198.18.0.1:1000", "198.18.0.2:8"))
+                .unwrap()
+                .id,
+            2
+        );
         assert!(s.lookup(&key("198.18.0.1:1000", "198.18.0.3:8")).is_none());
-        assert!(s.lookup(&key("[fd00::1]:1000", "[fd00::2]:7")).is_none(), "v4 socket, v6 packet");
+        assert!(
+            s.lookup(&key("[fd00::1]:1000", "[fd00::2]:7")).is_none(),
+            "v4 socket, v6 packet"
+        );
     }
 
     #[test]
     fn bind_conflicts_and_ephemeral_ports() {
         let t = SocketTable::new(5);
         t.bind(b(1, Family::V4, "0.0.0.0:7", None)).unwrap();
-        assert_eq!(t.bind(b(2, Family::V4, "198.18.0.2:7", None)), Err(BindError::InUse));
-        assert_eq!(t.bind(b(3, Family::V6, "[::]:7", None)), Err(BindError::InUse), "dual-stack :: covers 0.0.0.0");
+        assert_eq!(
+            t.bind(b(2, Family::V4, "198.18.0.2:7", None)),
+            Err(BindError::InUse)
+        );
+        assert_eq!(
+            t.bind(b(3, Family::V6, "[::]:7", None)),
+            Err(BindError::InUse),
+            "dual-stack :: covers 0.0.0.0"
+        );
         let mut v6only = b(4, Family::V6, "[::]:7", None);
         v6only.v6only = true;
         t.bind(v6only).unwrap();
@@ -334,10 +389,20 @@ mod tests {
         t.bind(b(1, Family::V4, "0.0.0.0:7", None)).unwrap();
         let g1 = t.generation();
         assert!(g1 > g0);
-        assert!(t.update(1, "198.18.0.2:7".parse().unwrap(), Some("198.18.0.1:9".parse().unwrap())));
+        assert!(t.update(
+            1,
+            "198.18.0.2:7".parse().unwrap(),
+            Some("198.18.0.1:9".parse().unwrap())
+        ));
         assert!(t.generation() > g1);
         let s = t.snapshot();
-        assert!(s.lookup(&key("198.18.0.1:10", "198.18.0.2:7")).is_none(), "connected: other peers refused");
-        assert_eq!(s.lookup(&key("198.18.0.1:9", "198.18.0.2:7")).unwrap().id, 1);
+        assert!(
+            s.lookup(&key("198.18.0.1:10", "198.18.0.2:7")).is_none(),
+            "connected: other peers refused"
+        );
+        assert_eq!(
+            s.lookup(&key("198.18.0.1:9", "198.18.0.2:7")).unwrap().id,
+            1
+        );
     }
 }

@@ -1,0 +1,360 @@
+//! A polling lcore: its queues, its view of the socket table, its
+//! neighbour memo, and the loop that runs the pipeline.
+
+use std::net::IpAddr;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use spate_dpdk::{Burst, RxQueue, TxQueue};
+
+use crate::lookup::Snapshot;
+use crate::socket::{LOCAL_TX, LOCAL_TX_CAPACITY, LocalTx, SocketCore};
+use crate::stack::{Shared, Stack};
+use crate::stats::{Counter, CounterBlock};
+use crate::time::Instant;
+use crate::wire::MacAddr;
+
+/// Burst size of receive and transmit.
+pub const BURST: usize = 32;
+/// Packets taken from the inbox per loop iteration.
+const INBOX_BATCH: usize = 256;
+/// Timer period.
+const TIMER_NS: u64 = 10_000_000;
+/// Empty polls before an idle lcore starts sleeping (when configured to).
+const IDLE_POLLS: u32 = 256;
+
+/// Load figures of one lcore, written by it alone.
+#[derive(Debug, Default)]
+pub struct LcoreLoad {
+    /// TSC cycles spent in loop iterations that did some work.
+    pub busy_cycles: AtomicU64,
+    /// Loop iterations.
+    pub loops: AtomicU64,
+}
+
+/// What the application's per-lcore callback sees.
+#[derive(Debug)]
+pub struct LcoreCtx<'a> {
+    index: usize,
+    lcore: u32,
+    now: Instant,
+    stack: &'a Stack,
+}
+
+impl LcoreCtx<'_> {
+    /// This lcore's index among the stack's polling lcores (0-based).
+    pub fn index(&self) -> usize {
+        self.index
+    }
+
+    /// The EAL lcore id.
+    pub fn lcore_id(&self) -> u32 {
+        self.lcore
+    }
+
+    /// The stack's clock at the start of this loop iteration.
+    pub fn now(&self) -> Instant {
+        self.now
+    }
+
+    /// The stack.
+    pub fn stack(&self) -> &Stack {
+        self.stack
+    }
+}
+
+#[derive(Debug, Clone, Copy)]
+struct MemoSlot {
+    iface: u16,
+    ip: IpAddr,
+    mac: MacAddr,
+    until: Instant,
+}
+
+/// Reachable neighbours this lcore resolved recently.
+#[derive(Debug, Default)]
+pub(crate) struct NeighMemo {
+    slots: [Option<MemoSlot>; 16],
+    generation: u64,
+}
+
+impl NeighMemo {
+    fn slot(ip: &IpAddr) -> usize {
+        let b = match ip {
+            IpAddr::V4(a) => a.octets()[3] ^ a.octets()[2],
+            IpAddr::V6(a) => a.octets()[15] ^ a.octets()[14],
+        };
+        (b & 15) as usize
+    }
+
+    #[inline]
+    pub fn get(&self, iface: u16, ip: &IpAddr, now: Instant) -> Option<MacAddr> {
+        match self.slots[Self::slot(ip)] {
+            Some(s) if s.iface == iface && s.ip == *ip && now < s.until => Some(s.mac),
+            _ => None,
+        }
+    }
+
+    pub fn put(&mut self, iface: u16, ip: IpAddr, mac: MacAddr, until: Instant) {
+        self.slots[Self::slot(&ip)] = Some(MemoSlot {
+            iface,
+            ip,
+            mac,
+            until,
+        });
+    }
+
+    /// Forgets everything when the table's generation moved.
+    #[inline]
+    pub fn sync(&mut self, generation: u64) {
+        if generation != self.generation {
+            self.slots = [None; 16];
+            self.generation = generation;
+        }
+    }
+}
+
+/// ICMP error rate limit: a token bucket.
+#[derive(Debug)]
+pub(crate) struct RateLimit {
+    tokens: u64,
+    burst: u64,
+    per_sec: u64,
+    last: Instant,
+}
+
+impl RateLimit {
+    pub fn new(per_sec: u64, burst: u64) -> RateLimit {
+        RateLimit {
+            tokens: burst,
+            burst,
+            per_sec,
+            last: Instant(0),
+        }
+    }
+
+    /// Takes a token if there is one.
+    pub fn allow(&mut self, now: Instant) -> bool {
+        if self.per_sec > 0 {
+            let elapsed = now.0.saturating_sub(self.last.0);
+            let new = elapsed as u128 * self.per_sec as u128 / 1_000_000_000;
+            if new > 0 {
+                self.tokens = (self.tokens + new as u64).min(self.burst);
+                self.last = now;
+            }
+        }
+        if self.tokens > 0 {
+            self.tokens -= 1;
+            true
+        } else {
+            false
+        }
+    }
+}
+
+/// One polling lcore's state.
+pub(crate) struct Worker<'s> {
+    pub idx: usize,
+    pub lcore: u32,
+    pub shared: &'s Shared,
+    pub stack: &'s Stack,
+    pub rx: Vec<(u16, RxQueue)>,
+    pub tx: Vec<TxQueue>,
+    pub txbuf: Vec<Burst<BURST>>,
+    pub snapshot: Arc<Snapshot<Arc<SocketCore>>>,
+    pub snap_gen: u64,
+    pub memo: NeighMemo,
+    pub icmp_limit: RateLimit,
+    pub now: Instant,
+    next_timer: Instant,
+    local: Vec<crate::pipeline::tx::TxPacket>,
+    idle_polls: u32,
+}
+
+/// The queue handles a worker polls, per interface.
+#[derive(Debug)]
+pub(crate) struct WorkerQueues {
+    pub rx: Vec<(u16, RxQueue)>,
+    pub tx: Vec<TxQueue>,
+}
+
+impl<'s> Worker<'s> {
+    pub fn new(idx: usize, lcore: u32, stack: &'s Stack, queues: WorkerQueues) -> Worker<'s> {
+        let shared: &'s Shared = &stack.shared;
+        let n_ifaces = queues.tx.len();
+        let per_lcore = (shared.cfg.icmp_rate as u64 / shared.workers as u64).max(1);
+        Worker {
+            idx,
+            lcore,
+            shared,
+            stack,
+            rx: queues.rx,
+            tx: queues.tx,
+            txbuf: (0..n_ifaces).map(|_| Burst::new()).collect(),
+            snapshot: shared.sockets.snapshot(),
+            snap_gen: shared.sockets.generation(),
+            memo: NeighMemo::default(),
+            icmp_limit: RateLimit::new(per_lcore, shared.cfg.icmp_burst as u64),
+            now: shared.clock.now(),
+            next_timer: Instant(0),
+            local: Vec::with_capacity(LOCAL_TX_CAPACITY),
+            idle_polls: 0,
+        }
+    }
+
+    /// Gives the queue handles back (when the loop ends).
+    pub fn into_queues(self) -> WorkerQueues {
+        WorkerQueues {
+            rx: self.rx,
+            tx: self.tx,
+        }
+    }
+
+    #[inline]
+    pub fn counters(&self) -> &'s CounterBlock {
+        self.shared.stats.lcore(self.idx)
+    }
+
+    #[inline]
+    pub fn inc(&self, c: Counter) {
+        self.counters().inc_local(c);
+    }
+
+    #[inline]
+    pub fn add(&self, c: Counter, n: u64) {
+        self.counters().add_local(c, n);
+    }
+
+    /// Runs until the stack stops, calling `app` once per iteration.
+    pub fn run(&mut self, app: &mut dyn FnMut(&mut LcoreCtx<'_>)) {
+        let load = &self.shared.load[self.idx];
+        if self.idx == 0 && self.shared.cfg.announce {
+            self.now = self.shared.clock.now();
+            self.announce();
+            self.flush_all();
+        }
+        loop {
+            let start = spate_dpdk::lcore::tsc();
+            self.now = self.shared.clock.now();
+            let mut work = self.poll_rx();
+            work += self.run_app(app);
+            work += self.drain_inbox();
+            self.flush_all();
+            if self.now.0 >= self.next_timer.0 {
+                self.timers();
+                self.next_timer = Instant(self.now.0 + TIMER_NS);
+            }
+            load.loops
+                .store(load.loops.load(Ordering::Relaxed) + 1, Ordering::Relaxed);
+            if work > 0 {
+                let spent = spate_dpdk::lcore::tsc().wrapping_sub(start);
+                load.busy_cycles.store(
+                    load.busy_cycles.load(Ordering::Relaxed) + spent,
+                    Ordering::Relaxed,
+                );
+                self.idle_polls = 0;
+            } else {
+                self.idle_polls = self.idle_polls.saturating_add(1);
+                let sleep = self.shared.cfg.idle_sleep_us;
+                if sleep > 0 && self.idle_polls > IDLE_POLLS {
+                    std::thread::sleep(std::time::Duration::from_micros(sleep as u64));
+                }
+            }
+            if self.shared.should_stop() {
+                break;
+            }
+        }
+        self.flush_all();
+    }
+
+    /// One burst from every RX queue through the receive pipeline.
+    #[inline]
+    pub fn poll_rx(&mut self) -> usize {
+        let g = self.shared.sockets.generation();
+        if g != self.snap_gen {
+            self.snapshot = self.shared.sockets.snapshot();
+            self.snap_gen = g;
+        }
+        self.memo.sync(self.shared.neigh.generation());
+        let mut total = 0;
+        let mut burst: Burst<BURST> = Burst::new();
+        for q in 0..self.rx.len() {
+            let iface = self.rx[q].0;
+            let n = self.rx[q].1.rx_burst(&mut burst);
+            if n == 0 {
+                continue;
+            }
+            total += n;
+            self.add(Counter::RxFrames, n as u64);
+            for m in burst.drain() {
+                let outcome = self.rx_frame(iface, m);
+                self.inc(outcome);
+            }
+        }
+        total
+    }
+
+    /// Calls the application and sends what it sent.
+    fn run_app(&mut self, app: &mut dyn FnMut(&mut LcoreCtx<'_>)) -> usize {
+        let queue = std::mem::take(&mut self.local);
+        LOCAL_TX.with(|l| {
+            *l.borrow_mut() = Some(LocalTx {
+                stack_id: self.shared.id,
+                queue,
+            })
+        });
+        let mut ctx = LcoreCtx {
+            index: self.idx,
+            lcore: self.lcore,
+            now: self.now,
+            stack: self.stack,
+        };
+        app(&mut ctx);
+        let mut queue = LOCAL_TX
+            .with(|l| l.borrow_mut().take())
+            .map(|l| l.queue)
+            .unwrap_or_default();
+        let n = queue.len();
+        for pkt in queue.drain(..) {
+            self.count_out(&pkt);
+            self.transmit(pkt);
+        }
+        self.local = queue;
+        n
+    }
+
+    /// Sends what application threads queued for this lcore.
+    fn drain_inbox(&mut self) -> usize {
+        let inbox = &self.shared.inbox[self.idx];
+        let mut n = 0;
+        while n < INBOX_BATCH {
+            let Some(pkt) = inbox.pop() else { break };
+            self.count_out(&pkt);
+            self.transmit(pkt);
+            n += 1;
+        }
+        n
+    }
+
+    #[inline]
+    fn count_out(&self, pkt: &crate::pipeline::tx::TxPacket) {
+        self.inc(if pkt.next_hop.is_ipv4() {
+            Counter::UdpOutDatagrams
+        } else {
+            Counter::Udp6OutDatagrams
+        });
+    }
+
+    fn timers(&mut self) {
+        if self.idx != 0 {
+            return;
+        }
+        let expired = self.shared.neigh.poll(self.now);
+        self.add(Counter::NeighFailed, expired.failed);
+        self.add(Counter::NeighQueueDrops, expired.dropped.len() as u64);
+        drop(expired.dropped);
+        for s in expired.solicits {
+            self.solicit(s);
+        }
+    }
+}
