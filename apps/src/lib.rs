@@ -1,5 +1,7 @@
 //! Programs built on spate's public API. The binaries in `src/bin/` are
-//! declared by the root package (so integration tests can name them); their
-//! logic lives here.
+//! declared by the root package (so integration tests can name them with
+//! `CARGO_BIN_EXE_*`); their logic lives here.
 
-pub mod demo;
+pub mod cli;
+pub mod echo;
+pub mod report;

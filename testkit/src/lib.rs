@@ -5,11 +5,15 @@
 
 pub mod eal;
 pub mod names;
+pub mod netns;
 pub mod process;
+pub mod spate;
 pub mod testpmd;
 mod unsafe_libc;
 
 pub use eal::{device_lock, shared_eal};
 pub use names::{unique, unique_socket_path};
+pub use netns::{Netns, kernel_peer, veth};
 pub use process::Proc;
+pub use spate::{SpateApp, counter, parse_counters};
 pub use testpmd::{FwdStats, TestPmd, TestPmdBuilder};

@@ -13,3 +13,16 @@ pub fn kill(pid: u32, sig: libc::c_int) -> bool {
     // SAFETY: kill(2) on a positive pid has no memory-safety preconditions.
     unsafe { libc::kill(pid, sig) == 0 }
 }
+
+/// Moves the calling thread into the network namespace at `path`
+/// (`/run/netns/NAME`); other threads keep theirs.
+pub fn enter_netns(path: &std::path::Path) -> std::io::Result<()> {
+    let f = std::fs::File::open(path)?;
+    use std::os::fd::AsRawFd;
+    // SAFETY: setns on a valid namespace fd affects only this thread.
+    let ret = unsafe { libc::setns(f.as_raw_fd(), libc::CLONE_NEWNET) };
+    if ret != 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    Ok(())
+}

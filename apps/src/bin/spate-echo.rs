@@ -1,16 +1,10 @@
-//! spate-echo: spate's main job.
+//! spate-echo: UDP echo on spate, its main job.
+use clap::Parser;
 use mimalloc::MiMalloc;
 
 #[global_allocator]
 static GLOBAL: MiMalloc = MiMalloc;
 
-fn main() -> std::process::ExitCode {
-    env_logger::Builder::from_env(env_logger::Env::default().default_filter_or("info")).init();
-    match spate_apps::demo::ring_demo(10_000) {
-        Ok(()) => std::process::ExitCode::SUCCESS,
-        Err(e) => {
-            eprintln!("spate-echo: {e}");
-            std::process::ExitCode::FAILURE
-        }
-    }
+fn main() {
+    std::process::exit(spate_apps::echo::main(spate_apps::echo::EchoArgs::parse()));
 }

@@ -1,0 +1,125 @@
+//! The stack flags every spate app takes, and the embedded default: a TAP
+//! device with a fixed MAC and addresses from the benchmarking ranges.
+
+use std::net::IpAddr;
+use std::path::PathBuf;
+
+use clap::Args;
+use spate_stack::config::{Cidr, PortSpec, StackConfig};
+
+/// The MAC of the default TAP device ("SPATE" in ASCII after 02).
+pub const DEFAULT_MAC: &str = "02:53:50:41:54:45";
+/// The default TAP interface name.
+pub const DEFAULT_TAP: &str = "spate0";
+/// spate's default IPv4 address.
+pub const DEFAULT_IP: &str = "198.18.0.2/24";
+/// spate's default IPv6 address.
+pub const DEFAULT_IP6: &str = "fd00::2/64";
+/// The address the README suggests for the Linux side.
+pub const PEER_IP: &str = "198.18.0.1/24";
+/// The IPv6 address the README suggests for the Linux side.
+pub const PEER_IP6: &str = "fd00::1/64";
+
+/// Devices, addresses, lcores and EAL arguments.
+#[derive(Debug, Clone, Args)]
+pub struct StackArgs {
+    /// A DPDK virtual device to use as a port (repeatable), e.g.
+    /// `net_pcap0,iface=veth0,phy_mac=1`. Without --vdev or --pci, spate
+    /// creates a TAP device `spate0`.
+    #[arg(long = "vdev", value_name = "SPEC")]
+    pub vdevs: Vec<String>,
+    /// A PCI device to use as a port (repeatable).
+    #[arg(long = "pci", value_name = "ADDR")]
+    pub pcis: Vec<String>,
+    /// An IPv4 address for the first port (repeatable).
+    #[arg(long = "ip", value_name = "ADDR/PREFIX")]
+    pub ips: Vec<Cidr>,
+    /// An IPv6 address for the first port (repeatable).
+    #[arg(long = "ip6", value_name = "ADDR/PREFIX")]
+    pub ip6s: Vec<Cidr>,
+    /// A default gateway (at most one per family).
+    #[arg(long = "gateway", value_name = "ADDR")]
+    pub gateways: Vec<IpAddr>,
+    /// The lcores spate polls on, in EAL -l syntax (`1`, `0-1`).
+    #[arg(long, value_name = "LIST")]
+    pub lcores: Option<String>,
+    /// A TOML stack configuration; flags given on the command line override it.
+    #[arg(long, value_name = "FILE")]
+    pub config: Option<PathBuf>,
+    /// Sleep this many microseconds between polls when idle (0: busy-poll).
+    #[arg(long, value_name = "US")]
+    pub idle_sleep: Option<u32>,
+    /// Mbufs in the packet pool.
+    #[arg(long, value_name = "N")]
+    pub mbufs: Option<u32>,
+    /// EAL arguments, passed through unchanged (after `--`).
+    #[arg(last = true, value_name = "EAL ARGS")]
+    pub eal: Vec<String>,
+}
+
+impl StackArgs {
+    /// Whether the embedded default (a TAP device) is in use.
+    pub fn uses_default_device(&self) -> bool {
+        self.vdevs.is_empty() && self.pcis.is_empty() && self.config.is_none()
+    }
+
+    /// The configuration these flags describe.
+    pub fn to_config(&self) -> spate_stack::Result<StackConfig> {
+        let mut cfg = match &self.config {
+            Some(path) => StackConfig::from_file(path)?,
+            None => StackConfig::default(),
+        };
+        let devices: Vec<String> = self.vdevs.iter().chain(&self.pcis).cloned().collect();
+        if !devices.is_empty() {
+            cfg.ports = devices.iter().map(|d| PortSpec::new(d)).collect();
+        } else if cfg.ports.is_empty() {
+            cfg.ports = vec![PortSpec::new(&format!(
+                "net_tap0,iface={DEFAULT_TAP},mac={DEFAULT_MAC}"
+            ))];
+        }
+        let defaults = self.ips.is_empty()
+            && self.ip6s.is_empty()
+            && cfg.ports[0].ipv4.is_empty()
+            && cfg.ports[0].ipv6.is_empty();
+        if defaults {
+            cfg.ports[0].ipv4.push(DEFAULT_IP.parse()?);
+            cfg.ports[0].ipv6.push(DEFAULT_IP6.parse()?);
+        }
+        for c in &self.ips {
+            if !c.addr.is_ipv4() {
+                return Err(spate_stack::Error::Config(format!(
+                    "--ip {c} is not an IPv4 address"
+                )));
+            }
+            cfg.ports[0].ipv4.push(*c);
+        }
+        for c in &self.ip6s {
+            if c.addr.is_ipv4() {
+                return Err(spate_stack::Error::Config(format!(
+                    "--ip6 {c} is not an IPv6 address"
+                )));
+            }
+            cfg.ports[0].ipv6.push(*c);
+        }
+        if !self.gateways.is_empty() {
+            cfg.gateways = self.gateways.clone();
+        }
+        if let Some(l) = &self.lcores {
+            cfg.lcores = l.clone();
+        }
+        if let Some(s) = self.idle_sleep {
+            cfg.idle_sleep_us = s;
+        }
+        if let Some(n) = self.mbufs {
+            cfg.mempool_size = n;
+        }
+        cfg.eal_args.extend(self.eal.iter().cloned());
+        Ok(cfg)
+    }
+}
+
+/// Sets up logging: `RUST_LOG`, `info` by default.
+pub fn init_logging() {
+    let _ = env_logger::Builder::from_env(env_logger::Env::default().default_filter_or("info"))
+        .try_init();
+}

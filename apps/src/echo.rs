@@ -1,0 +1,117 @@
+//! spate-echo: the UDP echo service (RFC 862) over IPv4 and IPv6, answered
+//! run-to-completion on the polling lcores, each reply in the request's
+//! own mbuf.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use clap::Parser;
+use spate_stack::{Datagram, LcoreCtx, Stack, UdpSocket};
+
+use crate::cli::{self, StackArgs};
+use crate::report;
+
+/// Command line of spate-echo.
+#[derive(Debug, Parser)]
+#[command(
+    name = "spate-echo",
+    version,
+    about = "UDP echo (RFC 862) on spate, over IPv4 and IPv6"
+)]
+pub struct EchoArgs {
+    /// Devices, addresses, lcores.
+    #[command(flatten)]
+    pub stack: StackArgs,
+    /// The UDP port to answer on.
+    #[arg(long, default_value_t = 7)]
+    pub port: u16,
+    /// Seconds between statistics lines (0: none).
+    #[arg(long, default_value_t = 1.0)]
+    pub interval: f64,
+}
+
+/// Datagrams taken per socket per loop iteration.
+const BATCH: usize = 32;
+
+/// Runs spate-echo; returns the process exit code.
+pub fn main(args: EchoArgs) -> i32 {
+    cli::init_logging();
+    if let Err(e) = spate_dpdk::signal::install_stop_handlers() {
+        eprintln!("spate-echo: cannot install signal handlers: {e}");
+        return 1;
+    }
+    match run(&args) {
+        Ok(()) => 0,
+        Err(e) => {
+            eprintln!("spate-echo: {e}");
+            1
+        }
+    }
+}
+
+fn run(args: &EchoArgs) -> Result<(), Box<dyn std::error::Error>> {
+    let cfg = args.stack.to_config()?;
+    let stack = Stack::new(cfg)?;
+    let sock = UdpSocket::builder(&stack).bind(("::", args.port))?;
+    sock.set_nonblocking(true)?;
+    let sockets = Arc::new(vec![sock]);
+    announce(args, &stack);
+    let reporter = (args.interval > 0.0)
+        .then(|| report::print_every(stack.clone(), Duration::from_secs_f64(args.interval)));
+    let socks = sockets.clone();
+    stack.run(move |_lcore| {
+        let socks = socks.clone();
+        let mut batch: Vec<Datagram> = Vec::with_capacity(BATCH);
+        move |_ctx: &mut LcoreCtx<'_>| {
+            for s in socks.iter() {
+                if s.recv_batch(&mut batch, BATCH).is_ok() {
+                    for d in batch.drain(..) {
+                        let to = d.src();
+                        // A full queue drops the reply, as a kernel would.
+                        let _ = s.send_buf_to(d.into_send_buf(), to);
+                    }
+                }
+            }
+        }
+    })?;
+    if let Some(r) = reporter {
+        let _ = r.join();
+    }
+    println!("{}", report::summary(&stack));
+    Ok(())
+}
+
+fn announce(args: &EchoArgs, stack: &Stack) {
+    let iface = &stack.interfaces()[0];
+    let addrs: Vec<String> = iface
+        .ipv4
+        .iter()
+        .map(|c| format!("{}:{}", c.addr, args.port))
+        .chain(
+            iface
+                .ipv6
+                .iter()
+                .filter(|c| !c.addr.to_string().starts_with("fe80"))
+                .map(|c| format!("[{}]:{}", c.addr, args.port)),
+        )
+        .collect();
+    println!(
+        "spate-echo: UDP echo on {} (port {}, MAC {}, lcores {:?})",
+        addrs.join(" and "),
+        iface.name,
+        iface.mac,
+        stack.lcores()
+    );
+    if args.stack.uses_default_device() {
+        println!(
+            "spate-echo: reach it through the TAP device {tap} in this network namespace: \
+             ip addr add {ip} dev {tap}; ip -6 addr add {ip6} dev {tap} nodad; ip link set {tap} up; \
+             then send UDP to {addr} port {port}",
+            tap = cli::DEFAULT_TAP,
+            ip = cli::PEER_IP,
+            ip6 = cli::PEER_IP6,
+            addr = cli::DEFAULT_IP.split('/').next().unwrap_or(""),
+            port = args.port
+        );
+    }
+}

@@ -1,0 +1,145 @@
+//! Periodic statistics lines and the final summary.
+
+use std::fmt::Write as _;
+use std::time::{Duration, Instant};
+
+use spate_dpdk::PortStats;
+use spate_stack::{Counter, Counters, Stack};
+
+/// Rates between two samples.
+#[derive(Debug, Clone)]
+pub struct Sample {
+    at: Instant,
+    counters: Counters,
+    ports: Vec<(String, PortStats)>,
+}
+
+impl Sample {
+    /// Takes a sample of `stack`.
+    pub fn take(stack: &Stack) -> Sample {
+        Sample {
+            at: Instant::now(),
+            counters: stack.counters(),
+            ports: stack.port_stats(),
+        }
+    }
+}
+
+/// One line: per-port packet rates, datagrams delivered per second, drops
+/// by counter.
+pub fn line(prev: &Sample, now: &Sample) -> String {
+    let secs = now.at.duration_since(prev.at).as_secs_f64().max(1e-9);
+    let rate = |a: u64, b: u64| (b.wrapping_sub(a)) as f64 / secs;
+    let mut out = String::new();
+    for ((name, a), (_, b)) in prev.ports.iter().zip(&now.ports) {
+        let _ = write!(
+            out,
+            "{name}: rx {:.0} pps tx {:.0} pps | ",
+            rate(a.ipackets, b.ipackets),
+            rate(a.opackets, b.opackets)
+        );
+    }
+    let d = now.counters.delta(&prev.counters);
+    let delivered = d[Counter::RxDelivered] as f64 / secs;
+    let _ = write!(
+        out,
+        "delivered {delivered:.0}/s | sent {:.0}/s",
+        (d[Counter::UdpOutDatagrams] + d[Counter::Udp6OutDatagrams]) as f64 / secs
+    );
+    let drops = drops(&d);
+    if drops.is_empty() {
+        out.push_str(" | drops 0");
+    } else {
+        let _ = write!(out, " | drops {drops}");
+    }
+    out
+}
+
+/// The non-zero drop counters as `Group.Name=n` words.
+pub fn drops(c: &Counters) -> String {
+    let mut out = Vec::new();
+    for (k, v) in c.iter() {
+        let is_drop = matches!(
+            k,
+            Counter::RxNoPort
+                | Counter::RxIgnoredMulti
+                | Counter::RxRcvbufFull
+                | Counter::RxSocketClosed
+                | Counter::RxUdpErrors
+                | Counter::RxUdpCsumErrors
+                | Counter::RxIcmpErrors
+                | Counter::RxArpErrors
+                | Counter::RxNdErrors
+                | Counter::RxEthTruncated
+                | Counter::RxNotForUs
+                | Counter::RxUnknownEtherType
+                | Counter::RxVlanMismatch
+                | Counter::RxIpv4HdrErrors
+                | Counter::RxIpv4Truncated
+                | Counter::RxIpv4NotForUs
+                | Counter::RxIpv4Fragments
+                | Counter::RxIpv4UnknownProto
+                | Counter::RxIpv6HdrErrors
+                | Counter::RxIpv6Truncated
+                | Counter::RxIpv6NotForUs
+                | Counter::RxIpv6ExtErrors
+                | Counter::RxIpv6Fragments
+                | Counter::RxIpv6UnknownProto
+                | Counter::TxRingFull
+                | Counter::TxNoRoute
+                | Counter::TxNoMbuf
+                | Counter::NeighQueueDrops
+        );
+        if is_drop && v > 0 {
+            out.push(format!("{}.{}={v}", k.group(), k.name()));
+        }
+    }
+    out.join(" ")
+}
+
+/// The final summary: port counters and every non-zero stack counter.
+pub fn summary(stack: &Stack) -> String {
+    let mut out = String::from("spate: final counters\n");
+    for (name, s) in stack.port_stats() {
+        let _ = writeln!(
+            out,
+            "Port {name}: ipackets={} opackets={} ibytes={} obytes={} imissed={} ierrors={} oerrors={} rx_nombuf={}",
+            s.ipackets,
+            s.opackets,
+            s.ibytes,
+            s.obytes,
+            s.imissed,
+            s.ierrors,
+            s.oerrors,
+            s.rx_nombuf
+        );
+    }
+    out.push_str(&stack.counters().render_nonzero());
+    out
+}
+
+/// Prints a line every `interval` until the stack stops polling.
+pub fn print_every(stack: Stack, interval: Duration) -> std::thread::JoinHandle<()> {
+    std::thread::spawn(move || {
+        let _ = spate_dpdk::lcore::unpin_current_thread();
+        // Wait until the lcores run, then report while they do.
+        let start = Instant::now();
+        while !stack.is_running() && start.elapsed() < Duration::from_secs(30) {
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        let mut prev = Sample::take(&stack);
+        let step = Duration::from_millis(50);
+        'outer: loop {
+            let until = Instant::now() + interval;
+            while Instant::now() < until {
+                if !stack.is_running() {
+                    break 'outer;
+                }
+                std::thread::sleep(step.min(interval));
+            }
+            let now = Sample::take(&stack);
+            println!("{}", line(&prev, &now));
+            prev = now;
+        }
+    })
+}

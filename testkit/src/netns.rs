@@ -1,0 +1,156 @@
+//! Network namespaces a test creates and removes, veth pairs between them,
+//! and threads and processes that run inside them. Tests send traffic only
+//! to addresses inside namespaces they created (198.18.0.0/15, fd00::/8).
+
+use std::path::PathBuf;
+use std::process::{Command, Output};
+use std::time::Duration;
+
+use crate::names::unique;
+use crate::process::Proc;
+
+/// A network namespace, deleted (with every process still in it) on drop.
+#[derive(Debug)]
+pub struct Netns {
+    name: String,
+}
+
+fn ip(args: &[&str]) -> std::io::Result<Output> {
+    Command::new("ip").args(args).output()
+}
+
+fn must(out: std::io::Result<Output>, what: &str) {
+    match out {
+        Ok(o) if o.status.success() => {}
+        Ok(o) => panic!("{what} failed: {}", String::from_utf8_lossy(&o.stderr)),
+        Err(e) => panic!("{what}: {e}"),
+    }
+}
+
+impl Netns {
+    /// A fresh namespace named `spate-<what>-<pid>_<n>` with loopback up.
+    pub fn new(what: &str) -> Netns {
+        let name = unique(&format!("spate-{what}-"));
+        must(ip(&["netns", "add", &name]), "ip netns add");
+        let ns = Netns { name };
+        ns.must(&["ip", "link", "set", "lo", "up"]);
+        ns
+    }
+
+    /// Its name.
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// Its path for setns.
+    pub fn path(&self) -> PathBuf {
+        PathBuf::from(format!("/run/netns/{}", self.name))
+    }
+
+    /// Runs a command inside it (bounded to 60 s).
+    pub fn exec(&self, cmd: &[&str]) -> Output {
+        Command::new("timeout")
+            .args(["60", "ip", "netns", "exec", &self.name])
+            .args(cmd)
+            .output()
+            .unwrap_or_else(|e| panic!("ip netns exec {} {cmd:?}: {e}", self.name))
+    }
+
+    /// Runs a command inside it and panics with its stderr if it fails.
+    pub fn must(&self, cmd: &[&str]) -> String {
+        let o = self.exec(cmd);
+        assert!(
+            o.status.success(),
+            "{cmd:?} in {} failed: {}",
+            self.name,
+            String::from_utf8_lossy(&o.stderr)
+        );
+        String::from_utf8_lossy(&o.stdout).into_owned()
+    }
+
+    /// Starts a bounded process inside it.
+    pub fn spawn(
+        &self,
+        label: &str,
+        program: &str,
+        args: &[String],
+        limit: Duration,
+    ) -> std::io::Result<Proc> {
+        let log = PathBuf::from(format!("/tmp/{}.log", unique(&format!("spate-{label}-"))));
+        let mut full = vec![
+            "netns".to_string(),
+            "exec".into(),
+            self.name.clone(),
+            "setpriv".into(),
+            "--pdeathsig".into(),
+            "KILL".into(),
+            program.into(),
+        ];
+        full.extend(args.iter().cloned());
+        Proc::spawn(label, "ip", &full, &log, limit)
+    }
+
+    /// Runs `f` on a thread that lives in this namespace (for kernel
+    /// sockets on the peer side) and returns its result.
+    pub fn run<T: Send + 'static>(&self, f: impl FnOnce() -> T + Send + 'static) -> T {
+        let path = self.path();
+        std::thread::spawn(move || {
+            crate::unsafe_libc::enter_netns(&path).expect("setns into the test namespace");
+            f()
+        })
+        .join()
+        .unwrap_or_else(|e| std::panic::resume_unwind(e))
+    }
+
+    /// Disables IPv6 on an interface (the side spate drives, so the kernel
+    /// does not speak on the wire from it).
+    pub fn disable_ipv6(&self, dev: &str) {
+        self.must(&[
+            "sysctl",
+            "-qw",
+            &format!("net.ipv6.conf.{dev}.disable_ipv6=1"),
+        ]);
+    }
+}
+
+impl Drop for Netns {
+    fn drop(&mut self) {
+        // Processes left inside (if a test failed) go first.
+        if let Ok(o) = ip(&["netns", "pids", &self.name]) {
+            for pid in String::from_utf8_lossy(&o.stdout).split_whitespace() {
+                let _ = Command::new("kill").args(["-KILL", pid]).status();
+            }
+        }
+        let _ = ip(&["netns", "del", &self.name]);
+    }
+}
+
+/// A veth pair `a` (in `ns_a`) <-> `b` (in `ns_b`), both up.
+pub fn veth(ns_a: &Netns, a: &str, ns_b: &Netns, b: &str) {
+    // Created in ns_a directly, so nothing appears in the root namespace.
+    ns_a.must(&[
+        "ip",
+        "link",
+        "add",
+        a,
+        "type",
+        "veth",
+        "peer",
+        "name",
+        b,
+        "netns",
+        ns_b.name(),
+    ]);
+    ns_a.must(&["ip", "link", "set", a, "up"]);
+    ns_b.must(&["ip", "link", "set", b, "up"]);
+}
+
+/// The kernel peer's side of the standard test link: 198.18.0.1/24 and
+/// fd00::1/64 on `dev`, TX checksum offload off (veth would leave UDP
+/// checksums for a raw receiver to find unfinished).
+pub fn kernel_peer(ns: &Netns, dev: &str) {
+    ns.must(&["ip", "addr", "add", "198.18.0.1/24", "dev", dev]);
+    ns.must(&["ip", "-6", "addr", "add", "fd00::1/64", "dev", dev, "nodad"]);
+    ns.must(&["ip", "link", "set", dev, "up"]);
+    ns.must(&["ethtool", "-K", dev, "tx", "off"]);
+}

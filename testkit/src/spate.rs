@@ -1,0 +1,71 @@
+//! Running spate's own binaries in test namespaces and reading what they print.
+
+use std::collections::HashMap;
+use std::time::Duration;
+
+use crate::netns::Netns;
+use crate::process::Proc;
+
+/// A spate app running inside a namespace.
+#[derive(Debug)]
+pub struct SpateApp {
+    /// The process guard.
+    pub proc: Proc,
+}
+
+impl SpateApp {
+    /// Starts `bin` (a path from `CARGO_BIN_EXE_*`) in `ns` and waits for
+    /// its `ready` line.
+    pub fn start(ns: &Netns, bin: &str, args: &[String], ready: &str) -> SpateApp {
+        let mut proc = ns
+            .spawn("app", bin, args, Duration::from_secs(600))
+            .expect("start spate app");
+        if !proc.wait_for_output(ready, Duration::from_secs(60)) {
+            panic!(
+                "{bin} did not print {ready:?}; its output:\n{}",
+                proc.output()
+            );
+        }
+        SpateApp { proc }
+    }
+
+    /// Stops it with SIGINT (it must exit 0 within 10 s) and returns its
+    /// final counters.
+    pub fn stop(mut self) -> (HashMap<String, u64>, String) {
+        let status = self.proc.stop_with(libc::SIGINT, Duration::from_secs(10));
+        let out = self.proc.output();
+        assert!(
+            status.is_some_and(|s| s.success()),
+            "exit status {status:?}; output:\n{out}"
+        );
+        (parse_counters(&out), out)
+    }
+}
+
+/// Reads `Group: Name=value ...` lines (the final summary) into
+/// `Group.Name -> value`; the last occurrence wins.
+pub fn parse_counters(out: &str) -> HashMap<String, u64> {
+    let mut map = HashMap::new();
+    let tail = out.rsplit("spate: final counters").next().unwrap_or("");
+    for line in tail.lines() {
+        let Some((group, rest)) = line.split_once(": ") else {
+            continue;
+        };
+        if group.contains(' ') {
+            continue;
+        }
+        for word in rest.split_whitespace() {
+            if let Some((k, v)) = word.split_once('=') {
+                if let Ok(v) = v.parse() {
+                    map.insert(format!("{group}.{k}"), v);
+                }
+            }
+        }
+    }
+    map
+}
+
+/// A counter from a parsed summary (0 when absent: zero counters are not printed).
+pub fn counter(map: &HashMap<String, u64>, name: &str) -> u64 {
+    map.get(name).copied().unwrap_or(0)
+}

@@ -1,0 +1,193 @@
+//! spate-echo against the Linux kernel in a peer namespace, over veth with
+//! net_pcap and net_af_packet, and over net_tap: ARP and ND resolve, the
+//! kernel pings spate over IPv4 and IPv6, 1,000 datagrams of every size up
+//! to the MTU echo byte-exact, a closed port gives ECONNREFUSED, and
+//! spate's counters match what was sent.
+
+use std::io::ErrorKind;
+use std::net::{SocketAddr, UdpSocket};
+use std::time::Duration;
+
+use spate_testkit::{Netns, SpateApp, counter, device_lock, kernel_peer, veth};
+
+const ECHO: &str = env!("CARGO_BIN_EXE_spate-echo");
+const DATAGRAMS: usize = 1000;
+
+enum Mode {
+    Pcap,
+    AfPacket,
+    Tap,
+}
+
+/// What the kernel side did.
+#[derive(Debug, Default)]
+struct Sent {
+    v4: u64,
+    v6: u64,
+}
+
+fn echo_args(device: Option<String>) -> Vec<String> {
+    let mut a = vec![];
+    if let Some(d) = device {
+        a.extend(["--vdev".to_string(), d]);
+    }
+    a.extend(
+        [
+            "--ip",
+            "198.18.0.2/24",
+            "--ip6",
+            "fd00::2/64",
+            "--lcores",
+            "0",
+            "--idle-sleep",
+            "20",
+            "--interval",
+            "0.5",
+            "--mbufs",
+            "4095",
+        ]
+        .map(String::from),
+    );
+    a
+}
+
+/// Echoes every size from 0 to `max` bytes (DATAGRAMS of them), byte-exact.
+fn echo_sizes(target: SocketAddr, max: usize) -> u64 {
+    let bind = if target.is_ipv4() {
+        "198.18.0.1:0"
+    } else {
+        "[fd00::1]:0"
+    };
+    let s = UdpSocket::bind(bind).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(2))).unwrap();
+    let mut sent = 0;
+    let mut buf = vec![0u8; 2048];
+    for i in 0..DATAGRAMS {
+        let len = i * max / (DATAGRAMS - 1);
+        let payload: Vec<u8> = (0..len).map(|j| (i * 7 + j * 13) as u8).collect();
+        let mut attempt = 0;
+        loop {
+            s.send_to(&payload, target).unwrap();
+            sent += 1;
+            match s.recv_from(&mut buf) {
+                Ok((n, from)) => {
+                    assert_eq!(from, target);
+                    assert_eq!(
+                        &buf[..n],
+                        &payload[..],
+                        "datagram {i} ({len} bytes) came back different"
+                    );
+                    break;
+                }
+                Err(e) if e.kind() == ErrorKind::WouldBlock && attempt < 3 => attempt += 1,
+                Err(e) => panic!("datagram {i} ({len} bytes): {e}"),
+            }
+        }
+    }
+    sent
+}
+
+fn refused(target: SocketAddr) {
+    let bind = if target.is_ipv4() {
+        "198.18.0.1:0"
+    } else {
+        "[fd00::1]:0"
+    };
+    let s = UdpSocket::bind(bind).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(3))).unwrap();
+    s.connect(target).unwrap();
+    s.send(b"is anyone there").unwrap();
+    let err = s.recv(&mut [0u8; 16]).unwrap_err();
+    assert_eq!(
+        err.kind(),
+        ErrorKind::ConnectionRefused,
+        "spate's ICMP port unreachable reaches the socket"
+    );
+}
+
+fn run(mode: Mode) {
+    let _serial = device_lock();
+    let spate_ns = Netns::new("echo");
+    let (app, peer_ns) = match mode {
+        Mode::Pcap | Mode::AfPacket => {
+            let kernel_ns = Netns::new("peer");
+            veth(&spate_ns, "vA", &kernel_ns, "vB");
+            spate_ns.must(&["ip", "link", "set", "vA", "address", "02:53:50:41:54:45"]);
+            spate_ns.disable_ipv6("vA");
+            kernel_peer(&kernel_ns, "vB");
+            let dev = match mode {
+                Mode::Pcap => "net_pcap0,iface=vA,phy_mac=1",
+                _ => "net_af_packet0,iface=vA",
+            };
+            let app = SpateApp::start(&spate_ns, ECHO, &echo_args(Some(dev.into())), "UDP echo on");
+            (app, Some(kernel_ns))
+        }
+        Mode::Tap => {
+            let app = SpateApp::start(&spate_ns, ECHO, &echo_args(None), "UDP echo on");
+            kernel_peer(&spate_ns, "spate0");
+            (app, None)
+        }
+    };
+    let peer = peer_ns.as_ref().unwrap_or(&spate_ns);
+
+    for target in ["198.18.0.2", "fd00::2"] {
+        let out = peer.exec(&["ping", "-c", "3", "-i", "0.2", "-W", "2", target]);
+        assert!(
+            out.status.success(),
+            "ping {target}: {}",
+            String::from_utf8_lossy(&out.stdout)
+        );
+    }
+    let neigh = peer.must(&["ip", "neigh", "show"]);
+    assert!(
+        neigh.contains("198.18.0.2") && neigh.contains("02:53:50:41:54:45"),
+        "ARP resolved: {neigh}"
+    );
+    assert!(neigh.contains("fd00::2"), "ND resolved: {neigh}");
+
+    let sent = peer.run(|| {
+        let v4 = echo_sizes("198.18.0.2:7".parse().unwrap(), 1472);
+        let v6 = echo_sizes("[fd00::2]:7".parse().unwrap(), 1452);
+        refused("198.18.0.2:9".parse().unwrap());
+        refused("[fd00::2]:9".parse().unwrap());
+        Sent { v4, v6 }
+    });
+
+    let (c, out) = app.stop();
+    assert_eq!(counter(&c, "Udp.InDatagrams"), sent.v4, "{out}");
+    assert_eq!(counter(&c, "Udp6.InDatagrams"), sent.v6, "{out}");
+    assert_eq!(counter(&c, "Udp.OutDatagrams"), sent.v4, "{out}");
+    assert_eq!(counter(&c, "Udp6.OutDatagrams"), sent.v6, "{out}");
+    assert_eq!(
+        (counter(&c, "Udp.NoPorts"), counter(&c, "Udp6.NoPorts")),
+        (1, 1),
+        "{out}"
+    );
+    assert_eq!(counter(&c, "Icmp.InEchos"), 3, "{out}");
+    assert_eq!(counter(&c, "Icmp6.InEchos"), 3, "{out}");
+    assert!(
+        counter(&c, "Arp.OutReplies") + counter(&c, "Arp.InReplies") >= 1,
+        "{out}"
+    );
+    assert_eq!(
+        counter(&c, "Udp.InErrors") + counter(&c, "Udp6.InErrors"),
+        0,
+        "{out}"
+    );
+    drop(peer_ns);
+}
+
+#[test]
+fn kernel_peer_over_veth_and_net_pcap() {
+    run(Mode::Pcap);
+}
+
+#[test]
+fn kernel_peer_over_veth_and_net_af_packet() {
+    run(Mode::AfPacket);
+}
+
+#[test]
+fn kernel_peer_over_net_tap() {
+    run(Mode::Tap);
+}
