@@ -12,6 +12,7 @@ pub struct Sample {
     at: Instant,
     counters: Counters,
     ports: Vec<(String, PortStats)>,
+    mbufs_in_use: u32,
 }
 
 impl Sample {
@@ -21,6 +22,7 @@ impl Sample {
             at: Instant::now(),
             counters: stack.counters(),
             ports: stack.port_stats(),
+            mbufs_in_use: stack.mempool().in_use(),
         }
     }
 }
@@ -52,6 +54,7 @@ pub fn line(prev: &Sample, now: &Sample) -> String {
     } else {
         let _ = write!(out, " | drops {drops}");
     }
+    let _ = write!(out, " | mbufs {}", now.mbufs_in_use);
     out
 }
 
@@ -115,6 +118,7 @@ pub fn summary(stack: &Stack) -> String {
         );
     }
     out.push_str(&stack.counters().render_nonzero());
+    let _ = write!(out, "\nMempool: InUse={} Size={}", stack.mempool().in_use(), stack.mempool().size());
     out
 }
 
