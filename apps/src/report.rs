@@ -118,7 +118,12 @@ pub fn summary(stack: &Stack) -> String {
         );
     }
     out.push_str(&stack.counters().render_nonzero());
-    let _ = write!(out, "\nMempool: InUse={} Size={}", stack.mempool().in_use(), stack.mempool().size());
+    let _ = write!(
+        out,
+        "\nMempool: InUse={} Size={}",
+        stack.mempool().in_use(),
+        stack.mempool().size()
+    );
     out
 }
 

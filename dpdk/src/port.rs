@@ -1,9 +1,10 @@
 //! Ethernet ports: configuration, start/stop, link, statistics and the
 //! per-queue burst handles the datapath polls.
 
+use std::collections::HashMap;
 use std::ffi::{CStr, CString, c_int, c_void};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, Weak};
 
 use crate::burst::Burst;
 use crate::eal::Eal;
@@ -174,15 +175,20 @@ struct PortShared {
     name: String,
     info: DeviceInfo,
     vdev: Option<String>,
-    // Declared after `vdev` handling in drop: the rings outlive the port.
-    rings: Option<Arc<WireRings>>,
+    // Dropped after Drop::drop closed the port: the rings outlive it.
+    rings: Mutex<Option<Arc<WireRings>>>,
     state: Mutex<PortState>,
     // Boxed so the LSC callback's argument keeps its address.
     events: Box<LinkEvents>,
 }
 
-/// An Ethernet port. Queue handles ([`RxQueue`], [`TxQueue`]) keep it alive;
-/// the port is stopped and closed when the last of them goes.
+/// Every port this process has open, so that opening a port twice yields
+/// two handles to one state (and one close), not two owners.
+static OPEN: Mutex<Option<HashMap<u16, Weak<PortShared>>>> = Mutex::new(None);
+
+/// An Ethernet port. `Port` handles to the same device share one state;
+/// queue handles ([`RxQueue`], [`TxQueue`]) keep it alive too. The port is
+/// stopped and closed when the last handle goes.
 #[derive(Debug)]
 pub struct Port {
     shared: Arc<PortShared>,
@@ -247,18 +253,23 @@ impl Port {
                 present: list_names(),
             });
         }
+        let mut open = OPEN.lock().unwrap_or_else(|p| p.into_inner());
+        let open = open.get_or_insert_with(HashMap::new);
+        if let Some(shared) = open.get(&id).and_then(Weak::upgrade) {
+            return Ok(Port { shared });
+        }
         let info = device_info(id, name)?;
-        Ok(Port {
-            shared: Arc::new(PortShared {
-                id,
-                name: name.into(),
-                info,
-                vdev,
-                rings: None,
-                state: Mutex::new(PortState::default()),
-                events: Box::default(),
-            }),
-        })
+        let shared = Arc::new(PortShared {
+            id,
+            name: name.into(),
+            info,
+            vdev,
+            rings: Mutex::new(None),
+            state: Mutex::new(PortState::default()),
+            events: Box::default(),
+        });
+        open.insert(id, Arc::downgrade(&shared));
+        Ok(Port { shared })
     }
 
     /// Two ports wired to each other in memory (DPDK's ring PMD over two
@@ -290,8 +301,8 @@ impl Port {
                     text: strerror(errno),
                 });
             }
-            let mut port = Self::open_inner(&port_name, Some(port_name.clone()))?;
-            Arc::get_mut(&mut port.shared).expect("new port").rings = Some(rings.clone());
+            let port = Self::open_inner(&port_name, Some(port_name.clone()))?;
+            *port.shared.rings.lock().unwrap_or_else(|p| p.into_inner()) = Some(rings.clone());
             Ok(port)
         };
         // a receives what b sends and the other way round.
@@ -664,6 +675,17 @@ impl Port {
         Ok(addr.addr_bytes)
     }
 
+    /// Sets the port's MAC address.
+    pub fn set_mac(&mut self, mac: [u8; 6]) -> Result<()> {
+        let mut addr = sys::rte_ether_addr { addr_bytes: mac };
+        // SAFETY: valid port and address.
+        let ret = unsafe { sys::rte_eth_dev_default_mac_addr_set(self.id(), &mut addr) };
+        if ret != 0 {
+            return Err(self.err("rte_eth_dev_default_mac_addr_set", ret));
+        }
+        Ok(())
+    }
+
     /// The current MTU.
     pub fn mtu(&self) -> Result<u16> {
         let mut mtu = 0u16;
@@ -740,6 +762,13 @@ impl Port {
 
 impl Drop for PortShared {
     fn drop(&mut self) {
+        if let Ok(mut open) = OPEN.lock() {
+            if let Some(map) = open.as_mut() {
+                if map.get(&self.id).is_some_and(|w| w.strong_count() == 0) {
+                    map.remove(&self.id);
+                }
+            }
+        }
         let state = self.state.get_mut().expect("port state lock");
         if state.started {
             drain_rx(self.id, state.rx_taken.len() as u16);

@@ -109,6 +109,10 @@ pub struct PortSpec {
     /// the MAC is added).
     #[serde(default)]
     pub ipv6: Vec<Cidr>,
+    /// MAC address to set on the port (default: the device's own, or the
+    /// `mac=` argument of the device string).
+    #[serde(default)]
+    pub mac: Option<MacAddr>,
     /// MTU (default: the device's, normally 1500).
     #[serde(default)]
     pub mtu: Option<u16>,
@@ -135,6 +139,7 @@ impl PortSpec {
             device: device.into(),
             ipv4: Vec::new(),
             ipv6: Vec::new(),
+            mac: None,
             mtu: None,
             vlan: None,
             rx_checksum_offload: true,

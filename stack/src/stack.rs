@@ -225,8 +225,17 @@ impl Stack {
                 ..PortConfig::default()
             };
             port.configure(&pc, pool.clone())?;
+            let mut soft_mac = None;
+            if let Some(mac) = spec.mac {
+                if let Err(e) = port.set_mac(mac.0) {
+                    // The port runs promiscuous: spate filters and writes
+                    // the configured MAC itself.
+                    log::info!("{e}: spate uses {mac} in software");
+                    soft_mac = Some(mac);
+                }
+            }
             port.start()?;
-            let mac = MacAddr(port.mac()?);
+            let mac = soft_mac.unwrap_or(MacAddr(port.mac()?));
             let mac = if mac == MacAddr::ZERO {
                 mac_from_device(&spec.device).unwrap_or(mac)
             } else {
@@ -360,7 +369,7 @@ impl Stack {
     }
 
     /// The packet pool (for leak checks: its in-use count).
-    pub fn mempool(&self) -> &Mempool {
+    pub fn mempool(&self) -> &Arc<Mempool> {
         &self.shared.pool
     }
 

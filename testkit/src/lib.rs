@@ -10,6 +10,7 @@ pub mod process;
 pub mod spate;
 pub mod testpmd;
 mod unsafe_libc;
+pub mod wire_peer;
 
 pub use eal::{device_lock, shared_eal};
 pub use names::{unique, unique_socket_path};
@@ -17,3 +18,4 @@ pub use netns::{Netns, kernel_peer, veth};
 pub use process::Proc;
 pub use spate::{SpateApp, counter, parse_counters};
 pub use testpmd::{FwdStats, TestPmd, TestPmdBuilder};
+pub use wire_peer::{Rng, WirePeer};

@@ -51,6 +51,14 @@ impl std::fmt::Debug for MacAddr {
     }
 }
 
+impl<'de> serde::Deserialize<'de> for MacAddr {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> std::result::Result<Self, D::Error> {
+        let s = String::deserialize(d)?;
+        s.parse()
+            .map_err(|_| serde::de::Error::custom(format!("{s:?} is not a MAC address")))
+    }
+}
+
 impl std::str::FromStr for MacAddr {
     type Err = WireError;
 

@@ -1,4 +1,4 @@
-//! Frames captured with tcpdump on a veth between two Linux 6.18 network
+//! Reference frames for tests, spate's and its users': captured with tcpdump on a veth between two Linux 6.18 network
 //! namespaces: the kernel's peer is 198.18.0.1 / fd00::1
 //! (6a:1f:3c:55:10:9e), the other end 198.18.0.2 / fd00::2
 //! (02:53:50:41:54:45, the MAC spate uses by default). RA was built with

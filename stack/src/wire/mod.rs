@@ -15,8 +15,7 @@ pub mod ipv4;
 pub mod ipv6;
 pub mod udp;
 
-#[cfg(test)]
-pub(crate) mod fixtures;
+pub mod fixtures;
 #[cfg(test)]
 mod proptests;
 

@@ -1,0 +1,232 @@
+//! The test's end of an in-memory wire pair: it sends frames it builds and
+//! reads what spate sends back.
+
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use spate_dpdk::{Burst, Mbuf, Mempool, MempoolConfig, Port, PortConfig, RxQueue, TxQueue};
+use spate_stack::wire::{MacAddr, arp, ethernet, ip_proto, ipv4, ipv6, udp};
+
+use crate::names::unique;
+
+/// The peer's MAC.
+pub const PEER_MAC: MacAddr = MacAddr([0x6a, 0x1f, 0x3c, 0x55, 0x10, 0x9e]);
+/// The peer's IPv4 address.
+pub const PEER_IP: Ipv4Addr = Ipv4Addr::new(198, 18, 0, 1);
+/// The peer's IPv6 address.
+pub const PEER_IP6: Ipv6Addr = Ipv6Addr::new(0xfd00, 0, 0, 0, 0, 0, 0, 1);
+/// spate's IPv4 address in wire tests.
+pub const SPATE_IP: Ipv4Addr = Ipv4Addr::new(198, 18, 0, 2);
+/// spate's IPv6 address in wire tests.
+pub const SPATE_IP6: Ipv6Addr = Ipv6Addr::new(0xfd00, 0, 0, 0, 0, 0, 0, 2);
+
+/// One end of a wire pair, driven by the test.
+#[derive(Debug)]
+pub struct WirePeer {
+    rx: RxQueue,
+    tx: TxQueue,
+    /// The peer's packet pool.
+    pub pool: Arc<Mempool>,
+    _port: Port,
+    arp_reply: Vec<u8>,
+}
+
+impl WirePeer {
+    /// Creates a wire pair; returns the peer and the name of spate's end.
+    pub fn new(mbufs: u32) -> (WirePeer, String, Port) {
+        let (a, mut b) = Port::wire_pair(&unique("w")).expect("wire pair");
+        let pool =
+            Arc::new(Mempool::new(&MempoolConfig::new(&unique("peer"), mbufs)).expect("peer pool"));
+        b.configure(&PortConfig::default(), pool.clone())
+            .expect("configure peer port");
+        b.start().expect("start peer port");
+        let name = a.name().to_string();
+        let peer = WirePeer {
+            rx: b.rx_queue(0).unwrap(),
+            tx: b.tx_queue(0).unwrap(),
+            pool,
+            _port: b,
+            arp_reply: Vec::new(),
+        };
+        (peer, name, a)
+    }
+
+    /// Answers `frame` if it is an ARP request for the peer's address
+    /// (from a reply built once, so answering allocates nothing).
+    pub fn answer_arp(&mut self, frame: &[u8]) -> bool {
+        let e = ethernet::Frame::new_unchecked(frame);
+        if e.check_len().is_err() || e.ethertype() != ethernet::ethertype::ARP {
+            return false;
+        }
+        let Ok(req) = arp::Packet::new_checked(&frame[14..]).and_then(|p| arp::Repr::parse(&p))
+        else {
+            return false;
+        };
+        if req.operation != arp::Operation::Request || req.target_ip != PEER_IP {
+            return false;
+        }
+        if self.arp_reply.is_empty() {
+            let reply = arp::Repr {
+                operation: arp::Operation::Reply,
+                sender_mac: PEER_MAC,
+                sender_ip: PEER_IP,
+                target_mac: req.sender_mac,
+                target_ip: req.sender_ip,
+            };
+            let mut body = [0u8; arp::PACKET_LEN];
+            reply.emit(&mut body);
+            self.arp_reply = eth(req.sender_mac, ethernet::ethertype::ARP, &body);
+        }
+        let mut b: Burst = Burst::new();
+        let m = self.mbuf(&self.arp_reply);
+        let _ = b.push(m);
+        self.tx.tx_burst(&mut b);
+        true
+    }
+
+    /// An mbuf holding `frame`.
+    pub fn mbuf(&self, frame: &[u8]) -> Mbuf {
+        let mut m = self.pool.try_alloc().expect("peer pool has room");
+        m.append(frame.len())
+            .expect("frame fits an mbuf")
+            .copy_from_slice(frame);
+        m
+    }
+
+    /// Sends a burst; returns how many the ring took (the rest are freed).
+    pub fn send_burst(&mut self, b: &mut Burst) -> usize {
+        let n = self.tx.tx_burst(b);
+        b.clear();
+        n
+    }
+
+    /// Sends one frame, waiting for room.
+    pub fn send(&mut self, frame: &[u8]) {
+        let mut b: Burst = Burst::new();
+        b.push(self.mbuf(frame)).expect("empty burst");
+        let deadline = Instant::now() + Duration::from_secs(5);
+        while !b.is_empty() {
+            assert!(Instant::now() < deadline, "the wire stayed full");
+            self.tx.tx_burst(&mut b);
+        }
+    }
+
+    /// Receives what is there into `b`.
+    pub fn recv_burst(&mut self, b: &mut Burst) -> usize {
+        self.rx.rx_burst(b)
+    }
+
+    /// The next frame `keep` accepts, within 5 s.
+    pub fn recv_matching(&mut self, keep: impl Fn(&[u8]) -> bool) -> Vec<u8> {
+        let deadline = Instant::now() + Duration::from_secs(5);
+        let mut b: Burst = Burst::new();
+        loop {
+            assert!(Instant::now() < deadline, "spate sent nothing matching");
+            if self.rx.rx_burst(&mut b) > 0 {
+                for m in b.drain() {
+                    if keep(m.data()) {
+                        return m.data().to_vec();
+                    }
+                }
+            } else {
+                std::thread::sleep(Duration::from_micros(100));
+            }
+        }
+    }
+}
+
+/// An Ethernet frame from the peer.
+pub fn eth(dst: MacAddr, ethertype: u16, payload: &[u8]) -> Vec<u8> {
+    let r = ethernet::Repr {
+        src: PEER_MAC,
+        dst,
+        ethertype,
+        vlan: None,
+    };
+    let mut f = vec![0u8; r.buffer_len()];
+    r.emit(&mut f);
+    f.extend_from_slice(payload);
+    f
+}
+
+/// A UDP datagram from the peer to spate (`v6` picks the family).
+pub fn udp_frame(
+    dst_mac: MacAddr,
+    v6: bool,
+    src_port: u16,
+    dst_port: u16,
+    payload: &[u8],
+) -> Vec<u8> {
+    let (src, dst): (IpAddr, IpAddr) = if v6 {
+        (PEER_IP6.into(), SPATE_IP6.into())
+    } else {
+        (PEER_IP.into(), SPATE_IP.into())
+    };
+    let mut dg = vec![0u8; udp::HEADER_LEN];
+    dg.extend_from_slice(payload);
+    udp::Repr {
+        src_port,
+        dst_port,
+        payload_len: payload.len() as u16,
+    }
+    .emit_with_checksum(&mut dg, &src, &dst);
+    let (ethertype, mut pkt) = match (src, dst) {
+        (IpAddr::V4(s), IpAddr::V4(d)) => {
+            let ip = ipv4::Repr {
+                src: s,
+                dst: d,
+                protocol: ip_proto::UDP,
+                payload_len: dg.len() as u16,
+                ttl: 64,
+                tos: 0,
+                ident: 1,
+                dont_frag: true,
+                more_frags: false,
+                frag_offset: 0,
+            };
+            let mut p = vec![0u8; ipv4::HEADER_LEN];
+            ip.emit(&mut p, false);
+            (ethernet::ethertype::IPV4, p)
+        }
+        (IpAddr::V6(s), IpAddr::V6(d)) => {
+            let ip = ipv6::Repr {
+                src: s,
+                dst: d,
+                next_header: ip_proto::UDP,
+                payload_len: dg.len() as u16,
+                hop_limit: 64,
+            };
+            let mut p = vec![0u8; ipv6::HEADER_LEN];
+            ip.emit(&mut p);
+            (ethernet::ethertype::IPV6, p)
+        }
+        _ => unreachable!(),
+    };
+    pkt.extend_from_slice(&dg);
+    eth(dst_mac, ethertype, &pkt)
+}
+
+/// A small deterministic PRNG (xorshift64*), so failures reproduce.
+#[derive(Debug, Clone)]
+pub struct Rng(u64);
+
+impl Rng {
+    /// Seeded.
+    pub fn new(seed: u64) -> Rng {
+        Rng(seed | 1)
+    }
+
+    /// The next number.
+    pub fn next_u64(&mut self) -> u64 {
+        self.0 ^= self.0 >> 12;
+        self.0 ^= self.0 << 25;
+        self.0 ^= self.0 >> 27;
+        self.0.wrapping_mul(0x2545_f491_4f6c_dd1d)
+    }
+
+    /// A number below `n`.
+    pub fn below(&mut self, n: usize) -> usize {
+        (self.next_u64() % n.max(1) as u64) as usize
+    }
+}

@@ -1,0 +1,174 @@
+//! Zero heap allocations per datagram: a counting global allocator watches
+//! the whole path PMD RX -> socket -> recv -> send -> TX for 100,000
+//! datagrams after a warm-up, run-to-completion on the lcore and from an
+//! application thread.
+
+use std::alloc::{GlobalAlloc, Layout, System};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+use spate_dpdk::{Burst, Memory};
+use spate_stack::wire::{ethernet, ip_proto, ipv4};
+use spate_stack::{Datagram, LcoreCtx, PortSpec, Stack, StackConfig, UdpSocket};
+use spate_testkit::wire_peer::udp_frame;
+use spate_testkit::{WirePeer, device_lock, shared_eal};
+
+struct Counting;
+
+static ALLOCS: AtomicU64 = AtomicU64::new(0);
+
+// SAFETY: forwards to the system allocator unchanged, counting calls.
+#[allow(unsafe_code)]
+unsafe impl GlobalAlloc for Counting {
+    unsafe fn alloc(&self, l: Layout) -> *mut u8 {
+        ALLOCS.fetch_add(1, Ordering::Relaxed);
+        // SAFETY: the caller's contract is passed on.
+        unsafe { System.alloc(l) }
+    }
+    unsafe fn dealloc(&self, p: *mut u8, l: Layout) {
+        // SAFETY: as above.
+        unsafe { System.dealloc(p, l) }
+    }
+    unsafe fn realloc(&self, p: *mut u8, l: Layout, n: usize) -> *mut u8 {
+        ALLOCS.fetch_add(1, Ordering::Relaxed);
+        // SAFETY: as above.
+        unsafe { System.realloc(p, l, n) }
+    }
+}
+
+#[global_allocator]
+static GLOBAL: Counting = Counting;
+
+const WARMUP: u64 = 20_000;
+const MEASURED: u64 = 100_000;
+const IN_FLIGHT: u64 = 64;
+
+fn is_udp_reply(f: &[u8]) -> bool {
+    let e = ethernet::Frame::new_unchecked(f);
+    e.check_len().is_ok()
+        && e.ethertype() == ethernet::ethertype::IPV4
+        && ipv4::Packet::new_checked(e.payload()).is_ok_and(|p| p.protocol() == ip_proto::UDP)
+}
+
+/// Sends `n` echo requests, at most IN_FLIGHT outstanding, and counts the
+/// replies; answers the stack's ARP requests on the way.
+fn pump(peer: &mut WirePeer, frames: &[Vec<u8>], n: u64) {
+    let mut out: Burst = Burst::new();
+    let mut back: Burst = Burst::new();
+    let (mut sent, mut replies) = (0u64, 0u64);
+    let deadline = Instant::now() + Duration::from_secs(120);
+    while replies < n {
+        assert!(
+            Instant::now() < deadline,
+            "stalled: {sent} sent, {replies} echoed"
+        );
+        while sent < n && sent - replies < IN_FLIGHT && !out.is_full() {
+            out.push(peer.mbuf(&frames[sent as usize % frames.len()]))
+                .unwrap();
+            sent += 1;
+        }
+        let queued = out.len();
+        let taken = peer.send_burst(&mut out);
+        sent -= (queued - taken) as u64;
+        if peer.recv_burst(&mut back) > 0 {
+            for m in back.drain() {
+                if is_udp_reply(m.data()) {
+                    replies += 1;
+                } else {
+                    peer.answer_arp(m.data());
+                }
+            }
+        }
+    }
+}
+
+fn measure(peer: &mut WirePeer, frames: &[Vec<u8>]) -> u64 {
+    pump(peer, frames, WARMUP);
+    let before = ALLOCS.load(Ordering::SeqCst);
+    pump(peer, frames, MEASURED);
+    ALLOCS.load(Ordering::SeqCst) - before
+}
+
+#[test]
+fn no_heap_allocation_per_datagram() {
+    let _serial = device_lock();
+    // The counter sees allocations (so a zero below means something).
+    let before = ALLOCS.load(Ordering::SeqCst);
+    let probe = std::hint::black_box(Box::new([0u8; 64]));
+    assert!(ALLOCS.load(Ordering::SeqCst) > before);
+    drop(probe);
+    shared_eal(Memory::Auto);
+    let (mut peer, spate_port, _a) = WirePeer::new(4095);
+    let mut spec = PortSpec::new(&spate_port).addr("198.18.0.2/24").unwrap();
+    spec.mac = Some("02:53:50:41:54:45".parse().unwrap());
+    let cfg = StackConfig {
+        lcores: "1".into(),
+        ports: vec![spec],
+        stop_on_signal: false,
+        ..StackConfig::default()
+    };
+    let stack = Stack::new(cfg).unwrap();
+    let mac = stack.interfaces()[0].mac;
+    let frames: Vec<Vec<u8>> = (0..16)
+        .map(|i| {
+            udp_frame(
+                mac,
+                false,
+                40000 + i,
+                7,
+                &vec![i as u8; 64 + 50 * i as usize],
+            )
+        })
+        .collect();
+    let sock = Arc::new(UdpSocket::bind(&stack, "0.0.0.0:7").unwrap());
+
+    // Run-to-completion: the lcore echoes in its own callback.
+    sock.set_nonblocking(true).unwrap();
+    let s = sock.clone();
+    let running = stack
+        .spawn(move |_| {
+            let s = s.clone();
+            let mut batch: Vec<Datagram> = Vec::with_capacity(32);
+            move |_: &mut LcoreCtx<'_>| {
+                if s.recv_batch(&mut batch, 32).is_ok() {
+                    for d in batch.drain(..) {
+                        let to = d.src();
+                        let _ = s.send_buf_to(d.into_send_buf(), to);
+                    }
+                }
+            }
+        })
+        .unwrap();
+    let rtc = measure(&mut peer, &frames);
+    running.stop();
+
+    // Thread mode: an application thread copies each datagram out and back.
+    sock.set_nonblocking(false).unwrap();
+    sock.set_read_timeout(Some(Duration::from_millis(100)))
+        .unwrap();
+    let running = stack.spawn_polling().unwrap();
+    let done = Arc::new(AtomicBool::new(false));
+    let (s, d) = (sock.clone(), done.clone());
+    let app = std::thread::spawn(move || {
+        let mut buf = [0u8; 2048];
+        while !d.load(Ordering::Relaxed) {
+            if let Ok((n, from)) = s.recv_from(&mut buf) {
+                let _ = s.send_to(&buf[..n], from);
+            }
+        }
+    });
+    let threaded = measure(&mut peer, &frames);
+    done.store(true, Ordering::Relaxed);
+    app.join().unwrap();
+    running.stop();
+
+    assert_eq!(
+        rtc, 0,
+        "heap allocations over {MEASURED} datagrams, run-to-completion"
+    );
+    assert_eq!(
+        threaded, 0,
+        "heap allocations over {MEASURED} datagrams, application thread"
+    );
+}
