@@ -191,3 +191,56 @@ fn kernel_peer_over_veth_and_net_af_packet() {
 fn kernel_peer_over_net_tap() {
     run(Mode::Tap);
 }
+
+/// An 802.1Q-tagged port described in a TOML config file. This kernel has
+/// no VLAN driver (8021q), so scapy plays the tagged peer on the veth:
+/// spate answers its ARP and echoes its datagrams with tag 42, and refuses
+/// untagged frames.
+#[test]
+fn vlan_tagged_port_from_a_config_file() {
+    let _serial = device_lock();
+    let spate_ns = Netns::new("vlan");
+    let kernel_ns = Netns::new("vlanpeer");
+    veth(&spate_ns, "vA", &kernel_ns, "vB");
+    spate_ns.must(&["ip", "link", "set", "vA", "address", "02:53:50:41:54:45"]);
+    spate_ns.disable_ipv6("vA");
+    kernel_ns.disable_ipv6("vB");
+    let config = std::env::temp_dir().join(format!("spate-vlan-{}.toml", std::process::id()));
+    std::fs::write(
+        &config,
+        r#"
+lcores = "0"
+idle_sleep_us = 20
+mempool_size = 4095
+[[ports]]
+device = "net_pcap0,iface=vA,phy_mac=1"
+vlan = 42
+ipv4 = ["198.18.0.2/24"]
+"#,
+    )
+    .unwrap();
+    let args = vec!["--config".to_string(), config.display().to_string(), "--interval".into(), "0.5".into()];
+    let app = SpateApp::start(&spate_ns, ECHO, &args, "UDP echo on");
+    std::fs::remove_file(&config).unwrap();
+    let script = r#"
+import logging
+logging.getLogger('scapy.runtime').setLevel(logging.ERROR)
+from scapy.all import *
+PM='6a:1f:3c:55:10:9e'; SM='02:53:50:41:54:45'
+a = srp1(Ether(src=PM,dst='ff:ff:ff:ff:ff:ff')/Dot1Q(vlan=42)/ARP(op=1,hwsrc=PM,psrc='198.18.0.1',pdst='198.18.0.2'), iface='vB', timeout=3, verbose=False)
+assert a is not None and a[Dot1Q].vlan == 42 and a[ARP].op == 2 and a[ARP].hwsrc == SM, a
+ok = 0
+for i in range(10):
+    p = Ether(src=PM,dst=SM)/Dot1Q(vlan=42)/IP(src='198.18.0.1',dst='198.18.0.2')/UDP(sport=40000+i,dport=7)/(bytes([i])*100)
+    r = srp1(p, iface='vB', timeout=3, verbose=False)
+    assert r is not None and r[Dot1Q].vlan == 42 and bytes(r[UDP].payload) == bytes([i])*100, r
+    ok += 1
+sendp(Ether(src=PM,dst=SM)/IP(src='198.18.0.1',dst='198.18.0.2')/UDP(sport=41000,dport=7)/b'untagged', iface='vB', count=3, verbose=False)
+print('echoed', ok)
+"#;
+    let out = kernel_ns.must(&["/usr/bin/python3", "-c", script]);
+    assert!(out.contains("echoed 10"), "{out}");
+    let (c, out) = app.stop();
+    assert_eq!(counter(&c, "Udp.InDatagrams"), 10, "{out}");
+    assert_eq!(counter(&c, "Rx.VlanMismatch"), 3, "untagged frames refused: {out}");
+}
