@@ -159,9 +159,16 @@ impl Stack {
         cfg.validate()?;
         let lcores = parse_lcores(&cfg.lcores)?;
         if !Eal::is_running() {
+            // The calling thread becomes the EAL's main lcore. When lcore 0
+            // does not poll, it is that main lcore and the thread is unpinned
+            // afterwards, so the application's threads are free to run
+            // anywhere while the stack polls on workers.
+            let main_polls = lcores.contains(&0);
+            let eal_lcores = if main_polls { cfg.lcores.clone() } else { format!("0,{}", cfg.lcores) };
             let mut b = EalBuilder::new()
                 .program("spate")
-                .lcores(&cfg.lcores)
+                .lcores(&eal_lcores)
+                .main_lcore(0)
                 .memory(match cfg.hugepages {
                     Hugepages::Auto => Memory::Auto,
                     Hugepages::On => Memory::Hugepages,
@@ -174,6 +181,11 @@ impl Stack {
             }
             let eal = b.init()?;
             let _ = STACK_EAL.set(eal);
+            if !main_polls {
+                if let Err(e) = lcore::unpin_current_thread() {
+                    log::warn!("cannot unpin the main thread: {e}");
+                }
+            }
         }
         let enabled = lcore::all();
         if let Some(l) = lcores.iter().find(|l| !enabled.contains(l)) {

@@ -44,6 +44,7 @@ fn main() -> ExitCode {
     let result = match task {
         "setup" => setup(rest.iter().any(|a| a == "--tests")),
         "demo" => demo(rest),
+        "demo-peer" => demo_peer(),
         "test" => test(rest),
         "bench" => bench(rest),
         "leftovers" => leftovers(),
@@ -176,13 +177,141 @@ fn cargo() -> Command {
     c
 }
 
+/// spate's main job on its embedded default, shown end to end: spate-echo
+/// runs in a network namespace of its own on a TAP device; the Linux side
+/// of that namespace sends it datagrams and prints what comes back.
 fn demo(args: &[String]) -> Result {
     setup(false)?;
     run(cargo().args(["build", "--release", "--bin", "spate-echo"]))?;
+    let ns = Namespace::new()?;
     let bin = root().join("target/release/spate-echo");
-    let mut cmd = Command::new(bin);
-    cmd.args(args);
-    run(&mut cmd)
+    let log = std::env::temp_dir().join(format!("spate-demo-{}.log", std::process::id()));
+    let out = std::fs::File::create(&log).map_err(|e| e.to_string())?;
+    let err = out.try_clone().map_err(|e| e.to_string())?;
+    eprintln!("+ ip netns exec {} {} --idle-sleep 50 --interval 1 {}", ns.0, bin.display(), args.join(" "));
+    let child = Command::new("ip")
+        .args(["netns", "exec", &ns.0, "timeout", "-s", "INT", "120"])
+        .arg(&bin)
+        .args(["--idle-sleep", "50", "--interval", "1"])
+        .args(args)
+        .stdout(out)
+        .stderr(err)
+        .spawn()
+        .map_err(|e| format!("cannot start spate-echo: {e}"))?;
+    let mut echo = Child { child, log: log.clone() };
+    let started = std::time::Instant::now();
+    while !echo.output().contains("UDP echo on") {
+        if started.elapsed() > std::time::Duration::from_secs(30) || echo.exited() {
+            return Err(format!("spate-echo did not start:\n{}", echo.output()));
+        }
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    print!("{}", echo.output());
+    let peer = [
+        "ip addr add 198.18.0.1/24 dev spate0",
+        "ip -6 addr add fd00::1/64 dev spate0 nodad",
+        "ip link set spate0 up",
+    ];
+    for cmd in peer {
+        eprintln!("+ ip netns exec {} {cmd}", ns.0);
+        ns.exec(&cmd.split(' ').collect::<Vec<_>>())?;
+    }
+    let me = std::env::current_exe().map_err(|e| e.to_string())?;
+    let status = Command::new("ip").args(["netns", "exec", &ns.0]).arg(me).arg("demo-peer").status().map_err(|e| e.to_string())?;
+    let shown = echo.output().len();
+    echo.interrupt();
+    let rest = echo.output();
+    print!("{}", &rest[shown.min(rest.len())..]);
+    if !status.success() {
+        return Err("the Linux side did not get its datagrams back".into());
+    }
+    println!("demo: done; namespace {} removed", ns.0);
+    Ok(())
+}
+
+/// The Linux side of the demo (run inside the demo's namespace).
+fn demo_peer() -> Result {
+    use std::net::UdpSocket;
+    let targets = [("198.18.0.1:0", "198.18.0.2:7"), ("[fd00::1]:0", "[fd00::2]:7")];
+    for (bind, to) in targets {
+        let s = UdpSocket::bind(bind).map_err(|e| e.to_string())?;
+        s.set_read_timeout(Some(std::time::Duration::from_secs(2))).map_err(|e| e.to_string())?;
+        for i in 1..=3 {
+            let msg = format!("hello spate, datagram {i} from Linux");
+            let t = std::time::Instant::now();
+            s.send_to(msg.as_bytes(), to).map_err(|e| e.to_string())?;
+            let mut buf = [0u8; 128];
+            let (n, from) = s.recv_from(&mut buf).map_err(|e| format!("no answer from {to}: {e}"))?;
+            let back = String::from_utf8_lossy(&buf[..n]);
+            println!("linux: sent {msg:?} to {to}, {from} sent back {back:?} in {:.2} ms", t.elapsed().as_secs_f64() * 1e3);
+            if back != msg {
+                return Err("the echo differs".into());
+            }
+        }
+    }
+    Ok(())
+}
+
+/// A network namespace for the demo, deleted on drop.
+struct Namespace(String);
+
+impl Namespace {
+    fn new() -> Result<Namespace> {
+        let name = format!("spate-demo-{}", std::process::id());
+        run(Command::new("ip").args(["netns", "add", &name]))?;
+        let ns = Namespace(name);
+        ns.exec(&["ip", "link", "set", "lo", "up"])?;
+        Ok(ns)
+    }
+
+    fn exec(&self, cmd: &[&str]) -> Result {
+        let st = Command::new("ip").args(["netns", "exec", &self.0]).args(cmd).status().map_err(|e| e.to_string())?;
+        if st.success() { Ok(()) } else { Err(format!("{cmd:?} failed")) }
+    }
+}
+
+impl Drop for Namespace {
+    fn drop(&mut self) {
+        let _ = Command::new("ip").args(["netns", "del", &self.0]).status();
+    }
+}
+
+/// spate-echo under `timeout`, interrupted (then killed) on drop.
+struct Child {
+    child: std::process::Child,
+    log: PathBuf,
+}
+
+impl Child {
+    fn output(&self) -> String {
+        std::fs::read_to_string(&self.log).unwrap_or_default()
+    }
+
+    fn exited(&mut self) -> bool {
+        matches!(self.child.try_wait(), Ok(Some(_)))
+    }
+
+    /// SIGINT through `timeout`, then up to 10 s for the summary.
+    fn interrupt(&mut self) {
+        let _ = Command::new("kill").args(["-INT", &self.child.id().to_string()]).status();
+        for _ in 0..200 {
+            if self.exited() {
+                return;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(50));
+        }
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+impl Drop for Child {
+    fn drop(&mut self) {
+        if !self.exited() {
+            self.interrupt();
+        }
+        let _ = std::fs::remove_file(&self.log);
+    }
 }
 
 fn test(args: &[String]) -> Result {

@@ -157,7 +157,7 @@ pub enum Repr<'a> {
     },
     /// Destination unreachable.
     DstUnreachable {
-        /// Code (see [`unreachable`]).
+        /// Code (see [`unreachable`](mod@unreachable)).
         code: u8,
         /// Next-hop MTU (fragmentation needed only).
         mtu: u16,

@@ -221,7 +221,7 @@ pub enum Repr<'a> {
     },
     /// Destination unreachable.
     DstUnreachable {
-        /// Code (see [`unreachable`]).
+        /// Code (see [`unreachable`](mod@unreachable)).
         code: u8,
         /// As much of the offending packet as fits.
         data: &'a [u8],
