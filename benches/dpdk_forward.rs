@@ -29,24 +29,13 @@ struct Sample {
 
 fn main() {
     let args: Vec<String> = std::env::args().skip(1).collect();
-    let flag = |name: &str| {
-        args.iter()
-            .position(|a| a == name)
-            .and_then(|i| args.get(i + 1))
-            .cloned()
-    };
+    let flag = |name: &str| args.iter().position(|a| a == name).and_then(|i| args.get(i + 1)).cloned();
     let quick = args.iter().any(|a| a == "--quick");
-    let rounds: usize = flag("--rounds")
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(if quick { 1 } else { 3 });
-    let seconds: u64 = flag("--seconds")
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(if quick { 3 } else { 6 });
+    let rounds: usize = flag("--rounds").and_then(|v| v.parse().ok()).unwrap_or(if quick { 1 } else { 3 });
+    let seconds: u64 = flag("--seconds").and_then(|v| v.parse().ok()).unwrap_or(if quick { 3 } else { 6 });
     let warmup = 2u64;
     let json = flag("--json");
-    let _ = env_logger::builder()
-        .filter_level(log::LevelFilter::Warn)
-        .try_init();
+    let _ = env_logger::builder().filter_level(log::LevelFilter::Warn).try_init();
 
     if !spate_dpdk::eal::hugepages_available() {
         eprintln!("dpdk_forward needs hugepages (vhost-user): run `cargo xtask setup` as root");
@@ -57,15 +46,11 @@ fn main() {
     let mut generator = TestPmdBuilder::new("0,1", 1)
         .vdev(&format!("net_vhost0,iface={},queues=1", sock.display()))
         .args(testpmd_common(&["--forward-mode=flowgen", "--txpkts=64"]))
-        .limit(Duration::from_secs(
-            60 + rounds as u64 * 2 * (seconds + warmup + 10),
-        ))
+        .limit(Duration::from_secs(60 + rounds as u64 * 2 * (seconds + warmup + 10)))
         .spawn("gen")
         .expect("start the testpmd generator");
     generator.proc.remove_on_drop(&sock);
-    generator
-        .wait_started(Duration::from_secs(30))
-        .expect("generator starts");
+    generator.wait_started(Duration::from_secs(30)).expect("generator starts");
 
     let _eal = EalBuilder::new()
         .program("spate-bench")
@@ -82,45 +67,22 @@ fn main() {
         // testpmd io forwarding on the client side.
         let mut fwd = TestPmdBuilder::new("0,1", 0)
             .vdev(&virtio("net_virtio_user0"))
-            .args(testpmd_common(&[
-                "--forward-mode=io",
-                "--record-core-cycles",
-                "--port-topology=loop",
-            ]))
+            .args(testpmd_common(&["--forward-mode=io", "--record-core-cycles", "--port-topology=loop"]))
             .limit(Duration::from_secs(seconds + warmup + 60))
             .spawn("fwd")
             .expect("start testpmd io");
-        fwd.wait_started(Duration::from_secs(30))
-            .expect("testpmd io starts");
+        fwd.wait_started(Duration::from_secs(30)).expect("testpmd io starts");
         std::thread::sleep(Duration::from_secs(warmup + seconds));
         let out = fwd.finish();
         let stats = FwdStats::parse(&out).unwrap_or_else(|| panic!("no testpmd stats in:\n{out}"));
-        eprintln!(
-            "testpmd: {} received, {} dropped on transmit",
-            stats.rx, stats.tx_dropped
-        );
+        eprintln!("testpmd: {} received, {} dropped on transmit", stats.rx, stats.tx_dropped);
         let rx = pps_samples(&out, "Rx");
-        let measured: Vec<u64> = rx
-            .iter()
-            .copied()
-            .skip(warmup as usize)
-            .filter(|&v| v > 0)
-            .collect();
+        let measured: Vec<u64> = rx.iter().copied().skip(warmup as usize).filter(|&v| v > 0).collect();
         let pps = measured.iter().sum::<u64>() as f64 / measured.len().max(1) as f64;
-        let t = Sample {
-            pps,
-            cycles_per_packet: stats
-                .cycles_per_packet
-                .expect("--record-core-cycles output"),
-        };
+        let t = Sample { pps, cycles_per_packet: stats.cycles_per_packet.expect("--record-core-cycles output") };
         drop(fwd);
 
-        let s = spate_forward(
-            &virtio(&unique("net_virtio_user")),
-            pool.clone(),
-            warmup,
-            seconds,
-        );
+        let s = spate_forward(&virtio(&unique("net_virtio_user")), pool.clone(), warmup, seconds);
         eprintln!(
             "round {}: testpmd io {:.2} Mpps {:.1} cyc/pkt | spate {:.2} Mpps {:.1} cyc/pkt",
             round + 1,
@@ -144,20 +106,9 @@ fn main() {
     );
     println!("| forwarder            |        Mpps | busy cycles/packet |");
     println!("|----------------------|-------------|--------------------|");
-    println!(
-        "| dpdk-testpmd io      | {:>11.2} | {:>18.1} |",
-        t.pps / 1e6,
-        t.cycles_per_packet
-    );
-    println!(
-        "| spate-dpdk loop      | {:>11.2} | {:>18.1} |",
-        s.pps / 1e6,
-        s.cycles_per_packet
-    );
-    println!(
-        "| spate / testpmd      | {:>11.3} | {:>18.3} |",
-        pps_ratio, cyc_ratio
-    );
+    println!("| dpdk-testpmd io      | {:>11.2} | {:>18.1} |", t.pps / 1e6, t.cycles_per_packet);
+    println!("| spate-dpdk loop      | {:>11.2} | {:>18.1} |", s.pps / 1e6, s.cycles_per_packet);
+    println!("| spate / testpmd      | {:>11.3} | {:>18.3} |", pps_ratio, cyc_ratio);
     println!("| target               |    >= 0.950 |           <= 1.050 |");
     println!(
         "pps ratio {} target; cycles ratio {} target",
@@ -180,15 +131,8 @@ fn main() {
 fn testpmd_common(mode: &[&str]) -> Vec<String> {
     let mut v: Vec<String> = mode.iter().map(|s| s.to_string()).collect();
     v.extend(
-        [
-            "--nb-cores=1",
-            "--burst=32",
-            "--rxd=1024",
-            "--txd=1024",
-            "--total-num-mbufs=16384",
-            "--stats-period=1",
-        ]
-        .map(String::from),
+        ["--nb-cores=1", "--burst=32", "--rxd=1024", "--txd=1024", "--total-num-mbufs=16384", "--stats-period=1"]
+            .map(String::from),
     );
     v
 }
@@ -197,13 +141,8 @@ fn testpmd_common(mode: &[&str]) -> Vec<String> {
 fn spate_forward(spec: &str, pool: Arc<Mempool>, warmup: u64, seconds: u64) -> Sample {
     let mut port = Port::create(spec).expect("virtio_user port");
     // Configured as testpmd configures its port: no checksum offloads.
-    let cfg = PortConfig {
-        rx_desc: RING,
-        tx_desc: RING,
-        rx_checksum: false,
-        tx_checksum: false,
-        ..PortConfig::default()
-    };
+    let cfg =
+        PortConfig { rx_desc: RING, tx_desc: RING, rx_checksum: false, tx_checksum: false, ..PortConfig::default() };
     port.configure(&cfg, pool).expect("configure");
     port.start().expect("start");
     let deadline = Instant::now() + Duration::from_secs(10);
@@ -239,10 +178,7 @@ fn spate_forward(spec: &str, pool: Arc<Mempool>, warmup: u64, seconds: u64) -> S
     let (pkts, busy, dropped) = run(seconds);
     eprintln!("spate: {pkts} forwarded, {dropped} dropped on transmit (TX ring full)");
     drop((rx, tx));
-    Sample {
-        pps: pkts as f64 / seconds as f64,
-        cycles_per_packet: busy as f64 / pkts.max(1) as f64,
-    }
+    Sample { pps: pkts as f64 / seconds as f64, cycles_per_packet: busy as f64 / pkts.max(1) as f64 }
 }
 
 fn median(v: &[Sample]) -> Sample {
@@ -250,8 +186,5 @@ fn median(v: &[Sample]) -> Sample {
     let mut c: Vec<f64> = v.iter().map(|s| s.cycles_per_packet).collect();
     p.sort_by(f64::total_cmp);
     c.sort_by(f64::total_cmp);
-    Sample {
-        pps: p[p.len() / 2],
-        cycles_per_packet: c[c.len() / 2],
-    }
+    Sample { pps: p[p.len() / 2], cycles_per_packet: c[c.len() / 2] }
 }

@@ -12,17 +12,14 @@ fn main() {
     println!("cargo:rerun-if-changed=shim/shim.c");
     println!("cargo:rerun-if-env-changed=PKG_CONFIG_PATH");
 
-    let dpdk = pkg_config::Config::new()
-        .atleast_version(MIN_DPDK)
-        .probe("libdpdk")
-        .unwrap_or_else(|e| {
-            panic!(
-                "spate-dpdk needs DPDK >= {MIN_DPDK} visible to pkg-config as `libdpdk`.\n\
+    let dpdk = pkg_config::Config::new().atleast_version(MIN_DPDK).probe("libdpdk").unwrap_or_else(|e| {
+        panic!(
+            "spate-dpdk needs DPDK >= {MIN_DPDK} visible to pkg-config as `libdpdk`.\n\
                  On Debian: apt-get install dpdk dpdk-dev libdpdk-dev pkg-config clang libclang-dev\n\
                  (or run `cargo xtask setup`, which installs them).\n\
                  pkg-config said: {e}"
-            )
-        });
+        )
+    });
 
     // rte_vdev_init lives in the vdev bus driver, which pkg-config's
     // application link line leaves to the EAL's plugin loader.
@@ -98,21 +95,13 @@ fn main() {
         .prepend_enum_name(false)
         .generate()
         .expect("bindgen failed on shim/shim.h (is libclang-dev installed?)");
-    bindings
-        .write_to_file(out.join("bindings.rs"))
-        .expect("write bindings.rs");
+    bindings.write_to_file(out.join("bindings.rs")).expect("write bindings.rs");
 }
 
 fn pkg_config_cflags() -> Vec<String> {
-    let output = Command::new("pkg-config")
-        .args(["--cflags", "libdpdk"])
-        .output()
-        .expect("run pkg-config --cflags libdpdk");
-    assert!(
-        output.status.success(),
-        "pkg-config --cflags libdpdk failed: {}",
-        String::from_utf8_lossy(&output.stderr)
-    );
+    let output =
+        Command::new("pkg-config").args(["--cflags", "libdpdk"]).output().expect("run pkg-config --cflags libdpdk");
+    assert!(output.status.success(), "pkg-config --cflags libdpdk failed: {}", String::from_utf8_lossy(&output.stderr));
     let text = String::from_utf8(output.stdout).expect("pkg-config output is UTF-8");
     // Kept in order: `-include rte_config.h` is two words that belong together.
     text.split_whitespace().map(str::to_string).collect()

@@ -14,21 +14,11 @@ fn bad_input_gets_clear_errors() {
 
     // Before the EAL runs.
     assert!(matches!(Port::open("net_ring0"), Err(Error::EalNotRunning)));
-    assert!(matches!(
-        Mempool::new(&MempoolConfig::new("early", 63)),
-        Err(Error::EalNotRunning)
-    ));
+    assert!(matches!(Mempool::new(&MempoolConfig::new("early", 63)), Err(Error::EalNotRunning)));
 
-    let eal = EalBuilder::new()
-        .lcores("0-1")
-        .memory(Memory::NoHuge)
-        .init()
-        .expect("EAL starts");
+    let eal = EalBuilder::new().lcores("0-1").memory(Memory::NoHuge).init().expect("EAL starts");
     assert!(!eal.hugepages());
-    assert!(
-        !eal.runtime_dir().exists(),
-        "the runtime folder is removed right after init"
-    );
+    assert!(!eal.runtime_dir().exists(), "the runtime folder is removed right after init");
     spate_dpdk::lcore::unpin_current_thread().unwrap();
 
     // A second start in the same process.
@@ -47,34 +37,20 @@ fn bad_input_gets_clear_errors() {
 
     // Pools: bad names, duplicates, exhaustion.
     let long = "x".repeat(40);
-    assert!(matches!(
-        Mempool::new(&MempoolConfig::new(&long, 63)),
-        Err(Error::MempoolCreate { .. })
-    ));
+    assert!(matches!(Mempool::new(&MempoolConfig::new(&long, 63)), Err(Error::MempoolCreate { .. })));
     let name = unique("tiny");
     let mut cfg = MempoolConfig::new(&name, 63);
     cfg.cache_size = 0;
     let pool = Arc::new(Mempool::new(&cfg).unwrap());
     let dup = Mempool::new(&cfg).unwrap_err();
-    assert!(
-        matches!(dup, Error::MempoolCreate { errno, .. } if errno == libc::EEXIST),
-        "{dup}"
-    );
+    assert!(matches!(dup, Error::MempoolCreate { errno, .. } if errno == libc::EEXIST), "{dup}");
     let held: Vec<_> = (0..63).map(|_| pool.try_alloc().unwrap()).collect();
     match pool.try_alloc() {
-        Err(Error::MempoolExhausted {
-            in_use,
-            size,
-            wanted,
-            ..
-        }) => assert_eq!((in_use, size, wanted), (63, 63, 1)),
+        Err(Error::MempoolExhausted { in_use, size, wanted, .. }) => assert_eq!((in_use, size, wanted), (63, 63, 1)),
         other => panic!("unexpected {other:?}"),
     }
     let mut b: Burst = Burst::new();
-    assert!(matches!(
-        pool.alloc_bulk(&mut b, 8),
-        Err(Error::MempoolExhausted { .. })
-    ));
+    assert!(matches!(pool.alloc_bulk(&mut b, 8), Err(Error::MempoolExhausted { .. })));
     assert!(b.is_empty(), "a failed bulk allocation hands out nothing");
     drop(held);
     assert_eq!(pool.in_use(), 0);
@@ -85,25 +61,15 @@ fn bad_input_gets_clear_errors() {
 
     // Port configuration the device cannot honour.
     let mut ring = Port::create(&unique("net_ring")).unwrap();
-    let rss = PortConfig {
-        rss: Rss::Required,
-        ..PortConfig::default()
-    };
+    let rss = PortConfig { rss: Rss::Required, ..PortConfig::default() };
     let e = ring.configure(&rss, pool.clone()).unwrap_err();
     assert!(e.to_string().contains("RSS"), "{e}");
     assert!(!ring.info().supports_rss());
-    let many = PortConfig {
-        rx_queues: 1000,
-        ..PortConfig::default()
-    };
-    assert!(matches!(
-        ring.configure(&many, pool.clone()),
-        Err(Error::Unsupported { .. })
-    ));
+    let many = PortConfig { rx_queues: 1000, ..PortConfig::default() };
+    assert!(matches!(ring.configure(&many, pool.clone()), Err(Error::Unsupported { .. })));
     assert!(ring.start().is_err(), "start before configure");
     assert!(ring.rx_queue(0).is_err(), "no queues before configure");
-    ring.configure(&PortConfig::default(), pool.clone())
-        .unwrap();
+    ring.configure(&PortConfig::default(), pool.clone()).unwrap();
     ring.start().unwrap();
     let q = ring.rx_queue(0).unwrap();
     assert!(ring.rx_queue(0).is_err(), "one handle per queue");

@@ -14,15 +14,7 @@ fn null_port_lifecycle_stats_and_link() {
     {
         let mut port = Port::create(&format!("{},size=64", unique("net_null"))).unwrap();
         assert_eq!(port.info().driver, "net_null");
-        port.configure(
-            &PortConfig {
-                rx_desc: 512,
-                tx_desc: 512,
-                ..PortConfig::default()
-            },
-            pool.clone(),
-        )
-        .unwrap();
+        port.configure(&PortConfig { rx_desc: 512, tx_desc: 512, ..PortConfig::default() }, pool.clone()).unwrap();
         assert!(!port.link().unwrap().up, "down before start");
         port.start().unwrap();
         assert!(port.is_started());
@@ -44,10 +36,7 @@ fn null_port_lifecycle_stats_and_link() {
         assert_eq!(stats.ipackets, received);
         assert_eq!(stats.opackets, sent);
         let xstats = port.xstats().unwrap();
-        let good = xstats
-            .iter()
-            .find(|(n, _)| n == "rx_good_packets")
-            .map(|(_, v)| *v);
+        let good = xstats.iter().find(|(n, _)| n == "rx_good_packets").map(|(_, v)| *v);
         assert_eq!(good, Some(received), "xstats: {xstats:?}");
         port.reset_stats().unwrap();
         assert_eq!(port.stats().unwrap().ipackets, 0);
@@ -67,14 +56,11 @@ fn null_port_lifecycle_stats_and_link() {
 fn worker_lcore_polls_a_port_and_returns() {
     let _serial = device_lock();
     shared_eal(Memory::Auto);
-    let worker = *lcore::workers()
-        .first()
-        .expect("the test EAL has lcores 0-1");
+    let worker = *lcore::workers().first().expect("the test EAL has lcores 0-1");
     let pool = Arc::new(Mempool::new(&MempoolConfig::new(&unique("nullw"), 8191)).unwrap());
     {
         let mut port = Port::create(&unique("net_null")).unwrap();
-        port.configure(&PortConfig::default(), pool.clone())
-            .unwrap();
+        port.configure(&PortConfig::default(), pool.clone()).unwrap();
         port.start().unwrap();
         let mut rx = port.rx_queue(0).unwrap();
         let job = lcore::launch(worker, move || {
@@ -93,10 +79,7 @@ fn worker_lcore_polls_a_port_and_returns() {
         // A panicking job is reported, not propagated across the FFI boundary.
         let job = lcore::launch(worker, || panic!("on purpose")).unwrap();
         assert_eq!(job.join(), -1);
-        assert!(
-            lcore::launch(lcore::main_lcore(), || 0).is_err(),
-            "the main lcore is the caller's"
-        );
+        assert!(lcore::launch(lcore::main_lcore(), || 0).is_err(), "the main lcore is the caller's");
     }
     assert_eq!(pool.in_use(), 0);
 }

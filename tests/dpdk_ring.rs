@@ -22,18 +22,14 @@ fn payload(seq: usize) -> Vec<u8> {
 fn ring_loopback_is_byte_exact_and_leaks_nothing() {
     let _serial = device_lock();
     let eal = shared_eal(Memory::Auto);
-    assert!(
-        !eal.runtime_dir().exists(),
-        "the EAL runtime folder is removed after init"
-    );
+    assert!(!eal.runtime_dir().exists(), "the EAL runtime folder is removed after init");
 
     let pool = Arc::new(Mempool::new(&MempoolConfig::new(&unique("ring"), 4095)).unwrap());
     let baseline = pool.in_use();
     {
         let mut port = Port::create(&unique("net_ring")).unwrap();
         assert_eq!(port.info().driver, "net_ring");
-        port.configure(&PortConfig::default(), pool.clone())
-            .unwrap();
+        port.configure(&PortConfig::default(), pool.clone()).unwrap();
         port.start().unwrap();
         let mut rx = port.rx_queue(0).unwrap();
         let mut tx = port.tx_queue(0).unwrap();
@@ -45,10 +41,7 @@ fn ring_loopback_is_byte_exact_and_leaks_nothing() {
         let mut rounds = 0;
         while received < PACKETS {
             rounds += 1;
-            assert!(
-                rounds < 100_000,
-                "loopback stalled: sent {sent}, received {received}"
-            );
+            assert!(rounds < 100_000, "loopback stalled: sent {sent}, received {received}");
             // Fill a burst of up to 32 packets; send what the ring takes.
             while sent + out.len() < PACKETS && !out.is_full() {
                 let seq = sent + out.len();
@@ -60,11 +53,7 @@ fn ring_loopback_is_byte_exact_and_leaks_nothing() {
             sent += tx.tx_burst(&mut out);
             rx.rx_burst(&mut inn);
             for m in inn.drain() {
-                assert_eq!(
-                    m.data(),
-                    payload(received).as_slice(),
-                    "packet {received} differs"
-                );
+                assert_eq!(m.data(), payload(received).as_slice(), "packet {received} differs");
                 received += 1;
             }
         }
@@ -85,8 +74,7 @@ fn unsent_mbufs_come_back_to_the_caller() {
     let pool = Arc::new(Mempool::new(&MempoolConfig::new(&unique("ringfull"), 4095)).unwrap());
     {
         let mut port = Port::create(&unique("net_ring")).unwrap();
-        port.configure(&PortConfig::default(), pool.clone())
-            .unwrap();
+        port.configure(&PortConfig::default(), pool.clone()).unwrap();
         port.start().unwrap();
         let mut tx = port.tx_queue(0).unwrap();
         // The ring behind net_ring holds fewer than 4,000 packets: fill it.
@@ -101,11 +89,7 @@ fn unsent_mbufs_come_back_to_the_caller() {
             assert!(b.len() <= 32);
         }
         assert!(refused > 0, "the ring should fill up ({total} accepted)");
-        assert_eq!(
-            pool.in_use() as usize,
-            total,
-            "refused mbufs were freed with their bursts"
-        );
+        assert_eq!(pool.in_use() as usize, total, "refused mbufs were freed with their bursts");
     }
     assert_eq!(pool.in_use(), 0);
 }
@@ -126,9 +110,7 @@ fn wire_pair_carries_frames_both_ways() {
         let mut burst: Burst = Burst::new();
         for (seq, tx) in [(1usize, &mut a_tx), (2, &mut b_tx)] {
             let mut m = pool.try_alloc().unwrap();
-            m.append(payload(seq).len())
-                .unwrap()
-                .copy_from_slice(&payload(seq));
+            m.append(payload(seq).len()).unwrap().copy_from_slice(&payload(seq));
             burst.push(m).unwrap();
             assert_eq!(tx.tx_burst(&mut burst), 1);
         }
@@ -170,26 +152,16 @@ fn mbuf_headroom_and_chain_operations() {
         tail.append(3).unwrap().copy_from_slice(b"xyz");
         m.chain(tail).unwrap();
         assert_eq!((m.segments(), m.pkt_len(), m.data_len()), (2, 11, 8));
-        assert_eq!(
-            m.segment_data().collect::<Vec<_>>(),
-            vec![&b"01234567"[..], &b"xyz"[..]]
-        );
+        assert_eq!(m.segment_data().collect::<Vec<_>>(), vec![&b"01234567"[..], &b"xyz"[..]]);
         let mut buf = [0u8; 5];
         assert!(m.read_at(6, &mut buf));
         assert_eq!(&buf, b"67xyz");
         assert!(!m.read_at(7, &mut buf), "past the end");
-        assert_eq!(
-            m.buf_len(),
-            2 * (pool.data_room() as usize + 128),
-            "two buffers of data room plus headroom"
-        );
+        assert_eq!(m.buf_len(), 2 * (pool.data_room() as usize + 128), "two buffers of data room plus headroom");
         m.trim(1).unwrap();
         assert_eq!(m.pkt_len(), 10);
         let rest = m.split_first_segment().unwrap();
-        assert_eq!(
-            (m.pkt_len(), rest.pkt_len(), rest.data()),
-            (8, 2, &b"xy"[..])
-        );
+        assert_eq!((m.pkt_len(), rest.pkt_len(), rest.data()), (8, 2, &b"xy"[..]));
         assert_eq!(pool.in_use(), 2);
     }
     assert_eq!(pool.in_use(), 0);

@@ -6,9 +6,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use spate_dpdk::{Burst, Memory, Mempool, MempoolConfig, Port, PortConfig};
-use spate_testkit::{
-    FwdStats, TestPmdBuilder, device_lock, shared_eal, unique, unique_socket_path,
-};
+use spate_testkit::{FwdStats, TestPmdBuilder, device_lock, shared_eal, unique, unique_socket_path};
 
 const PACKETS: usize = 10_000;
 const SRC: [u8; 6] = [0x02, 0, 0, 0, 0, 0x01];
@@ -33,12 +31,7 @@ fn vhost_user_pair_moves_packets_both_ways() {
     let _ = std::fs::remove_file(&sock);
     let mut peer = TestPmdBuilder::new("0,1", 0)
         .vdev(&format!("net_vhost0,iface={},queues=1", sock.display()))
-        .args([
-            "--forward-mode=macswap",
-            "--nb-cores=1",
-            "--stats-period=1",
-            "--total-num-mbufs=8192",
-        ])
+        .args(["--forward-mode=macswap", "--nb-cores=1", "--stats-period=1", "--total-num-mbufs=8192"])
         .limit(Duration::from_secs(120))
         .spawn("vhost")
         .unwrap();
@@ -52,28 +45,17 @@ fn vhost_user_pair_moves_packets_both_ways() {
 
     let pool = Arc::new(Mempool::new(&MempoolConfig::new(&unique("vhu"), 8191)).unwrap());
     {
-        let spec = format!(
-            "{},path={},queues=1,queue_size=1024",
-            unique("net_virtio_user"),
-            sock.display()
-        );
+        let spec = format!("{},path={},queues=1,queue_size=1024", unique("net_virtio_user"), sock.display());
         let mut port = Port::create(&spec).unwrap();
         assert_eq!(port.info().driver, "net_virtio_user");
-        assert!(
-            !port.info().supports_rss(),
-            "virtio_user offers no RSS here"
-        );
-        port.configure(&PortConfig::default(), pool.clone())
-            .unwrap();
+        assert!(!port.info().supports_rss(), "virtio_user offers no RSS here");
+        port.configure(&PortConfig::default(), pool.clone()).unwrap();
         port.start().unwrap();
         let deadline = Instant::now() + Duration::from_secs(10);
         while !port.link().unwrap().up && Instant::now() < deadline {
             std::thread::sleep(Duration::from_millis(20));
         }
-        assert!(
-            port.link().unwrap().up,
-            "virtio_user link comes up once connected"
-        );
+        assert!(port.link().unwrap().up, "virtio_user link comes up once connected");
 
         let mut rx = port.rx_queue(0).unwrap();
         let mut tx = port.tx_queue(0).unwrap();
@@ -82,13 +64,9 @@ fn vhost_user_pair_moves_packets_both_ways() {
         let mut inn: Burst = Burst::new();
         let deadline = Instant::now() + Duration::from_secs(60);
         while received < PACKETS {
-            assert!(
-                Instant::now() < deadline,
-                "stalled: sent {sent}, received {received}"
-            );
+            assert!(Instant::now() < deadline, "stalled: sent {sent}, received {received}");
             // Keep at most 256 in flight so neither ring overflows.
-            while sent + out.len() < PACKETS && sent + out.len() - received < 256 && !out.is_full()
-            {
+            while sent + out.len() < PACKETS && sent + out.len() - received < 256 && !out.is_full() {
                 let f = frame(sent + out.len());
                 let mut m = pool.try_alloc().unwrap();
                 m.append(f.len()).unwrap().copy_from_slice(&f);
@@ -100,21 +78,14 @@ fn vhost_user_pair_moves_packets_both_ways() {
                 let want = frame(received);
                 let got = m.data();
                 assert_eq!(got.len(), want.len(), "frame {received} length");
-                assert_eq!(
-                    &got[..6],
-                    &SRC,
-                    "frame {received}: macswap puts our source first"
-                );
+                assert_eq!(&got[..6], &SRC, "frame {received}: macswap puts our source first");
                 assert_eq!(&got[6..12], &DST);
                 assert_eq!(&got[12..], &want[12..], "frame {received} payload");
                 received += 1;
             }
         }
         let stats = port.stats().unwrap();
-        assert_eq!(
-            (stats.opackets, stats.ipackets),
-            (PACKETS as u64, PACKETS as u64)
-        );
+        assert_eq!((stats.opackets, stats.ipackets), (PACKETS as u64, PACKETS as u64));
     }
     let out = peer.finish();
     let fwd = FwdStats::parse(&out).unwrap_or_else(|| panic!("no forward stats in:\n{out}"));

@@ -53,11 +53,7 @@ fn echo_args(device: Option<String>) -> Vec<String> {
 
 /// Echoes every size from 0 to `max` bytes (DATAGRAMS of them), byte-exact.
 fn echo_sizes(target: SocketAddr, max: usize) -> u64 {
-    let bind = if target.is_ipv4() {
-        "198.18.0.1:0"
-    } else {
-        "[fd00::1]:0"
-    };
+    let bind = if target.is_ipv4() { "198.18.0.1:0" } else { "[fd00::1]:0" };
     let s = UdpSocket::bind(bind).unwrap();
     s.set_read_timeout(Some(Duration::from_secs(2))).unwrap();
     let mut sent = 0;
@@ -72,11 +68,7 @@ fn echo_sizes(target: SocketAddr, max: usize) -> u64 {
             match s.recv_from(&mut buf) {
                 Ok((n, from)) => {
                     assert_eq!(from, target);
-                    assert_eq!(
-                        &buf[..n],
-                        &payload[..],
-                        "datagram {i} ({len} bytes) came back different"
-                    );
+                    assert_eq!(&buf[..n], &payload[..], "datagram {i} ({len} bytes) came back different");
                     break;
                 }
                 Err(e) if e.kind() == ErrorKind::WouldBlock && attempt < 3 => attempt += 1,
@@ -88,21 +80,13 @@ fn echo_sizes(target: SocketAddr, max: usize) -> u64 {
 }
 
 fn refused(target: SocketAddr) {
-    let bind = if target.is_ipv4() {
-        "198.18.0.1:0"
-    } else {
-        "[fd00::1]:0"
-    };
+    let bind = if target.is_ipv4() { "198.18.0.1:0" } else { "[fd00::1]:0" };
     let s = UdpSocket::bind(bind).unwrap();
     s.set_read_timeout(Some(Duration::from_secs(3))).unwrap();
     s.connect(target).unwrap();
     s.send(b"is anyone there").unwrap();
     let err = s.recv(&mut [0u8; 16]).unwrap_err();
-    assert_eq!(
-        err.kind(),
-        ErrorKind::ConnectionRefused,
-        "spate's ICMP port unreachable reaches the socket"
-    );
+    assert_eq!(err.kind(), ErrorKind::ConnectionRefused, "spate's ICMP port unreachable reaches the socket");
 }
 
 fn run(mode: Mode) {
@@ -132,17 +116,10 @@ fn run(mode: Mode) {
 
     for target in ["198.18.0.2", "fd00::2"] {
         let out = peer.exec(&["ping", "-c", "3", "-i", "0.2", "-W", "2", target]);
-        assert!(
-            out.status.success(),
-            "ping {target}: {}",
-            String::from_utf8_lossy(&out.stdout)
-        );
+        assert!(out.status.success(), "ping {target}: {}", String::from_utf8_lossy(&out.stdout));
     }
     let neigh = peer.must(&["ip", "neigh", "show"]);
-    assert!(
-        neigh.contains("198.18.0.2") && neigh.contains("02:53:50:41:54:45"),
-        "ARP resolved: {neigh}"
-    );
+    assert!(neigh.contains("198.18.0.2") && neigh.contains("02:53:50:41:54:45"), "ARP resolved: {neigh}");
     assert!(neigh.contains("fd00::2"), "ND resolved: {neigh}");
 
     let sent = peer.run(|| {
@@ -158,22 +135,11 @@ fn run(mode: Mode) {
     assert_eq!(counter(&c, "Udp6.InDatagrams"), sent.v6, "{out}");
     assert_eq!(counter(&c, "Udp.OutDatagrams"), sent.v4, "{out}");
     assert_eq!(counter(&c, "Udp6.OutDatagrams"), sent.v6, "{out}");
-    assert_eq!(
-        (counter(&c, "Udp.NoPorts"), counter(&c, "Udp6.NoPorts")),
-        (1, 1),
-        "{out}"
-    );
+    assert_eq!((counter(&c, "Udp.NoPorts"), counter(&c, "Udp6.NoPorts")), (1, 1), "{out}");
     assert_eq!(counter(&c, "Icmp.InEchos"), 3, "{out}");
     assert_eq!(counter(&c, "Icmp6.InEchos"), 3, "{out}");
-    assert!(
-        counter(&c, "Arp.OutReplies") + counter(&c, "Arp.InReplies") >= 1,
-        "{out}"
-    );
-    assert_eq!(
-        counter(&c, "Udp.InErrors") + counter(&c, "Udp6.InErrors"),
-        0,
-        "{out}"
-    );
+    assert!(counter(&c, "Arp.OutReplies") + counter(&c, "Arp.InReplies") >= 1, "{out}");
+    assert_eq!(counter(&c, "Udp.InErrors") + counter(&c, "Udp6.InErrors"), 0, "{out}");
     drop(peer_ns);
 }
 

@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 
 use spate_dpdk::{Burst, Memory};
 use spate_stack::wire::{ethernet, ip_proto, ipv4};
-use spate_stack::{Datagram, LcoreCtx, PortSpec, Stack, StackConfig, UdpSocket};
+use spate_stack::{DatagramBatch, LcoreCtx, PortSpec, Stack, StackConfig, UdpSocket};
 use spate_testkit::wire_peer::udp_frame;
 use spate_testkit::{WirePeer, device_lock, shared_eal};
 
@@ -59,13 +59,9 @@ fn pump(peer: &mut WirePeer, frames: &[Vec<u8>], n: u64) {
     let (mut sent, mut replies) = (0u64, 0u64);
     let deadline = Instant::now() + Duration::from_secs(120);
     while replies < n {
-        assert!(
-            Instant::now() < deadline,
-            "stalled: {sent} sent, {replies} echoed"
-        );
+        assert!(Instant::now() < deadline, "stalled: {sent} sent, {replies} echoed");
         while sent < n && sent - replies < IN_FLIGHT && !out.is_full() {
-            out.push(peer.mbuf(&frames[sent as usize % frames.len()]))
-                .unwrap();
+            out.push(peer.mbuf(&frames[sent as usize % frames.len()])).unwrap();
             sent += 1;
         }
         let queued = out.len();
@@ -102,25 +98,11 @@ fn no_heap_allocation_per_datagram() {
     let (mut peer, spate_port, _a) = WirePeer::new(4095);
     let mut spec = PortSpec::new(&spate_port).addr("198.18.0.2/24").unwrap();
     spec.mac = Some("02:53:50:41:54:45".parse().unwrap());
-    let cfg = StackConfig {
-        lcores: "1".into(),
-        ports: vec![spec],
-        stop_on_signal: false,
-        ..StackConfig::default()
-    };
+    let cfg = StackConfig { lcores: "1".into(), ports: vec![spec], stop_on_signal: false, ..StackConfig::default() };
     let stack = Stack::new(cfg).unwrap();
     let mac = stack.interfaces()[0].mac;
-    let frames: Vec<Vec<u8>> = (0..16)
-        .map(|i| {
-            udp_frame(
-                mac,
-                false,
-                40000 + i,
-                7,
-                &vec![i as u8; 64 + 50 * i as usize],
-            )
-        })
-        .collect();
+    let frames: Vec<Vec<u8>> =
+        (0..16).map(|i| udp_frame(mac, false, 40000 + i, 7, &vec![i as u8; 64 + 50 * i as usize])).collect();
     let sock = Arc::new(UdpSocket::bind(&stack, "0.0.0.0:7").unwrap());
 
     // Run-to-completion: the lcore echoes in its own callback.
@@ -129,10 +111,10 @@ fn no_heap_allocation_per_datagram() {
     let running = stack
         .spawn(move |_| {
             let s = s.clone();
-            let mut batch: Vec<Datagram> = Vec::with_capacity(32);
+            let mut batch = DatagramBatch::with_capacity(32);
             move |_: &mut LcoreCtx<'_>| {
                 if s.recv_batch(&mut batch, 32).is_ok() {
-                    for d in batch.drain(..) {
+                    for d in batch.drain() {
                         let to = d.src();
                         let _ = s.send_buf_to(d.into_send_buf(), to);
                     }
@@ -145,8 +127,7 @@ fn no_heap_allocation_per_datagram() {
 
     // Thread mode: an application thread copies each datagram out and back.
     sock.set_nonblocking(false).unwrap();
-    sock.set_read_timeout(Some(Duration::from_millis(100)))
-        .unwrap();
+    sock.set_read_timeout(Some(Duration::from_millis(100))).unwrap();
     let running = stack.spawn_polling().unwrap();
     let done = Arc::new(AtomicBool::new(false));
     let (s, d) = (sock.clone(), done.clone());
@@ -163,12 +144,6 @@ fn no_heap_allocation_per_datagram() {
     app.join().unwrap();
     running.stop();
 
-    assert_eq!(
-        rtc, 0,
-        "heap allocations over {MEASURED} datagrams, run-to-completion"
-    );
-    assert_eq!(
-        threaded, 0,
-        "heap allocations over {MEASURED} datagrams, application thread"
-    );
+    assert_eq!(rtc, 0, "heap allocations over {MEASURED} datagrams, run-to-completion");
+    assert_eq!(threaded, 0, "heap allocations over {MEASURED} datagrams, application thread");
 }

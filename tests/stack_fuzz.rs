@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 
 use spate_dpdk::{Burst, Memory};
 use spate_stack::wire::fixtures;
-use spate_stack::{Counter, Datagram, LcoreCtx, PortSpec, Stack, StackConfig, UdpSocket};
+use spate_stack::{Counter, DatagramBatch, LcoreCtx, PortSpec, Stack, StackConfig, UdpSocket};
 use spate_testkit::{Rng, WirePeer, device_lock, shared_eal};
 
 const FRAMES: u64 = 100_000;
@@ -45,11 +45,7 @@ fn hundred_thousand_hostile_frames() {
     shared_eal(Memory::Auto);
     let (mut peer, spate_port, _a) = WirePeer::new(8191);
     // The captured frames are addressed to 02:53:50:41:54:45, 198.18.0.2 and fd00::2.
-    let mut port = PortSpec::new(&spate_port)
-        .addr("198.18.0.2/24")
-        .unwrap()
-        .addr("fd00::2/64")
-        .unwrap();
+    let mut port = PortSpec::new(&spate_port).addr("198.18.0.2/24").unwrap().addr("fd00::2/64").unwrap();
     port.mac = Some("02:53:50:41:54:45".parse().unwrap());
     let cfg = StackConfig {
         lcores: "1".into(),
@@ -65,10 +61,10 @@ fn hundred_thousand_hostile_frames() {
     let running = stack
         .spawn(move |_| {
             let s = s.clone();
-            let mut batch: Vec<Datagram> = Vec::with_capacity(32);
+            let mut batch = DatagramBatch::with_capacity(32);
             move |_: &mut LcoreCtx<'_>| {
                 if s.recv_batch(&mut batch, 32).is_ok() {
-                    for d in batch.drain(..) {
+                    for d in batch.drain() {
                         let to = d.src();
                         let _ = s.send_buf_to(d.into_send_buf(), to);
                     }
@@ -106,10 +102,7 @@ fn hundred_thousand_hostile_frames() {
     let mut back: Burst = Burst::new();
     let deadline = Instant::now() + Duration::from_secs(120);
     while sent < FRAMES {
-        assert!(
-            Instant::now() < deadline,
-            "fuzz run stalled at {sent} frames"
-        );
+        assert!(Instant::now() < deadline, "fuzz run stalled at {sent} frames");
         while !out.is_full() && sent + (out.len() as u64) < FRAMES {
             let f = mutate(&mut rng, &seeds);
             out.push(peer.mbuf(&f)).unwrap();
@@ -135,11 +128,7 @@ fn hundred_thousand_hostile_frames() {
     let c = stack.counters();
     assert_eq!(c[Counter::RxFrames], FRAMES, "{}", c.render_nonzero());
     assert_eq!(c.unaccounted_frames(), 0, "{}", c.render_nonzero());
-    assert!(
-        c[Counter::RxDelivered] > 100,
-        "valid frames got through: {}",
-        c.render_nonzero()
-    );
+    assert!(c[Counter::RxDelivered] > 100, "valid frames got through: {}", c.render_nonzero());
     drop(sock);
     // Replies waiting for neighbours that will never answer go with the stack.
     let pool = stack.mempool().clone();

@@ -40,10 +40,7 @@ fn arp_udp_and_port_unreachable_over_a_wire_pair() {
     // The gratuitous ARP comes first.
     let g = peer.recv_matching(|_| true);
     let ga = arp::Repr::parse(&arp::Packet::new_checked(&g[14..]).unwrap()).unwrap();
-    assert_eq!(
-        (ga.sender_ip, ga.target_ip, ga.sender_mac),
-        (SPATE_IP, SPATE_IP, spate_mac)
-    );
+    assert_eq!((ga.sender_ip, ga.target_ip, ga.sender_mac), (SPATE_IP, SPATE_IP, spate_mac));
 
     let req = arp::Repr {
         operation: arp::Operation::Request,
@@ -77,10 +74,7 @@ fn arp_udp_and_port_unreachable_over_a_wire_pair() {
     assert_eq!((ip.src(), ip.dst()), (SPATE_IP, PEER_IP));
     let u = udp::Packet::new_checked(ip.payload()).unwrap();
     assert!(u.verify_checksum(&IpAddr::V4(SPATE_IP), &IpAddr::V4(PEER_IP)));
-    assert_eq!(
-        (u.src_port(), u.dst_port(), u.payload()),
-        (7, 40000, &b"hello spate"[..])
-    );
+    assert_eq!((u.src_port(), u.dst_port(), u.payload()), (7, 40000, &b"hello spate"[..]));
 
     // A closed port: ICMP port unreachable.
     peer.send(&udp_frame(spate_mac, false, 40001, 9999, b"anyone?"));

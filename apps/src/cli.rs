@@ -73,31 +73,23 @@ impl StackArgs {
         if !devices.is_empty() {
             cfg.ports = devices.iter().map(|d| PortSpec::new(d)).collect();
         } else if cfg.ports.is_empty() {
-            cfg.ports = vec![PortSpec::new(&format!(
-                "net_tap0,iface={DEFAULT_TAP},mac={DEFAULT_MAC}"
-            ))];
+            cfg.ports = vec![PortSpec::new(&format!("net_tap0,iface={DEFAULT_TAP},mac={DEFAULT_MAC}"))];
         }
-        let defaults = self.ips.is_empty()
-            && self.ip6s.is_empty()
-            && cfg.ports[0].ipv4.is_empty()
-            && cfg.ports[0].ipv6.is_empty();
+        let defaults =
+            self.ips.is_empty() && self.ip6s.is_empty() && cfg.ports[0].ipv4.is_empty() && cfg.ports[0].ipv6.is_empty();
         if defaults {
             cfg.ports[0].ipv4.push(DEFAULT_IP.parse()?);
             cfg.ports[0].ipv6.push(DEFAULT_IP6.parse()?);
         }
         for c in &self.ips {
             if !c.addr.is_ipv4() {
-                return Err(spate_stack::Error::Config(format!(
-                    "--ip {c} is not an IPv4 address"
-                )));
+                return Err(spate_stack::Error::Config(format!("--ip {c} is not an IPv4 address")));
             }
             cfg.ports[0].ipv4.push(*c);
         }
         for c in &self.ip6s {
             if c.addr.is_ipv4() {
-                return Err(spate_stack::Error::Config(format!(
-                    "--ip6 {c} is not an IPv6 address"
-                )));
+                return Err(spate_stack::Error::Config(format!("--ip6 {c} is not an IPv6 address")));
             }
             cfg.ports[0].ipv6.push(*c);
         }
@@ -120,6 +112,5 @@ impl StackArgs {
 
 /// Sets up logging: `RUST_LOG`, `info` by default.
 pub fn init_logging() {
-    let _ = env_logger::Builder::from_env(env_logger::Env::default().default_filter_or("info"))
-        .try_init();
+    let _ = env_logger::Builder::from_env(env_logger::Env::default().default_filter_or("info")).try_init();
 }

@@ -6,18 +6,14 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use clap::Parser;
-use spate_stack::{Datagram, LcoreCtx, Stack, UdpSocket};
+use spate_stack::{DatagramBatch, LcoreCtx, Stack, UdpSocket};
 
 use crate::cli::{self, StackArgs};
 use crate::report;
 
 /// Command line of spate-echo.
 #[derive(Debug, Parser)]
-#[command(
-    name = "spate-echo",
-    version,
-    about = "UDP echo (RFC 862) on spate, over IPv4 and IPv6"
-)]
+#[command(name = "spate-echo", version, about = "UDP echo (RFC 862) on spate, over IPv4 and IPv6")]
 pub struct EchoArgs {
     /// Devices, addresses, lcores.
     #[command(flatten)]
@@ -56,16 +52,16 @@ fn run(args: &EchoArgs) -> Result<(), Box<dyn std::error::Error>> {
     sock.set_nonblocking(true)?;
     let sockets = Arc::new(vec![sock]);
     announce(args, &stack);
-    let reporter = (args.interval > 0.0)
-        .then(|| report::print_every(stack.clone(), Duration::from_secs_f64(args.interval)));
+    let reporter =
+        (args.interval > 0.0).then(|| report::print_every(stack.clone(), Duration::from_secs_f64(args.interval)));
     let socks = sockets.clone();
     stack.run(move |_lcore| {
         let socks = socks.clone();
-        let mut batch: Vec<Datagram> = Vec::with_capacity(BATCH);
+        let mut batch = DatagramBatch::with_capacity(BATCH);
         move |_ctx: &mut LcoreCtx<'_>| {
             for s in socks.iter() {
                 if s.recv_batch(&mut batch, BATCH).is_ok() {
-                    for d in batch.drain(..) {
+                    for d in batch.drain() {
                         let to = d.src();
                         // A full queue drops the reply, as a kernel would.
                         let _ = s.send_buf_to(d.into_send_buf(), to);

@@ -107,23 +107,11 @@ pub fn summary(stack: &Stack) -> String {
         let _ = writeln!(
             out,
             "Port {name}: ipackets={} opackets={} ibytes={} obytes={} imissed={} ierrors={} oerrors={} rx_nombuf={}",
-            s.ipackets,
-            s.opackets,
-            s.ibytes,
-            s.obytes,
-            s.imissed,
-            s.ierrors,
-            s.oerrors,
-            s.rx_nombuf
+            s.ipackets, s.opackets, s.ibytes, s.obytes, s.imissed, s.ierrors, s.oerrors, s.rx_nombuf
         );
     }
     out.push_str(&stack.counters().render_nonzero());
-    let _ = write!(
-        out,
-        "\nMempool: InUse={} Size={}",
-        stack.mempool().in_use(),
-        stack.mempool().size()
-    );
+    let _ = write!(out, "\nMempool: InUse={} Size={}", stack.mempool().in_use(), stack.mempool().size());
     out
 }
 

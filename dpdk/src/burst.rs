@@ -23,20 +23,14 @@ impl<const N: usize> Default for Burst<N> {
 
 impl<const N: usize> std::fmt::Debug for Burst<N> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Burst")
-            .field("len", &self.len)
-            .field("capacity", &N)
-            .finish()
+        f.debug_struct("Burst").field("len", &self.len).field("capacity", &N).finish()
     }
 }
 
 impl<const N: usize> Burst<N> {
     /// An empty burst.
     pub const fn new() -> Self {
-        Burst {
-            slots: [const { MaybeUninit::uninit() }; N],
-            len: 0,
-        }
+        Burst { slots: [const { MaybeUninit::uninit() }; N], len: 0 }
     }
 
     /// Mbufs held.
@@ -105,11 +99,7 @@ impl<const N: usize> Burst<N> {
     pub fn drain(&mut self) -> Drain<'_, N> {
         let len = self.len;
         self.len = 0;
-        Drain {
-            burst: self,
-            next: 0,
-            end: len,
-        }
+        Drain { burst: self, next: 0, end: len }
     }
 
     /// Frees every mbuf held, in one bulk call.
@@ -117,12 +107,7 @@ impl<const N: usize> Burst<N> {
     pub fn clear(&mut self) {
         if self.len > 0 {
             // SAFETY: the live prefix holds owned mbufs, freed once here.
-            unsafe {
-                sys::rte_pktmbuf_free_bulk(
-                    self.slots.as_mut_ptr() as *mut *mut sys::rte_mbuf,
-                    self.len as u32,
-                )
-            };
+            unsafe { sys::rte_pktmbuf_free_bulk(self.slots.as_mut_ptr() as *mut *mut sys::rte_mbuf, self.len as u32) };
             self.len = 0;
         }
     }
@@ -210,9 +195,7 @@ impl<const N: usize> Drop for Drain<'_, N> {
         let rest = self.end - self.next;
         if rest > 0 {
             // SAFETY: the undrained slots are owned mbufs; free them once.
-            unsafe {
-                sys::rte_pktmbuf_free_bulk(self.burst.as_raw_ptr().add(self.next), rest as u32)
-            };
+            unsafe { sys::rte_pktmbuf_free_bulk(self.burst.as_raw_ptr().add(self.next), rest as u32) };
         }
     }
 }

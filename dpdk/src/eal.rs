@@ -149,19 +149,14 @@ impl EalBuilder {
 
     fn build_args(&self, huge_available: bool) -> Result<Vec<String>> {
         let has = |names: &[&str]| {
-            self.extra.iter().any(|a| {
-                names
-                    .iter()
-                    .any(|n| a == n || (n.starts_with("--") && a.starts_with(&format!("{n}="))))
-            })
+            self.extra
+                .iter()
+                .any(|a| names.iter().any(|n| a == n || (n.starts_with("--") && a.starts_with(&format!("{n}=")))))
         };
         let bad = |msg: String| Err(Error::InvalidEalArgs(msg));
 
         if self.lcores.is_some() && has(&["-l", "-c", "--lcores"]) {
-            return bad(
-                "lcores are given twice: by spate's --lcores and by an EAL -l/-c/--lcores argument"
-                    .into(),
-            );
+            return bad("lcores are given twice: by spate's --lcores and by an EAL -l/-c/--lcores argument".into());
         }
         if self.main_lcore.is_some() && has(&["--main-lcore"]) {
             return bad("the main lcore is given twice".into());
@@ -170,23 +165,22 @@ impl EalBuilder {
             return bad("the file prefix is given twice".into());
         }
         if self.memory_mb.is_some() && has(&["-m", "--socket-mem"]) {
-            return bad(
-                "memory is given twice: by memory_mb and by an EAL -m/--socket-mem argument".into(),
-            );
+            return bad("memory is given twice: by memory_mb and by an EAL -m/--socket-mem argument".into());
         }
         let extra_no_huge = has(&["--no-huge"]);
         let extra_in_memory = has(&["--in-memory"]);
         if extra_no_huge && extra_in_memory {
-            return bad("--no-huge and --in-memory cannot be combined (DPDK: --legacy-mem is not compatible with --in-memory)".into());
+            return bad(
+                "--no-huge and --in-memory cannot be combined (DPDK: --legacy-mem is not compatible with --in-memory)"
+                    .into(),
+            );
         }
         let memory = match (self.memory, extra_no_huge, extra_in_memory) {
             (Memory::Hugepages, true, _) => {
                 return bad("hugepages were required but --no-huge was given".into());
             }
             (Memory::NoHuge, _, true) => {
-                return bad(
-                    "no-huge mode was chosen but --in-memory (a hugepage mode) was given".into(),
-                );
+                return bad("no-huge mode was chosen but --in-memory (a hugepage mode) was given".into());
             }
             (_, true, _) => Memory::NoHuge,
             (_, _, true) => Memory::Hugepages,
@@ -204,8 +198,7 @@ impl EalBuilder {
         if memory == Memory::Hugepages && !huge_available && !extra_in_memory {
             return bad("hugepages were required but none are free and mounted (reserve them: echo 1024 > /sys/kernel/mm/hugepages/hugepages-2048kB/nr_hugepages and mount hugetlbfs)".into());
         }
-        let names_pci = !self.pci.is_empty()
-            || has(&["-a", "--allow", "-b", "--block", "--pci-whitelist", "-w"]);
+        let names_pci = !self.pci.is_empty() || has(&["-a", "--allow", "-b", "--block", "--pci-whitelist", "-w"]);
         if !self.pci.is_empty() && has(&["--no-pci"]) {
             return bad("PCI devices are named but --no-pci was given".into());
         }
@@ -230,24 +223,15 @@ impl EalBuilder {
             Memory::Hugepages if !extra_in_memory => {
                 args.extend(["--in-memory".into(), "--single-file-segments".into()])
             }
-            Memory::NoHuge if !extra_no_huge => {
-                args.extend(["--no-huge".into(), "--no-shconf".into()])
-            }
+            Memory::NoHuge if !extra_no_huge => args.extend(["--no-huge".into(), "--no-shconf".into()]),
             _ => {}
         }
         if !has(&["-m", "--socket-mem"]) {
-            args.extend([
-                "-m".into(),
-                self.memory_mb.unwrap_or(DEFAULT_MEMORY_MB).to_string(),
-            ]);
+            args.extend(["-m".into(), self.memory_mb.unwrap_or(DEFAULT_MEMORY_MB).to_string()]);
         }
         if !has(&["--file-prefix"]) {
             let prefix = self.file_prefix.clone().unwrap_or_else(|| {
-                format!(
-                    "spate-{}-{}",
-                    std::process::id(),
-                    PREFIX_SEQ.fetch_add(1, Ordering::Relaxed)
-                )
+                format!("spate-{}-{}", std::process::id(), PREFIX_SEQ.fetch_add(1, Ordering::Relaxed))
             });
             args.extend(["--file-prefix".into(), prefix]);
         }
@@ -293,16 +277,13 @@ impl Eal {
             Ok(v) => v,
             Err(_) => {
                 STATE.store(IDLE, Ordering::Release);
-                return Err(Error::InvalidEalArgs(
-                    "an argument contains a NUL byte".into(),
-                ));
+                return Err(Error::InvalidEalArgs("an argument contains a NUL byte".into()));
             }
         };
         // rte_eal_init may keep pointers into argv and permute it, so the
         // strings and the vector live as long as the process.
         let c_args: &'static [CString] = Vec::leak(c_args);
-        let argv: &'static mut [*mut c_char] =
-            Vec::leak(c_args.iter().map(|a| a.as_ptr() as *mut c_char).collect());
+        let argv: &'static mut [*mut c_char] = Vec::leak(c_args.iter().map(|a| a.as_ptr() as *mut c_char).collect());
         log::debug!("rte_eal_init {:?}", args);
         // SAFETY: argv holds argc valid NUL-terminated strings that outlive
         // the EAL; the STATE guard makes this the only caller.
@@ -329,11 +310,7 @@ impl Eal {
         // process leaves nothing behind.
         remove_runtime_dir(&runtime_dir);
         let hugepages = !args.iter().any(|a| a == "--no-huge");
-        Ok(Eal {
-            args,
-            runtime_dir,
-            hugepages,
-        })
+        Ok(Eal { args, runtime_dir, hugepages })
     }
 
     /// Whether an EAL runs in this process.
@@ -359,11 +336,7 @@ impl Eal {
     /// DPDK's version string.
     pub fn version() -> String {
         // SAFETY: rte_version returns a static string.
-        unsafe {
-            CStr::from_ptr(sys::rte_version())
-                .to_string_lossy()
-                .into_owned()
-        }
+        unsafe { CStr::from_ptr(sys::rte_version()).to_string_lossy().into_owned() }
     }
 }
 
@@ -393,16 +366,11 @@ pub fn hugepages_available() -> bool {
     let free = std::fs::read_to_string("/proc/meminfo")
         .ok()
         .and_then(|m| {
-            m.lines()
-                .find_map(|l| l.strip_prefix("HugePages_Free:"))
-                .and_then(|v| v.trim().parse::<u64>().ok())
+            m.lines().find_map(|l| l.strip_prefix("HugePages_Free:")).and_then(|v| v.trim().parse::<u64>().ok())
         })
         .unwrap_or(0);
     let mounted = std::fs::read_to_string("/proc/mounts")
-        .map(|m| {
-            m.lines()
-                .any(|l| l.split_whitespace().nth(2) == Some("hugetlbfs"))
-        })
+        .map(|m| m.lines().any(|l| l.split_whitespace().nth(2) == Some("hugetlbfs")))
         .unwrap_or(false);
     free > 0 && mounted
 }
@@ -433,18 +401,11 @@ mod tests {
         let a = args(&EalBuilder::new(), false);
         assert!(a.contains(&"--no-huge".to_string()) && a.contains(&"--no-shconf".to_string()));
         assert!(!a.contains(&"--in-memory".to_string()));
-        let e = EalBuilder::new()
-            .args(["--no-huge", "--in-memory"])
-            .build_args(true);
+        let e = EalBuilder::new().args(["--no-huge", "--in-memory"]).build_args(true);
         assert!(matches!(e, Err(Error::InvalidEalArgs(_))));
-        let e = EalBuilder::new()
-            .memory(Memory::Hugepages)
-            .build_args(false);
+        let e = EalBuilder::new().memory(Memory::Hugepages).build_args(false);
         assert!(matches!(e, Err(Error::InvalidEalArgs(m)) if m.contains("hugepages")));
-        let e = EalBuilder::new()
-            .memory(Memory::Hugepages)
-            .args(["--no-huge"])
-            .build_args(true);
+        let e = EalBuilder::new().memory(Memory::Hugepages).args(["--no-huge"]).build_args(true);
         assert!(e.is_err());
         let a = args(&EalBuilder::new().args(["--no-huge"]), true);
         assert_eq!(a.iter().filter(|x| *x == "--no-huge").count(), 1);
@@ -453,20 +414,11 @@ mod tests {
 
     #[test]
     fn conflicts_are_named() {
-        let e = EalBuilder::new()
-            .lcores("0")
-            .args(["-l", "1"])
-            .build_args(true);
+        let e = EalBuilder::new().lcores("0").args(["-l", "1"]).build_args(true);
         assert!(matches!(e, Err(Error::InvalidEalArgs(m)) if m.contains("lcores")));
-        let e = EalBuilder::new()
-            .file_prefix("a")
-            .args(["--file-prefix=b"])
-            .build_args(true);
+        let e = EalBuilder::new().file_prefix("a").args(["--file-prefix=b"]).build_args(true);
         assert!(e.is_err());
-        let e = EalBuilder::new()
-            .pci("0000:00:04.0")
-            .args(["--no-pci"])
-            .build_args(true);
+        let e = EalBuilder::new().pci("0000:00:04.0").args(["--no-pci"]).build_args(true);
         assert!(e.is_err());
     }
 
@@ -474,8 +426,7 @@ mod tests {
     fn prefixes_are_unique() {
         let a = args(&EalBuilder::new(), true);
         let b = args(&EalBuilder::new(), true);
-        let p =
-            |v: &Vec<String>| v[v.iter().position(|x| x == "--file-prefix").unwrap() + 1].clone();
+        let p = |v: &Vec<String>| v[v.iter().position(|x| x == "--file-prefix").unwrap() + 1].clone();
         assert_ne!(p(&a), p(&b));
         assert!(a.contains(&"--no-telemetry".to_string()));
     }

@@ -123,10 +123,6 @@ pub fn strerror(errno: i32) -> String {
     // NUL-terminated string, valid until the next call on this thread.
     unsafe {
         let text = sys::rte_strerror(errno);
-        if text.is_null() {
-            format!("error {errno}")
-        } else {
-            CStr::from_ptr(text).to_string_lossy().into_owned()
-        }
+        if text.is_null() { format!("error {errno}") } else { CStr::from_ptr(text).to_string_lossy().into_owned() }
     }
 }

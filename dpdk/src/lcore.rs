@@ -65,10 +65,7 @@ pub fn register_thread() -> Result<u32> {
             what: format!("rte_thread_register: {}", crate::error::strerror(errno)),
         });
     }
-    current().ok_or_else(|| Error::Lcore {
-        lcore: u32::MAX,
-        what: "registered but no lcore id".into(),
-    })
+    current().ok_or_else(|| Error::Lcore { lcore: u32::MAX, what: "registered but no lcore id".into() })
 }
 
 type Job = Box<dyn FnOnce() -> i32 + Send + 'static>;
@@ -111,10 +108,7 @@ where
     F: FnOnce() -> i32 + Send + 'static,
 {
     if lcore == main_lcore() {
-        return Err(Error::Lcore {
-            lcore,
-            what: "the main lcore runs the caller; launch on a worker".into(),
-        });
+        return Err(Error::Lcore { lcore, what: "the main lcore runs the caller; launch on a worker".into() });
     }
     let job: Box<Job> = Box::new(Box::new(job));
     let arg = Box::into_raw(job) as *mut c_void;
@@ -130,10 +124,7 @@ where
         };
         return Err(Error::Lcore { lcore, what });
     }
-    Ok(LcoreJoin {
-        lcore,
-        joined: false,
-    })
+    Ok(LcoreJoin { lcore, joined: false })
 }
 
 unsafe extern "C" fn trampoline(arg: *mut c_void) -> c_int {
@@ -166,9 +157,7 @@ pub fn set_affinity(cpus: &[usize]) -> std::io::Result<()> {
 /// Lets the calling thread run on every online CPU again: threads spawned
 /// after EAL init inherit the main lcore's single-CPU affinity.
 pub fn unpin_current_thread() -> std::io::Result<()> {
-    let n = std::thread::available_parallelism()
-        .map(|n| n.get())
-        .unwrap_or(1);
+    let n = std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1);
     // available_parallelism honours the current mask; read the online count instead.
     // SAFETY: sysconf is always safe to call.
     let online = unsafe { libc::sysconf(libc::_SC_NPROCESSORS_ONLN) };

@@ -73,31 +73,15 @@ impl Mempool {
             return Err(fail(libc::ENAMETOOLONG, Some("name must be 1 to 25 bytes")));
         }
         if cfg.size == 0 || cfg.cache_size > 512 || cfg.cache_size > cfg.size {
-            return Err(fail(
-                libc::EINVAL,
-                Some("size must be > 0 and cache_size <= min(512, size)"),
-            ));
+            return Err(fail(libc::EINVAL, Some("size must be > 0 and cache_size <= min(512, size)")));
         }
-        let cname =
-            CString::new(cfg.name.as_str()).map_err(|_| fail(libc::EINVAL, Some("NUL in name")))?;
+        let cname = CString::new(cfg.name.as_str()).map_err(|_| fail(libc::EINVAL, Some("NUL in name")))?;
         let socket = cfg.socket.map(|s| s as i32).unwrap_or(sys::SOCKET_ID_ANY);
         // SAFETY: the EAL runs; the name is a valid C string copied by DPDK.
-        let raw = unsafe {
-            sys::rte_pktmbuf_pool_create(
-                cname.as_ptr(),
-                cfg.size,
-                cfg.cache_size,
-                0,
-                cfg.data_room,
-                socket,
-            )
-        };
+        let raw =
+            unsafe { sys::rte_pktmbuf_pool_create(cname.as_ptr(), cfg.size, cfg.cache_size, 0, cfg.data_room, socket) };
         let raw = NonNull::new(raw).ok_or_else(|| fail(rte_errno(), None))?;
-        Ok(Mempool {
-            raw,
-            name: cfg.name.clone(),
-            size: cfg.size,
-        })
+        Ok(Mempool { raw, name: cfg.name.clone(), size: cfg.size })
     }
 
     /// One mbuf, or `None` when the pool is exhausted.
@@ -120,9 +104,7 @@ impl Mempool {
         }
         // SAFETY: the spare slots of the burst take n pointers; on success
         // all n are fresh mbufs owned by the burst.
-        let ret = unsafe {
-            sys::spate_pktmbuf_alloc_bulk(self.raw.as_ptr(), burst.spare_ptr(), n as u32)
-        };
+        let ret = unsafe { sys::spate_pktmbuf_alloc_bulk(self.raw.as_ptr(), burst.spare_ptr(), n as u32) };
         if ret != 0 {
             return Err(self.exhausted(n as u32));
         }
@@ -132,12 +114,7 @@ impl Mempool {
     }
 
     fn exhausted(&self, wanted: u32) -> Error {
-        Error::MempoolExhausted {
-            name: self.name.clone(),
-            in_use: self.in_use(),
-            size: self.size,
-            wanted,
-        }
+        Error::MempoolExhausted { name: self.name.clone(), in_use: self.in_use(), size: self.size, wanted }
     }
 
     /// Mbufs handed out and not yet returned (per-lcore caches count as free).
@@ -180,11 +157,7 @@ impl Mempool {
             return String::new();
         }
         // SAFETY: a valid pool's name is a NUL-terminated array.
-        unsafe {
-            CStr::from_ptr((*raw).name.as_ptr())
-                .to_string_lossy()
-                .into_owned()
-        }
+        unsafe { CStr::from_ptr((*raw).name.as_ptr()).to_string_lossy().into_owned() }
     }
 }
 
@@ -195,10 +168,7 @@ impl Drop for Mempool {
             // SAFETY: no mbuf of the pool is alive, so nothing points into it.
             unsafe { sys::rte_mempool_free(self.raw.as_ptr()) };
         } else {
-            log::warn!(
-                "mempool {} dropped with {in_use} mbufs still in use: leaking it",
-                self.name
-            );
+            log::warn!("mempool {} dropped with {in_use} mbufs still in use: leaking it", self.name);
         }
     }
 }

@@ -93,10 +93,8 @@ pub struct DeviceInfo {
     pub lsc_interrupt: bool,
 }
 
-const RX_CKSUM: u64 =
-    (sys::RTE_ETH_RX_OFFLOAD_IPV4_CKSUM | sys::RTE_ETH_RX_OFFLOAD_UDP_CKSUM) as u64;
-const TX_CKSUM: u64 =
-    (sys::RTE_ETH_TX_OFFLOAD_IPV4_CKSUM | sys::RTE_ETH_TX_OFFLOAD_UDP_CKSUM) as u64;
+const RX_CKSUM: u64 = (sys::RTE_ETH_RX_OFFLOAD_IPV4_CKSUM | sys::RTE_ETH_RX_OFFLOAD_UDP_CKSUM) as u64;
+const TX_CKSUM: u64 = (sys::RTE_ETH_TX_OFFLOAD_IPV4_CKSUM | sys::RTE_ETH_TX_OFFLOAD_UDP_CKSUM) as u64;
 const RSS_WANTED: u64 = (sys::RTE_ETH_RSS_IP | sys::RTE_ETH_RSS_UDP) as u64;
 
 impl DeviceInfo {
@@ -208,11 +206,7 @@ impl Port {
             return Err(Error::EalNotRunning);
         }
         let (name, args) = spec.split_once(',').unwrap_or((spec, ""));
-        let vdev_err = |errno: i32| Error::Vdev {
-            spec: spec.into(),
-            errno,
-            text: strerror(errno),
-        };
+        let vdev_err = |errno: i32| Error::Vdev { spec: spec.into(), errno, text: strerror(errno) };
         let cname = CString::new(name).map_err(|_| vdev_err(libc::EINVAL))?;
         let cargs = CString::new(args).map_err(|_| vdev_err(libc::EINVAL))?;
         // SAFETY: the EAL runs; both strings are valid and copied by DPDK.
@@ -227,11 +221,7 @@ impl Port {
             } else {
                 strerror(errno)
             };
-            return Err(Error::Vdev {
-                spec: spec.into(),
-                errno,
-                text,
-            });
+            return Err(Error::Vdev { spec: spec.into(), errno, text });
         }
         Self::open_inner(name, Some(name.to_string()))
     }
@@ -240,18 +230,12 @@ impl Port {
         if !Eal::is_running() {
             return Err(Error::EalNotRunning);
         }
-        let cname = CString::new(name).map_err(|_| Error::NoSuchPort {
-            name: name.into(),
-            present: list_names(),
-        })?;
+        let cname = CString::new(name).map_err(|_| Error::NoSuchPort { name: name.into(), present: list_names() })?;
         let mut id = 0u16;
         // SAFETY: valid C string and out pointer.
         let ret = unsafe { sys::rte_eth_dev_get_port_by_name(cname.as_ptr(), &mut id) };
         if ret != 0 {
-            return Err(Error::NoSuchPort {
-                name: name.into(),
-                present: list_names(),
-            });
+            return Err(Error::NoSuchPort { name: name.into(), present: list_names() });
         }
         let mut open = OPEN.lock().unwrap_or_else(|p| p.into_inner());
         let open = open.get_or_insert_with(HashMap::new);
@@ -284,22 +268,14 @@ impl Port {
             // DPDK names the port "net_ring_" + the name it is given.
             let given = format!("{name}_{end}");
             let port_name = format!("net_ring_{given}");
-            let cname = CString::new(given.as_str()).map_err(|_| Error::NoSuchPort {
-                name: port_name.clone(),
-                present: vec![],
-            })?;
+            let cname = CString::new(given.as_str())
+                .map_err(|_| Error::NoSuchPort { name: port_name.clone(), present: vec![] })?;
             let (mut rxq, mut txq) = ([rx], [tx]);
             // SAFETY: the rings are valid and outlive the port (it holds an Arc).
-            let ret = unsafe {
-                sys::rte_eth_from_rings(cname.as_ptr(), rxq.as_mut_ptr(), 1, txq.as_mut_ptr(), 1, 0)
-            };
+            let ret = unsafe { sys::rte_eth_from_rings(cname.as_ptr(), rxq.as_mut_ptr(), 1, txq.as_mut_ptr(), 1, 0) };
             if ret < 0 {
                 let errno = crate::error::rte_errno();
-                return Err(Error::Vdev {
-                    spec: port_name,
-                    errno,
-                    text: strerror(errno),
-                });
+                return Err(Error::Vdev { spec: port_name, errno, text: strerror(errno) });
             }
             let port = Self::open_inner(&port_name, Some(port_name.clone()))?;
             *port.shared.rings.lock().unwrap_or_else(|p| p.into_inner()) = Some(rings.clone());
@@ -341,22 +317,11 @@ impl Port {
 
     fn err(&self, op: &'static str, ret: c_int) -> Error {
         let errno = ret.abs();
-        Error::Port {
-            port: self.id(),
-            name: self.name().into(),
-            op,
-            errno,
-            text: strerror(errno),
-        }
+        Error::Port { port: self.id(), name: self.name().into(), op, errno, text: strerror(errno) }
     }
 
     fn unsupported(&self, what: String) -> Error {
-        Error::Unsupported {
-            port: self.id(),
-            name: self.name().into(),
-            driver: self.info().driver.clone(),
-            what,
-        }
+        Error::Unsupported { port: self.id(), name: self.name().into(), driver: self.info().driver.clone(), what }
     }
 
     /// Configures queues, descriptors, offloads, RSS and interrupts, with
@@ -443,8 +408,7 @@ impl Port {
             let mut rxconf = raw_info.default_rxconf;
             rxconf.offloads = rx_offloads;
             // SAFETY: the pool outlives the queue (the port keeps an Arc).
-            let ret =
-                unsafe { sys::rte_eth_rx_queue_setup(id, q, rxd, socket, &rxconf, pool.as_ptr()) };
+            let ret = unsafe { sys::rte_eth_rx_queue_setup(id, q, rxd, socket, &rxconf, pool.as_ptr()) };
             if ret != 0 {
                 return Err(self.err("rte_eth_rx_queue_setup", ret));
             }
@@ -462,14 +426,8 @@ impl Port {
             let arg = &*self.shared.events as *const LinkEvents as *mut c_void;
             // SAFETY: the callback and its argument live until unregistered
             // in PortShared's drop.
-            let ret = unsafe {
-                sys::rte_eth_dev_callback_register(
-                    id,
-                    sys::RTE_ETH_EVENT_INTR_LSC,
-                    Some(lsc_callback),
-                    arg,
-                )
-            };
+            let ret =
+                unsafe { sys::rte_eth_dev_callback_register(id, sys::RTE_ETH_EVENT_INTR_LSC, Some(lsc_callback), arg) };
             if ret != 0 {
                 return Err(self.err("rte_eth_dev_callback_register", ret));
             }
@@ -525,18 +483,10 @@ impl Port {
     pub fn set_promiscuous(&mut self, on: bool) -> Result<()> {
         // SAFETY: valid port.
         let ret = unsafe {
-            if on {
-                sys::rte_eth_promiscuous_enable(self.id())
-            } else {
-                sys::rte_eth_promiscuous_disable(self.id())
-            }
+            if on { sys::rte_eth_promiscuous_enable(self.id()) } else { sys::rte_eth_promiscuous_disable(self.id()) }
         };
         if ret != 0 {
-            let op = if on {
-                "rte_eth_promiscuous_enable"
-            } else {
-                "rte_eth_promiscuous_disable"
-            };
+            let op = if on { "rte_eth_promiscuous_enable" } else { "rte_eth_promiscuous_disable" };
             return Err(self.err(op, ret));
         }
         Ok(())
@@ -552,8 +502,7 @@ impl Port {
     /// queue must not be polled while its port stops.
     pub fn stop(&mut self) -> Result<()> {
         if Arc::strong_count(&self.shared) > 1 {
-            return Err(self
-                .unsupported("stop while RX/TX queue handles are alive: drop them first".into()));
+            return Err(self.unsupported("stop while RX/TX queue handles are alive: drop them first".into()));
         }
         let mut state = self.shared.state.lock().expect("port state lock");
         if !state.started {
@@ -576,20 +525,12 @@ impl Port {
 
     /// The RX offloads in effect (`RTE_ETH_RX_OFFLOAD_*`).
     pub fn rx_offloads(&self) -> u64 {
-        self.shared
-            .state
-            .lock()
-            .expect("port state lock")
-            .rx_offloads
+        self.shared.state.lock().expect("port state lock").rx_offloads
     }
 
     /// The TX offloads in effect (`RTE_ETH_TX_OFFLOAD_*`).
     pub fn tx_offloads(&self) -> u64 {
-        self.shared
-            .state
-            .lock()
-            .expect("port state lock")
-            .tx_offloads
+        self.shared.state.lock().expect("port state lock").tx_offloads
     }
 
     /// Whether RSS is in effect.
@@ -600,38 +541,22 @@ impl Port {
     /// The handle for RX queue `queue`; one handle per queue at a time.
     pub fn rx_queue(&self, queue: u16) -> Result<RxQueue> {
         self.take_queue(queue, true)?;
-        Ok(RxQueue {
-            port: self.id(),
-            queue,
-            shared: self.shared.clone(),
-        })
+        Ok(RxQueue { port: self.id(), queue, shared: self.shared.clone() })
     }
 
     /// The handle for TX queue `queue`; one handle per queue at a time.
     pub fn tx_queue(&self, queue: u16) -> Result<TxQueue> {
         self.take_queue(queue, false)?;
-        Ok(TxQueue {
-            port: self.id(),
-            queue,
-            shared: self.shared.clone(),
-        })
+        Ok(TxQueue { port: self.id(), queue, shared: self.shared.clone() })
     }
 
     fn take_queue(&self, queue: u16, rx: bool) -> Result<()> {
         let mut state = self.shared.state.lock().expect("port state lock");
         let kind = if rx { "RX" } else { "TX" };
-        let slots = if rx {
-            &mut state.rx_taken
-        } else {
-            &mut state.tx_taken
-        };
+        let slots = if rx { &mut state.rx_taken } else { &mut state.tx_taken };
         match slots.get_mut(queue as usize) {
-            None => Err(self.unsupported(format!(
-                "{kind} queue {queue} does not exist (configure the port first)"
-            ))),
-            Some(true) => {
-                Err(self.unsupported(format!("{kind} queue {queue} already has a handle")))
-            }
+            None => Err(self.unsupported(format!("{kind} queue {queue} does not exist (configure the port first)"))),
+            Some(true) => Err(self.unsupported(format!("{kind} queue {queue} already has a handle"))),
             Some(taken) => {
                 *taken = true;
                 Ok(())
@@ -647,11 +572,7 @@ impl Port {
         if ret != 0 {
             return Err(self.err("rte_eth_link_get_nowait", ret));
         }
-        Ok(Link {
-            up: link.link_status() == 1,
-            speed_mbps: link.link_speed,
-            full_duplex: link.link_duplex() == 1,
-        })
+        Ok(Link { up: link.link_status() == 1, speed_mbps: link.link_speed, full_duplex: link.link_duplex() == 1 })
     }
 
     /// Link-state changes reported by interrupts since the port was opened.
@@ -750,9 +671,7 @@ impl Port {
             .map(|v| {
                 let name = names.get(v.id as usize).map(|x| {
                     // SAFETY: DPDK writes NUL-terminated names into the 64-byte arrays.
-                    unsafe { CStr::from_ptr(x.name.as_ptr()) }
-                        .to_string_lossy()
-                        .into_owned()
+                    unsafe { CStr::from_ptr(x.name.as_ptr()) }.to_string_lossy().into_owned()
                 });
                 (name.unwrap_or_default(), v.value)
             })
@@ -820,15 +739,10 @@ unsafe extern "C" fn lsc_callback(
     let events = unsafe { &*(cb_arg as *const LinkEvents) };
     let mut link = sys::rte_eth_link::default();
     // SAFETY: valid port and out pointer.
-    let up =
-        unsafe { sys::rte_eth_link_get_nowait(port_id, &mut link) } == 0 && link.link_status() == 1;
+    let up = unsafe { sys::rte_eth_link_get_nowait(port_id, &mut link) } == 0 && link.link_status() == 1;
     events.up.store(up, Ordering::Relaxed);
     events.changes.fetch_add(1, Ordering::Relaxed);
-    log::info!(
-        "port {port_id} ({}): link {}",
-        port_name(port_id),
-        if up { "up" } else { "down" }
-    );
+    log::info!("port {port_id} ({}): link {}", port_name(port_id), if up { "up" } else { "down" });
     0
 }
 
@@ -860,11 +774,7 @@ impl WireRings {
             let r = unsafe { sys::rte_ring_create(c.as_ptr(), WIRE_RING_SIZE, 0, 0) };
             if r.is_null() {
                 let errno = crate::error::rte_errno();
-                return Err(Error::Vdev {
-                    spec: ring_name,
-                    errno,
-                    text: strerror(errno),
-                });
+                return Err(Error::Vdev { spec: ring_name, errno, text: strerror(errno) });
             }
             Ok(r)
         };
@@ -889,11 +799,7 @@ impl Drop for WireRings {
             loop {
                 // SAFETY: both ports are gone; only we touch the ring now.
                 let n = unsafe {
-                    let n = sys::spate_ring_dequeue_burst(
-                        ring,
-                        burst.spare_ptr(),
-                        burst.spare() as u32,
-                    );
+                    let n = sys::spate_ring_dequeue_burst(ring, burst.spare_ptr(), burst.spare() as u32);
                     burst.set_len(n as usize);
                     n
                 };
@@ -920,8 +826,7 @@ fn drain_rx(port: u16, queues: u16) {
             // SAFETY: the caller holds the only handle to the port, so no
             // lcore polls these queues; the burst takes ownership.
             let got = unsafe {
-                let got = sys::spate_rx_burst(port, queue, burst.spare_ptr(), burst.spare() as u16)
-                    as usize;
+                let got = sys::spate_rx_burst(port, queue, burst.spare_ptr(), burst.spare() as u16) as usize;
                 burst.set_len(got);
                 got
             };
@@ -942,9 +847,7 @@ fn port_name(id: u16) -> String {
         return format!("port{id}");
     }
     // SAFETY: DPDK wrote a NUL-terminated name.
-    unsafe { CStr::from_ptr(buf.as_ptr()) }
-        .to_string_lossy()
-        .into_owned()
+    unsafe { CStr::from_ptr(buf.as_ptr()) }.to_string_lossy().into_owned()
 }
 
 fn list_names() -> Vec<String> {
@@ -970,15 +873,9 @@ fn device_info(id: u16, name: &str) -> Result<DeviceInfo> {
         let driver = if raw.driver_name.is_null() {
             String::new()
         } else {
-            CStr::from_ptr(raw.driver_name)
-                .to_string_lossy()
-                .into_owned()
+            CStr::from_ptr(raw.driver_name).to_string_lossy().into_owned()
         };
-        let flags = if raw.dev_flags.is_null() {
-            0
-        } else {
-            *raw.dev_flags
-        };
+        let flags = if raw.dev_flags.is_null() { 0 } else { *raw.dev_flags };
         (driver, flags)
     };
     Ok(DeviceInfo {
@@ -1014,8 +911,7 @@ impl RxQueue {
         // SAFETY: the spare slots take up to `spare` mbuf pointers; DPDK
         // hands over ownership of the `got` it writes.
         unsafe {
-            let got = sys::spate_rx_burst(self.port, self.queue, burst.spare_ptr(), spare as u16)
-                as usize;
+            let got = sys::spate_rx_burst(self.port, self.queue, burst.spare_ptr(), spare as u16) as usize;
             burst.set_len(burst.len() + got);
             got
         }
@@ -1062,8 +958,7 @@ impl TxQueue {
         // SAFETY: the first `len` slots hold owned mbufs; DPDK takes the
         // first `sent` of them.
         unsafe {
-            let sent =
-                sys::spate_tx_burst(self.port, self.queue, burst.as_raw_ptr(), len as u16) as usize;
+            let sent = sys::spate_tx_burst(self.port, self.queue, burst.as_raw_ptr(), len as u16) as usize;
             burst.consume_front(sent);
             sent
         }

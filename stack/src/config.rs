@@ -24,19 +24,11 @@ impl Cidr {
     pub fn contains(&self, other: &IpAddr) -> bool {
         match (self.addr, other) {
             (IpAddr::V4(a), IpAddr::V4(b)) => {
-                let mask = if self.prefix_len == 0 {
-                    0
-                } else {
-                    u32::MAX << (32 - self.prefix_len as u32)
-                };
+                let mask = if self.prefix_len == 0 { 0 } else { u32::MAX << (32 - self.prefix_len as u32) };
                 u32::from(a) & mask == u32::from(*b) & mask
             }
             (IpAddr::V6(a), IpAddr::V6(b)) => {
-                let mask = if self.prefix_len == 0 {
-                    0
-                } else {
-                    u128::MAX << (128 - self.prefix_len as u32)
-                };
+                let mask = if self.prefix_len == 0 { 0 } else { u128::MAX << (128 - self.prefix_len as u32) };
                 u128::from(a) & mask == u128::from(*b) & mask
             }
             _ => false,
@@ -59,11 +51,7 @@ impl FromStr for Cidr {
     type Err = Error;
 
     fn from_str(s: &str) -> Result<Cidr> {
-        let bad = || {
-            Error::Config(format!(
-                "{s:?} is not ADDRESS/PREFIX (like 198.18.0.2/24 or fd00::2/64)"
-            ))
-        };
+        let bad = || Error::Config(format!("{s:?} is not ADDRESS/PREFIX (like 198.18.0.2/24 or fd00::2/64)"));
         let (a, p) = s.split_once('/').ok_or_else(bad)?;
         let addr: IpAddr = a.parse().map_err(|_| bad())?;
         let prefix_len: u8 = p.parse().map_err(|_| bad())?;
@@ -72,9 +60,7 @@ impl FromStr for Cidr {
             return Err(bad());
         }
         if addr.is_unspecified() || addr.is_multicast() {
-            return Err(Error::Config(format!(
-                "{s}: an interface address must be a unicast address"
-            )));
+            return Err(Error::Config(format!("{s}: an interface address must be a unicast address")));
         }
         Ok(Cidr { addr, prefix_len })
     }
@@ -162,10 +148,7 @@ impl PortSpec {
     pub fn is_pci(&self) -> bool {
         let d = self.device.split(',').next().unwrap_or("");
         let parts: Vec<&str> = d.split([':', '.']).collect();
-        parts.len() >= 3
-            && parts
-                .iter()
-                .all(|p| !p.is_empty() && p.chars().all(|c| c.is_ascii_hexdigit()))
+        parts.len() >= 3 && parts.iter().all(|p| !p.is_empty() && p.chars().all(|c| c.is_ascii_hexdigit()))
     }
 }
 
@@ -281,8 +264,7 @@ impl Default for StackConfig {
 impl StackConfig {
     /// Reads a TOML file.
     pub fn from_file(path: &Path) -> Result<StackConfig> {
-        let text = std::fs::read_to_string(path)
-            .map_err(|e| Error::Config(format!("{}: {e}", path.display())))?;
+        let text = std::fs::read_to_string(path).map_err(|e| Error::Config(format!("{}: {e}", path.display())))?;
         Self::from_toml(&text).map_err(|e| Error::Config(format!("{}: {e}", path.display())))
     }
 
@@ -299,10 +281,7 @@ impl StackConfig {
         parse_lcores(&self.lcores)?;
         for (i, p) in self.ports.iter().enumerate() {
             if p.ipv4.is_empty() && p.ipv6.is_empty() {
-                return Err(Error::Config(format!(
-                    "port {i} ({}) has no address",
-                    p.device
-                )));
+                return Err(Error::Config(format!("port {i} ({}) has no address", p.device)));
             }
             if let Some(v) = p.vlan {
                 if v == 0 || v >= 4095 {
@@ -311,9 +290,7 @@ impl StackConfig {
             }
             if let Some(m) = p.mtu {
                 if m < 576 || (m < 1280 && !p.ipv6.is_empty()) {
-                    return Err(Error::Config(format!(
-                        "MTU {m} is below 576 (1280 with IPv6)"
-                    )));
+                    return Err(Error::Config(format!("MTU {m} is below 576 (1280 with IPv6)")));
                 }
             }
         }
@@ -324,27 +301,17 @@ impl StackConfig {
             } else {
                 v6 += 1
             }
-            let on_link = self
-                .ports
-                .iter()
-                .any(|p| p.ipv4.iter().chain(&p.ipv6).any(|c| c.contains(g)))
+            let on_link = self.ports.iter().any(|p| p.ipv4.iter().chain(&p.ipv6).any(|c| c.contains(g)))
                 || matches!(g, IpAddr::V6(a) if is_link_local(a));
             if !on_link {
-                return Err(Error::Config(format!(
-                    "gateway {g} is not on any configured prefix"
-                )));
+                return Err(Error::Config(format!("gateway {g} is not on any configured prefix")));
             }
         }
         if v4 > 1 || v6 > 1 {
-            return Err(Error::Config(
-                "at most one default gateway per address family".into(),
-            ));
+            return Err(Error::Config("at most one default gateway per address family".into()));
         }
         if self.mempool_size < 1023 {
-            return Err(Error::Config(format!(
-                "mempool_size {} is too small (at least 1023)",
-                self.mempool_size
-            )));
+            return Err(Error::Config(format!("mempool_size {} is too small (at least 1023)", self.mempool_size)));
         }
         if self.rcvbuf < 4096 {
             return Err(Error::Config("rcvbuf below 4096 bytes".into()));
@@ -388,10 +355,7 @@ pub fn parse_lcores(list: &str) -> Result<Vec<u32>> {
 
 /// Parses a MAC given in a device string's `mac=` argument, if any.
 pub fn mac_from_device(device: &str) -> Option<MacAddr> {
-    device
-        .split(',')
-        .find_map(|kv| kv.strip_prefix("mac="))
-        .and_then(|m| m.parse().ok())
+    device.split(',').find_map(|kv| kv.strip_prefix("mac=")).and_then(|m| m.parse().ok())
 }
 
 #[cfg(test)]
@@ -407,14 +371,7 @@ mod tests {
         let c6: Cidr = "fd00::2/64".parse().unwrap();
         assert!(c6.contains(&"fd00::99".parse().unwrap()));
         assert!(!c6.contains(&"fd01::1".parse().unwrap()));
-        for bad in [
-            "198.18.0.2",
-            "198.18.0.2/33",
-            "fd00::1/129",
-            "0.0.0.0/0",
-            "x/1",
-            "224.0.0.1/4",
-        ] {
+        for bad in ["198.18.0.2", "198.18.0.2/33", "fd00::1/129", "0.0.0.0/0", "x/1", "224.0.0.1/4"] {
             assert!(bad.parse::<Cidr>().is_err(), "{bad}");
         }
     }
@@ -443,21 +400,9 @@ mod tests {
         .unwrap();
         c.validate().unwrap();
         assert_eq!(c.ports[0].ipv4[0].to_string(), "198.18.0.2/24");
-        assert!(
-            StackConfig::from_toml("bogus = 1").is_err(),
-            "unknown keys are errors"
-        );
-        let off_link = StackConfig {
-            gateways: vec!["10.0.0.1".parse().unwrap()],
-            ..c.clone()
-        };
-        assert!(
-            off_link
-                .validate()
-                .unwrap_err()
-                .to_string()
-                .contains("not on any configured prefix")
-        );
+        assert!(StackConfig::from_toml("bogus = 1").is_err(), "unknown keys are errors");
+        let off_link = StackConfig { gateways: vec!["10.0.0.1".parse().unwrap()], ..c.clone() };
+        assert!(off_link.validate().unwrap_err().to_string().contains("not on any configured prefix"));
         let no_ports = StackConfig { ports: vec![], ..c };
         assert!(no_ports.validate().is_err());
     }

@@ -2,14 +2,18 @@
 //! moves from the port to the application, and back out as a reply,
 //! without a copy.
 
-use std::net::SocketAddr;
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
 
-use spate_dpdk::Mbuf;
+use spate_dpdk::{Burst, Mbuf};
 
 use crate::rx_queue::Truesize;
+use crate::wire::{get_u16, udp};
 
-/// A received UDP datagram: its payload (in the mbuf that carried it) and
-/// its addresses.
+/// A received UDP datagram: its payload, in the mbuf that carried it.
+///
+/// Its addresses are read on demand from the IP and UDP headers, which
+/// stay in the mbuf's headroom in front of the payload; a datagram is
+/// therefore two words, cheap to queue and move.
 ///
 /// Datagrams that fit one mbuf (up to 2,048 bytes with the default pool)
 /// are one segment, so [`data`](Self::data) is the whole payload. Larger
@@ -18,14 +22,22 @@ use crate::rx_queue::Truesize;
 #[derive(Debug)]
 pub struct Datagram {
     mbuf: Mbuf,
-    src: SocketAddr,
-    dst: SocketAddr,
+    /// What it costs against the receive buffer (kept, so queueing does not
+    /// read the mbuf again).
+    truesize: u32,
+    /// Bytes from the start of the IP header to the payload.
+    headers: u16,
+    /// Addresses shown as IPv6 (an IPv6 socket receiving IPv4).
+    mapped: bool,
 }
 
 impl Datagram {
-    /// Wraps an mbuf whose data is exactly the UDP payload.
-    pub(crate) fn new(mbuf: Mbuf, src: SocketAddr, dst: SocketAddr) -> Datagram {
-        Datagram { mbuf, src, dst }
+    /// Wraps an mbuf whose data is exactly the UDP payload, with the IP
+    /// header `headers` bytes before it.
+    #[inline]
+    pub(crate) fn new(mbuf: Mbuf, headers: u16, mapped: bool) -> Datagram {
+        let truesize = (mbuf.buf_len() + std::mem::size_of::<Datagram>()) as u32;
+        Datagram { mbuf, truesize, headers, mapped }
     }
 
     /// The payload of the first segment (all of it for a contiguous datagram).
@@ -79,16 +91,39 @@ impl Datagram {
         v
     }
 
+    /// (IP header, UDP header) from the headroom.
+    #[inline]
+    fn headers(&self) -> (&[u8], &[u8]) {
+        let room = self.mbuf.headroom_bytes();
+        let ip = &room[room.len() - self.headers as usize..];
+        (ip, &room[room.len() - udp::HEADER_LEN..])
+    }
+
+    #[inline]
+    fn addr(&self, source: bool) -> SocketAddr {
+        let (ip, udp_hdr) = self.headers();
+        let port = get_u16(udp_hdr, if source { 0 } else { 2 });
+        let addr = if ip[0] >> 4 == 4 {
+            let at = if source { 12 } else { 16 };
+            let a = Ipv4Addr::new(ip[at], ip[at + 1], ip[at + 2], ip[at + 3]);
+            if self.mapped { IpAddr::V6(a.to_ipv6_mapped()) } else { IpAddr::V4(a) }
+        } else {
+            let at = if source { 8 } else { 24 };
+            IpAddr::V6(Ipv6Addr::from(<[u8; 16]>::try_from(&ip[at..at + 16]).expect("16 bytes")))
+        };
+        SocketAddr::new(addr, port)
+    }
+
     /// The sender.
     #[inline]
     pub fn src(&self) -> SocketAddr {
-        self.src
+        self.addr(true)
     }
 
     /// The address it was sent to (one of ours).
     #[inline]
     pub fn dst(&self) -> SocketAddr {
-        self.dst
+        self.addr(false)
     }
 
     /// Turns the datagram into a send buffer holding the same payload, for
@@ -106,7 +141,77 @@ impl Datagram {
 impl Truesize for Datagram {
     #[inline]
     fn truesize(&self) -> usize {
-        self.mbuf.buf_len() + std::mem::size_of::<Datagram>()
+        self.truesize as usize
+    }
+}
+
+/// Where the payload starts, seen from the IP header, for
+/// [`Datagram::new`]: the IP header (with IPv6 extension headers) and UDP.
+#[inline]
+pub(crate) fn header_span(l3: usize, l4: usize) -> u16 {
+    (l4 - l3 + udp::HEADER_LEN) as u16
+}
+
+/// Datagrams taken in one call, freed together: dropping or clearing a
+/// batch gives every mbuf back to the pool in bulk calls.
+#[derive(Debug, Default)]
+pub struct DatagramBatch {
+    items: Vec<Datagram>,
+}
+
+impl DatagramBatch {
+    /// A batch with room for `n` datagrams without allocating.
+    pub fn with_capacity(n: usize) -> DatagramBatch {
+        DatagramBatch { items: Vec::with_capacity(n) }
+    }
+
+    /// Datagrams held.
+    pub fn len(&self) -> usize {
+        self.items.len()
+    }
+
+    /// Whether it holds none.
+    pub fn is_empty(&self) -> bool {
+        self.items.is_empty()
+    }
+
+    /// The datagrams.
+    pub fn iter(&self) -> std::slice::Iter<'_, Datagram> {
+        self.items.iter()
+    }
+
+    /// Takes every datagram out (to reply with, or keep).
+    pub fn drain(&mut self) -> std::vec::Drain<'_, Datagram> {
+        self.items.drain(..)
+    }
+
+    /// Frees every datagram held, 32 mbufs per call.
+    pub fn clear(&mut self) {
+        let mut burst: Burst = Burst::new();
+        for d in self.items.drain(..) {
+            if let Err(m) = burst.push(d.mbuf) {
+                burst.clear();
+                let _ = burst.push(m);
+            }
+        }
+    }
+
+    pub(crate) fn vec(&mut self) -> &mut Vec<Datagram> {
+        &mut self.items
+    }
+}
+
+impl Drop for DatagramBatch {
+    fn drop(&mut self) {
+        self.clear();
+    }
+}
+
+impl<'a> IntoIterator for &'a DatagramBatch {
+    type Item = &'a Datagram;
+    type IntoIter = std::slice::Iter<'a, Datagram>;
+    fn into_iter(self) -> Self::IntoIter {
+        self.items.iter()
     }
 }
 

@@ -86,10 +86,7 @@ impl Worker<'_> {
         let new = get_u16(d, 0);
         let c = checksum::update_u16(get_u16(d, 2), old, new);
         set_u16(d, 2, c);
-        let ident = self
-            .shared
-            .ip_id
-            .reserve(req_dst, req_src, ip_proto::ICMP, 1);
+        let ident = self.shared.ip_id.reserve(req_dst, req_src, ip_proto::ICMP, 1);
         let ip = ipv4::Repr {
             src: req_dst,
             dst: req_src,
@@ -144,10 +141,7 @@ impl Worker<'_> {
         }
         let c = checksum::checksum(m.data());
         set_u16(m.data_mut(), 2, c);
-        let ident = self
-            .shared
-            .ip_id
-            .reserve(orig_dst, orig_src, ip_proto::ICMP, 1);
+        let ident = self.shared.ip_id.reserve(orig_dst, orig_src, ip_proto::ICMP, 1);
         let ip = ipv4::Repr {
             src: orig_dst,
             dst: orig_src,
@@ -199,26 +193,17 @@ impl Worker<'_> {
                 | icmpv6::msg_type::ROUTER_ADVERT
                 | icmpv6::msg_type::ROUTER_SOLICIT
         );
-        let repr = match icmpv6::Repr::parse(&icmpv6::Packet::new_unchecked(data), &src, &dst, true)
-        {
+        let repr = match icmpv6::Repr::parse(&icmpv6::Packet::new_unchecked(data), &src, &dst, true) {
             Ok(r) => r,
             Err(_) => {
                 self.inc(Counter::Icmp6InErrors);
-                return if nd_type {
-                    Counter::RxNdErrors
-                } else {
-                    Counter::RxIcmpErrors
-                };
+                return if nd_type { Counter::RxNdErrors } else { Counter::RxIcmpErrors };
             }
         };
         let action = match repr {
             icmpv6::Repr::EchoRequest { .. } => {
                 self.inc(Counter::Icmp6InEchos);
-                if dst.is_multicast() {
-                    Icmp6Action::None
-                } else {
-                    Icmp6Action::Echo
-                }
+                if dst.is_multicast() { Icmp6Action::None } else { Icmp6Action::Echo }
             }
             icmpv6::Repr::EchoReply { .. } => {
                 self.inc(Counter::Icmp6InEchoReplies);
@@ -227,9 +212,7 @@ impl Worker<'_> {
             icmpv6::Repr::DstUnreachable { code, data } => {
                 self.inc(Counter::Icmp6InDestUnreachs);
                 match (code, quoted_udp_v6(data)) {
-                    (icmpv6::unreachable::PORT, Some((l, r))) => {
-                        Icmp6Action::Unreachable(Some(l), Some(r))
-                    }
+                    (icmpv6::unreachable::PORT, Some((l, r))) => Icmp6Action::Unreachable(Some(l), Some(r)),
                     _ => Icmp6Action::None,
                 }
             }
@@ -253,13 +236,7 @@ impl Worker<'_> {
         };
         match action {
             Icmp6Action::Nd => {
-                let rx = nd::Received {
-                    src,
-                    dst,
-                    hop_limit,
-                    eth_src,
-                    msg: &repr,
-                };
+                let rx = nd::Received { src, dst, hop_limit, eth_src, msg: &repr };
                 match nd::handle(&self.shared.neigh, self.now, iface, &rx) {
                     Err(_) => {
                         self.inc(Counter::Icmp6InErrors);
@@ -368,14 +345,7 @@ impl Worker<'_> {
     }
 
     /// Parameter problem, unrecognised next header, pointing at `pointer`.
-    pub(crate) fn icmp_param_problem_v6(
-        &mut self,
-        m: Mbuf,
-        l3: usize,
-        src: Ipv6Addr,
-        dst: Ipv6Addr,
-        pointer: u32,
-    ) {
+    pub(crate) fn icmp_param_problem_v6(&mut self, m: Mbuf, l3: usize, src: Ipv6Addr, dst: Ipv6Addr, pointer: u32) {
         self.icmp_error_v6(
             m,
             l3,
@@ -391,11 +361,7 @@ impl Worker<'_> {
     pub(crate) fn route_and_send(&mut self, mut m: Mbuf, dst: IpAddr, src: IpAddr) {
         m.set_ol_flags(0);
         match self.shared.route(&dst, Some(&src)) {
-            Some(r) => self.transmit(TxPacket {
-                mbuf: m,
-                iface: r.iface,
-                next_hop: r.next_hop,
-            }),
+            Some(r) => self.transmit(TxPacket { mbuf: m, iface: r.iface, next_hop: r.next_hop }),
             None => self.inc(Counter::TxNoRoute),
         }
     }
@@ -404,14 +370,8 @@ impl Worker<'_> {
     /// receive or send returns it, as Linux reports ICMP errors to connected
     /// UDP sockets).
     fn socket_error(&self, iface: &Interface, local: SocketAddr, peer: SocketAddr, errno: i32) {
-        let key = FlowKey {
-            src: peer.ip(),
-            src_port: peer.port(),
-            dst: local.ip(),
-            dst_port: local.port(),
-            iface: iface.index,
-        };
-        if let Some(b) = self.snapshot.lookup(&key) {
+        let key = FlowKey::new(&peer, &local, iface.index);
+        if let Some((_, b)) = self.snapshot.lookup(&key) {
             if b.peer.is_some() {
                 b.sock.error.store(errno, Ordering::Release);
                 b.sock.queue.interrupt();
@@ -428,10 +388,7 @@ fn quoted_udp_v4(data: &[u8]) -> Option<(SocketAddr, SocketAddr)> {
         return None;
     }
     let l4 = data.get(ip.header_len()..ip.header_len() + 4)?;
-    Some((
-        SocketAddr::new(ip.src().into(), get_u16(l4, 0)),
-        SocketAddr::new(ip.dst().into(), get_u16(l4, 2)),
-    ))
+    Some((SocketAddr::new(ip.src().into(), get_u16(l4, 0)), SocketAddr::new(ip.dst().into(), get_u16(l4, 2))))
 }
 
 /// The same for ICMPv6 (no extension headers in the quote).
@@ -444,8 +401,5 @@ fn quoted_udp_v6(data: &[u8]) -> Option<(SocketAddr, SocketAddr)> {
         return None;
     }
     let l4 = &data[ipv6::HEADER_LEN..];
-    Some((
-        SocketAddr::new(ip.src().into(), get_u16(l4, 0)),
-        SocketAddr::new(ip.dst().into(), get_u16(l4, 2)),
-    ))
+    Some((SocketAddr::new(ip.src().into(), get_u16(l4, 0)), SocketAddr::new(ip.dst().into(), get_u16(l4, 2))))
 }

@@ -22,6 +22,11 @@ pub struct Interface {
     pub vlan: Option<u16>,
     /// IPv4 addresses.
     pub ipv4: Vec<Cidr>,
+    /// The addresses of `ipv4` alone, and their subnet broadcast addresses
+    /// (kept to spare the datapath the conversions and arithmetic).
+    pub ipv4_addrs: Vec<Ipv4Addr>,
+    /// See `ipv4_addrs`.
+    pub ipv4_broadcast: Vec<Ipv4Addr>,
     /// IPv6 addresses, the link-local one first.
     pub ipv6: Vec<Cidr>,
     /// The port checks IPv4/UDP checksums on receive.
@@ -34,14 +39,14 @@ impl Interface {
     /// Whether `a` is one of our IPv4 addresses.
     #[inline]
     pub fn has_ipv4(&self, a: Ipv4Addr) -> bool {
-        self.ipv4.iter().any(|c| c.addr == IpAddr::V4(a))
+        self.ipv4_addrs.contains(&a)
     }
 
     /// Whether `a` is the limited broadcast or one of our subnets'
     /// broadcast addresses.
     #[inline]
     pub fn is_ipv4_broadcast(&self, a: Ipv4Addr) -> bool {
-        a.is_broadcast() || self.ipv4.iter().any(|c| c.broadcast() == Some(a))
+        a.is_broadcast() || self.ipv4_broadcast.contains(&a)
     }
 
     /// Whether `a` is one of our IPv6 addresses.
@@ -56,9 +61,7 @@ impl Interface {
     pub fn accepts_ipv6(&self, a: &Ipv6Addr) -> bool {
         if a.is_multicast() {
             return *a == ipv6::ALL_NODES
-                || self.ipv6.iter().any(
-                    |c| matches!(c.addr, IpAddr::V6(me) if ipv6::is_solicited_node_of(a, &me)),
-                );
+                || self.ipv6.iter().any(|c| matches!(c.addr, IpAddr::V6(me) if ipv6::is_solicited_node_of(a, &me)));
         }
         self.has_ipv6(a)
     }
@@ -74,21 +77,11 @@ impl Interface {
     /// link-local address only toward link-local destinations).
     pub fn source_for(&self, dst: &IpAddr) -> Option<IpAddr> {
         match dst {
-            IpAddr::V4(_) => self
-                .ipv4
-                .iter()
-                .find(|c| c.contains(dst))
-                .or(self.ipv4.first())
-                .map(|c| c.addr),
+            IpAddr::V4(_) => self.ipv4.iter().find(|c| c.contains(dst)).or(self.ipv4.first()).map(|c| c.addr),
             IpAddr::V6(d) => {
                 let ll = is_link_local(d);
                 let pick = |c: &&Cidr| matches!(c.addr, IpAddr::V6(a) if is_link_local(&a) == ll);
-                self.ipv6
-                    .iter()
-                    .filter(pick)
-                    .find(|c| c.contains(dst))
-                    .or(self.ipv6.iter().find(pick))
-                    .map(|c| c.addr)
+                self.ipv6.iter().filter(pick).find(|c| c.contains(dst)).or(self.ipv6.iter().find(pick)).map(|c| c.addr)
             }
         }
     }

@@ -37,8 +37,7 @@ impl IpIdGen {
 
     fn bucket(&self, src: Ipv4Addr, dst: Ipv4Addr, protocol: u8) -> usize {
         let x = ((u32::from(dst) as u64) << 32 | u32::from(src) as u64) ^ self.key[0];
-        let h = (x ^ (protocol as u64).wrapping_mul(0x9e37_79b9_7f4a_7c15))
-            .wrapping_mul(self.key[1] | 1);
+        let h = (x ^ (protocol as u64).wrapping_mul(0x9e37_79b9_7f4a_7c15)).wrapping_mul(self.key[1] | 1);
         (h >> 40) as usize & (BUCKETS - 1)
     }
 }

@@ -27,7 +27,7 @@ pub mod wire;
 mod worker;
 
 pub use config::{Cidr, PortSpec, StackConfig};
-pub use datagram::{Datagram, SendBuf};
+pub use datagram::{Datagram, DatagramBatch, SendBuf};
 pub use error::{Error, Result};
 pub use socket::{SocketBuilder, UdpSocket};
 pub use stack::{Running, Stack};

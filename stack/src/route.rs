@@ -37,46 +37,28 @@ impl Routes {
                 .or_else(|| ifaces.iter().find(|i| g.is_ipv6() && !i.ipv6.is_empty()))
                 .map(|i| i.index)
                 .unwrap_or(0);
-            if g.is_ipv4() {
-                r.gateway_v4 = Some((*g, iface))
-            } else {
-                r.gateway_v6 = Some((*g, iface))
-            }
+            if g.is_ipv4() { r.gateway_v4 = Some((*g, iface)) } else { r.gateway_v6 = Some((*g, iface)) }
         }
         r
     }
 
     /// The route to `dst`, using `src` as the source when given (a socket
     /// bound to a specific address).
-    pub fn lookup(
-        &self,
-        ifaces: &[Interface],
-        dst: &IpAddr,
-        src: Option<&IpAddr>,
-    ) -> Option<Route> {
+    pub fn lookup(&self, ifaces: &[Interface], dst: &IpAddr, src: Option<&IpAddr>) -> Option<Route> {
         if dst.is_unspecified() {
             return None;
         }
-        let direct = ifaces
-            .iter()
-            .find(|i| i.on_link(dst))
-            .or_else(|| match dst {
-                // Link-local destinations are on the first interface with IPv6
-                // (spate has no scope ids yet).
-                IpAddr::V6(a) if is_link_local(a) || a.is_multicast() => {
-                    ifaces.iter().find(|i| !i.ipv6.is_empty())
-                }
-                IpAddr::V4(a) if a.is_broadcast() => ifaces.iter().find(|i| !i.ipv4.is_empty()),
-                _ => None,
-            });
+        let direct = ifaces.iter().find(|i| i.on_link(dst)).or_else(|| match dst {
+            // Link-local destinations are on the first interface with IPv6
+            // (spate has no scope ids yet).
+            IpAddr::V6(a) if is_link_local(a) || a.is_multicast() => ifaces.iter().find(|i| !i.ipv6.is_empty()),
+            IpAddr::V4(a) if a.is_broadcast() => ifaces.iter().find(|i| !i.ipv4.is_empty()),
+            _ => None,
+        });
         let (iface, next_hop) = match direct {
             Some(i) => (i, *dst),
             None => {
-                let (gw, idx) = if dst.is_ipv4() {
-                    self.gateway_v4?
-                } else {
-                    self.gateway_v6?
-                };
+                let (gw, idx) = if dst.is_ipv4() { self.gateway_v4? } else { self.gateway_v6? };
                 (ifaces.get(idx as usize)?, gw)
             }
         };
@@ -84,12 +66,7 @@ impl Routes {
             Some(s) if !s.is_unspecified() => *s,
             _ => iface.source_for(dst)?,
         };
-        Some(Route {
-            iface: iface.index,
-            next_hop,
-            src,
-            mtu: iface.mtu,
-        })
+        Some(Route { iface: iface.index, next_hop, src, mtu: iface.mtu })
     }
 }
 
@@ -108,11 +85,10 @@ mod tests {
             mtu: 1500,
             vlan: None,
             ipv4: vec!["198.18.0.2/24".parse().unwrap()],
+            ipv4_addrs: vec!["198.18.0.2".parse().unwrap()],
+            ipv4_broadcast: vec!["198.18.0.255".parse().unwrap()],
             ipv6: vec![
-                crate::config::Cidr {
-                    addr: IpAddr::V6(crate::wire::ipv6::link_local_from_mac(&mac)),
-                    prefix_len: 64,
-                },
+                crate::config::Cidr { addr: IpAddr::V6(crate::wire::ipv6::link_local_from_mac(&mac)), prefix_len: 64 },
                 "fd00::2/64".parse().unwrap(),
             ],
             rx_checksum: false,
@@ -124,22 +100,11 @@ mod tests {
     fn on_link_gateway_and_sources() {
         let ifs = [iface()];
         let r = Routes::new(&ifs, &["198.18.0.1".parse().unwrap()]);
-        let on = r
-            .lookup(&ifs, &"198.18.0.9".parse().unwrap(), None)
-            .unwrap();
-        assert_eq!(
-            (on.next_hop, on.src),
-            ("198.18.0.9".parse().unwrap(), "198.18.0.2".parse().unwrap())
-        );
-        let off = r
-            .lookup(&ifs, &"203.0.113.5".parse().unwrap(), None)
-            .unwrap();
+        let on = r.lookup(&ifs, &"198.18.0.9".parse().unwrap(), None).unwrap();
+        assert_eq!((on.next_hop, on.src), ("198.18.0.9".parse().unwrap(), "198.18.0.2".parse().unwrap()));
+        let off = r.lookup(&ifs, &"203.0.113.5".parse().unwrap(), None).unwrap();
         assert_eq!(off.next_hop, "198.18.0.1".parse::<IpAddr>().unwrap());
-        assert!(
-            r.lookup(&ifs, &"2001:db8::1".parse().unwrap(), None)
-                .is_none(),
-            "no IPv6 gateway"
-        );
+        assert!(r.lookup(&ifs, &"2001:db8::1".parse().unwrap(), None).is_none(), "no IPv6 gateway");
         let v6 = r.lookup(&ifs, &"fd00::1".parse().unwrap(), None).unwrap();
         assert_eq!(v6.src, "fd00::2".parse::<IpAddr>().unwrap());
         let ll = r.lookup(&ifs, &"fe80::1".parse().unwrap(), None).unwrap();

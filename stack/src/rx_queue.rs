@@ -62,6 +62,15 @@ struct Waiters {
     cv: Condvar,
 }
 
+/// Why `push_batch` left items behind.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Refusal {
+    /// The receive buffer is full.
+    Full,
+    /// The socket is closed.
+    Closed,
+}
+
 /// How long `pop` may wait.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Wait {
@@ -99,27 +108,11 @@ impl<T: Truesize> RxQueue<T> {
     pub fn new(producers: usize, rcvbuf: usize) -> Self {
         RxQueue {
             producers: (0..producers.max(1))
-                .map(|_| {
-                    CachePadded::new(Producer {
-                        list: Mutex::new(VecDeque::new()),
-                        drops: AtomicU64::new(0),
-                    })
-                })
+                .map(|_| CachePadded::new(Producer { list: Mutex::new(VecDeque::new()), drops: AtomicU64::new(0) }))
                 .collect(),
-            reader: CachePadded::new(Mutex::new(Reader {
-                list: VecDeque::new(),
-                next: 0,
-                owed: 0,
-            })),
-            mem: CachePadded::new(Memory {
-                rmem: AtomicUsize::new(0),
-                rcvbuf: AtomicUsize::new(rcvbuf),
-            }),
-            waiters: CachePadded::new(Waiters {
-                count: AtomicUsize::new(0),
-                lock: Mutex::new(()),
-                cv: Condvar::new(),
-            }),
+            reader: CachePadded::new(Mutex::new(Reader { list: VecDeque::new(), next: 0, owed: 0 })),
+            mem: CachePadded::new(Memory { rmem: AtomicUsize::new(0), rcvbuf: AtomicUsize::new(rcvbuf) }),
+            waiters: CachePadded::new(Waiters { count: AtomicUsize::new(0), lock: Mutex::new(()), cv: Condvar::new() }),
             closed: AtomicBool::new(false),
             alert: AtomicBool::new(false),
         }
@@ -156,6 +149,54 @@ impl<T: Truesize> RxQueue<T> {
             self.waiters.cv.notify_all();
         }
         Ok(())
+    }
+
+    /// Queues every item of `batch` from producer `p` with one charge and
+    /// one lock. What does not fit, or everything if the queue is closed,
+    /// stays in `batch` and the error says why.
+    #[inline]
+    pub fn push_batch(&self, p: usize, batch: &mut Vec<T>) -> Result<(), Refusal> {
+        if batch.is_empty() {
+            return Ok(());
+        }
+        if self.closed.load(Ordering::Acquire) {
+            return Err(Refusal::Closed);
+        }
+        let producer = &self.producers[p];
+        let rcvbuf = self.mem.rcvbuf.load(Ordering::Relaxed);
+        let total: usize = batch.iter().map(Truesize::truesize).sum();
+        let before = self.mem.rmem.fetch_add(total, Ordering::Relaxed);
+        let mut taken = batch.len();
+        if before + total > rcvbuf {
+            // Take back the charge; keep the longest prefix that fits.
+            self.mem.rmem.fetch_sub(total, Ordering::Relaxed);
+            let mut room = rcvbuf.saturating_sub(self.mem.rmem.load(Ordering::Relaxed));
+            let mut size = 0;
+            taken = 0;
+            for item in batch.iter() {
+                let s = item.truesize();
+                if s > room {
+                    break;
+                }
+                room -= s;
+                size += s;
+                taken += 1;
+            }
+            let now = self.mem.rmem.fetch_add(size, Ordering::Relaxed);
+            if now + size > rcvbuf {
+                self.mem.rmem.fetch_sub(size, Ordering::Relaxed);
+                taken = 0;
+            }
+            producer.drops.fetch_add((batch.len() - taken) as u64, Ordering::Relaxed);
+        }
+        if taken > 0 {
+            lock(&producer.list).extend(batch.drain(..taken));
+            if self.waiters.count.load(Ordering::SeqCst) > 0 {
+                let _g = lock(&self.waiters.lock);
+                self.waiters.cv.notify_all();
+            }
+        }
+        if batch.is_empty() { Ok(()) } else { Err(Refusal::Full) }
     }
 
     /// Takes the oldest datagram of the reader list, splicing a producer
@@ -245,20 +286,14 @@ impl<T: Truesize> RxQueue<T> {
 
     /// Blocks as `wait` allows; false when the caller should stop trying.
     fn wait(&self, wait: Wait) -> bool {
-        if wait == Wait::No
-            || self.closed.load(Ordering::Acquire)
-            || self.alert.swap(false, Ordering::SeqCst)
-        {
+        if wait == Wait::No || self.closed.load(Ordering::Acquire) || self.alert.swap(false, Ordering::SeqCst) {
             return false;
         }
         let w = &self.waiters;
         let mut g = lock(&w.lock);
         // Registered before looking, so a push after the look sees us.
         w.count.fetch_add(1, Ordering::SeqCst);
-        let timed_out = if self.has_data()
-            || self.closed.load(Ordering::Acquire)
-            || self.alert.load(Ordering::SeqCst)
-        {
+        let timed_out = if self.has_data() || self.closed.load(Ordering::Acquire) || self.alert.load(Ordering::SeqCst) {
             false
         } else {
             match wait {
@@ -274,10 +309,7 @@ impl<T: Truesize> RxQueue<T> {
                     } else {
                         #[cfg(not(loom))]
                         {
-                            g =
-                                w.cv.wait_timeout(g, deadline - now)
-                                    .unwrap_or_else(|p| p.into_inner())
-                                    .0;
+                            g = w.cv.wait_timeout(g, deadline - now).unwrap_or_else(|p| p.into_inner()).0;
                         }
                         #[cfg(loom)]
                         {
@@ -290,15 +322,12 @@ impl<T: Truesize> RxQueue<T> {
         };
         w.count.fetch_sub(1, Ordering::SeqCst);
         drop(g);
-        !timed_out
-            && !self.closed.load(Ordering::Acquire)
-            && !self.alert.swap(false, Ordering::SeqCst)
+        !timed_out && !self.closed.load(Ordering::Acquire) && !self.alert.swap(false, Ordering::SeqCst)
     }
 
     /// Whether anything is queued (looks at producer lists: not for the fast path).
     pub fn has_data(&self) -> bool {
-        !lock(&self.reader).list.is_empty()
-            || self.producers.iter().any(|p| !lock(&p.list).is_empty())
+        !lock(&self.reader).list.is_empty() || self.producers.iter().any(|p| !lock(&p.list).is_empty())
     }
 
     /// Closes the queue: later pushes are refused, waiters wake, and what
@@ -310,9 +339,7 @@ impl<T: Truesize> RxQueue<T> {
             dropped.extend(lock(&p.list).drain(..));
         }
         let size: usize = dropped.iter().map(Truesize::truesize).sum();
-        self.mem
-            .rmem
-            .fetch_sub(size.min(self.rmem()), Ordering::Relaxed);
+        self.mem.rmem.fetch_sub(size.min(self.rmem()), Ordering::Relaxed);
         drop(dropped);
         let _g = lock(&self.waiters.lock);
         self.waiters.cv.notify_all();
@@ -345,10 +372,7 @@ impl<T: Truesize> RxQueue<T> {
 
     /// All drops.
     pub fn total_drops(&self) -> u64 {
-        self.producers
-            .iter()
-            .map(|p| p.drops.load(Ordering::Relaxed))
-            .sum()
+        self.producers.iter().map(|p| p.drops.load(Ordering::Relaxed)).sum()
     }
 
     /// Number of producer lists.
@@ -378,9 +402,7 @@ mod tests {
             q.push(0, D(i, 10)).unwrap();
             q.push(1, D(100 + i, 10)).unwrap();
         }
-        let got: Vec<u32> = std::iter::from_fn(|| q.pop(Wait::No))
-            .map(|d| d.0)
-            .collect();
+        let got: Vec<u32> = std::iter::from_fn(|| q.pop(Wait::No)).map(|d| d.0).collect();
         assert_eq!(got, vec![0, 1, 2, 100, 101, 102]);
         assert_eq!(q.rmem(), 0, "all given back once the lists ran dry");
     }
@@ -395,17 +417,31 @@ mod tests {
         assert_eq!(q.drops(0), 1);
         assert_eq!(q.rmem(), 1000);
         q.pop(Wait::No).unwrap();
-        assert_eq!(
-            q.rmem(),
-            1000,
-            "100 owed is under a quarter: not released yet"
-        );
+        assert_eq!(q.rmem(), 1000, "100 owed is under a quarter: not released yet");
         q.pop(Wait::No).unwrap();
         q.pop(Wait::No).unwrap();
         assert_eq!(q.rmem(), 700, "300 owed passes 250: released");
         let mut out = Vec::with_capacity(16);
         assert_eq!(q.pop_batch(&mut out, 16, Wait::No), 7);
         assert_eq!(q.rmem(), 0);
+    }
+
+    #[test]
+    fn batches_are_taken_whole_or_up_to_the_limit() {
+        let q = RxQueue::new(1, 1000);
+        let mut b: Vec<D> = (0..5).map(|i| D(i, 100)).collect();
+        q.push_batch(0, &mut b).unwrap();
+        assert!(b.is_empty());
+        let mut b: Vec<D> = (5..12).map(|i| D(i, 100)).collect();
+        assert_eq!(q.push_batch(0, &mut b), Err(Refusal::Full));
+        assert_eq!(b.iter().map(|d| d.0).collect::<Vec<_>>(), vec![10, 11], "the prefix that fits went in");
+        assert_eq!((q.rmem(), q.drops(0)), (1000, 2));
+        let got: Vec<u32> = std::iter::from_fn(|| q.pop(Wait::No)).map(|d| d.0).collect();
+        assert_eq!(got, (0..10).collect::<Vec<_>>());
+        q.close();
+        let mut b = vec![D(1, 1)];
+        assert_eq!(q.push_batch(0, &mut b), Err(Refusal::Closed));
+        assert_eq!(b.len(), 1);
     }
 
     #[test]
@@ -430,10 +466,7 @@ mod tests {
     fn blocked_reader_wakes_on_push_and_times_out_when_idle() {
         let q = Arc::new(RxQueue::new(1, 1000));
         let start = StdInstant::now();
-        assert!(
-            q.pop(Wait::Until(start + Duration::from_millis(30)))
-                .is_none()
-        );
+        assert!(q.pop(Wait::Until(start + Duration::from_millis(30))).is_none());
         assert!(start.elapsed() >= Duration::from_millis(30));
         let q2 = q.clone();
         let t = std::thread::spawn(move || q2.pop(Wait::Forever));

@@ -3,11 +3,11 @@
 use std::cell::RefCell;
 use std::io;
 use std::net::{IpAddr, Ipv6Addr, SocketAddr, ToSocketAddrs};
-use std::sync::atomic::{AtomicBool, AtomicI32, AtomicU32, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicI32, AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant as StdInstant};
 
-use crate::datagram::{Datagram, SendBuf};
+use crate::datagram::{Datagram, DatagramBatch, SendBuf};
 use crate::lookup::{BindError, Binding, Family};
 use crate::pipeline::tx::{MAX_HEADERS, TxPacket, UdpHeaders, push_udp_ip};
 use crate::rx_queue::{RxQueue, Wait};
@@ -76,17 +76,10 @@ impl SocketBuilder {
 
     fn bind_one(&self, addr: SocketAddr) -> io::Result<UdpSocket> {
         let shared = &self.stack.shared;
-        let family = if addr.is_ipv4() {
-            Family::V4
-        } else {
-            Family::V6
-        };
+        let family = if addr.is_ipv4() { Family::V4 } else { Family::V6 };
         let local = normalize(addr);
         if family == Family::V6 && self.v6only && local.is_ipv4() {
-            return Err(errno(
-                libc::EINVAL,
-                "an IPv6-only socket cannot bind an IPv4-mapped address",
-            ));
+            return Err(errno(libc::EINVAL, "an IPv6-only socket cannot bind an IPv4-mapped address"));
         }
         let ip = local.ip();
         if !ip.is_unspecified() && !shared.is_local(&ip) {
@@ -125,13 +118,9 @@ impl SocketBuilder {
             core,
             family,
             v6only: self.v6only,
-            state: Mutex::new(State {
-                local,
-                peer: None,
-                explicit_ip: !local.ip().is_unspecified(),
-            }),
+            state: Mutex::new(State { local, peer: None, explicit_ip: !local.ip().is_unspecified() }),
             nonblocking: AtomicBool::new(false),
-            read_timeout: Mutex::new(None),
+            read_timeout: AtomicU64::new(0),
             write_timeout: Mutex::new(None),
             tx_worker,
         })
@@ -161,17 +150,15 @@ pub struct UdpSocket {
     v6only: bool,
     state: Mutex<State>,
     nonblocking: AtomicBool,
-    read_timeout: Mutex<Option<Duration>>,
+    /// Nanoseconds; 0 for none.
+    read_timeout: AtomicU64,
     write_timeout: Mutex<Option<Duration>>,
     tx_worker: usize,
 }
 
 pub(crate) fn errno(code: i32, what: &'static str) -> io::Error {
     let kind = io::Error::from_raw_os_error(code).kind();
-    io::Error::new(
-        kind,
-        format!("{what} ({})", io::Error::from_raw_os_error(code)),
-    )
+    io::Error::new(kind, format!("{what} ({})", io::Error::from_raw_os_error(code)))
 }
 
 /// IPv4-mapped IPv6 addresses become IPv4: the table and the wire speak IPv4.
@@ -216,13 +203,7 @@ impl UdpSocket {
 
     /// Options for a socket before it is bound.
     pub fn builder(stack: &Stack) -> SocketBuilder {
-        SocketBuilder {
-            stack: stack.clone(),
-            reuseport: false,
-            v6only: false,
-            rcvbuf: None,
-            iface: None,
-        }
+        SocketBuilder { stack: stack.clone(), reuseport: false, v6only: false, rcvbuf: None, iface: None }
     }
 
     fn shared(&self) -> &Shared {
@@ -240,31 +221,21 @@ impl UdpSocket {
 
     /// The connected peer.
     pub fn peer_addr(&self) -> io::Result<SocketAddr> {
-        self.state()
-            .peer
-            .map(|p| self.present(p))
-            .ok_or_else(|| errno(libc::ENOTCONN, "not connected"))
+        self.state().peer.map(|p| self.present(p)).ok_or_else(|| errno(libc::ENOTCONN, "not connected"))
     }
 
     fn present(&self, a: SocketAddr) -> SocketAddr {
-        if self.family == Family::V6 {
-            mapped(a)
-        } else {
-            a
-        }
+        if self.family == Family::V6 { mapped(a) } else { a }
     }
 
     /// The destination as the wire sees it, checked against the family.
     fn destination(&self, addr: SocketAddr) -> io::Result<SocketAddr> {
         let dst = normalize(addr);
         match (self.family, addr, dst) {
-            (Family::V4, SocketAddr::V6(_), _) => {
-                Err(errno(libc::EAFNOSUPPORT, "IPv6 address on an IPv4 socket"))
+            (Family::V4, SocketAddr::V6(_), _) => Err(errno(libc::EAFNOSUPPORT, "IPv6 address on an IPv4 socket")),
+            (Family::V6, _, SocketAddr::V4(_)) if self.v6only => {
+                Err(errno(libc::ENETUNREACH, "IPv4-mapped address on an IPv6-only socket"))
             }
-            (Family::V6, _, SocketAddr::V4(_)) if self.v6only => Err(errno(
-                libc::ENETUNREACH,
-                "IPv4-mapped address on an IPv6-only socket",
-            )),
             _ if dst.port() == 0 || dst.ip().is_unspecified() => {
                 Err(errno(libc::EINVAL, "no destination port or address"))
             }
@@ -276,18 +247,12 @@ impl UdpSocket {
     /// received. The local address is fixed to the route's source if the
     /// socket was bound to the unspecified address, as Linux does.
     pub fn connect(&self, addr: impl ToSocketAddrs) -> io::Result<()> {
-        let addr = addr
-            .to_socket_addrs()?
-            .next()
-            .ok_or_else(|| errno(libc::EINVAL, "no address"))?;
+        let addr = addr.to_socket_addrs()?.next().ok_or_else(|| errno(libc::EINVAL, "no address"))?;
         let dst = self.destination(addr)?;
         let shared = self.shared();
         let mut st = self.state.lock().unwrap_or_else(|p| p.into_inner());
-        let bound_ip =
-            Some(st.local.ip()).filter(|ip| !ip.is_unspecified() && ip.is_ipv4() == dst.is_ipv4());
-        let route = shared
-            .route(&dst.ip(), bound_ip.as_ref())
-            .ok_or_else(|| errno(libc::ENETUNREACH, "no route"))?;
+        let bound_ip = Some(st.local.ip()).filter(|ip| !ip.is_unspecified() && ip.is_ipv4() == dst.is_ipv4());
+        let route = shared.route(&dst.ip(), bound_ip.as_ref()).ok_or_else(|| errno(libc::ENETUNREACH, "no route"))?;
         let mut local = st.local;
         if local.ip().is_unspecified() || local.is_ipv4() != dst.is_ipv4() {
             local.set_ip(route.src);
@@ -302,11 +267,8 @@ impl UdpSocket {
     pub fn disconnect(&self) -> io::Result<()> {
         let mut st = self.state.lock().unwrap_or_else(|p| p.into_inner());
         if !st.explicit_ip {
-            let any = if self.family == Family::V4 {
-                IpAddr::from([0u8; 4])
-            } else {
-                IpAddr::V6(Ipv6Addr::UNSPECIFIED)
-            };
+            let any =
+                if self.family == Family::V4 { IpAddr::from([0u8; 4]) } else { IpAddr::V6(Ipv6Addr::UNSPECIFIED) };
             st.local.set_ip(any);
         }
         st.peer = None;
@@ -324,27 +286,25 @@ impl UdpSocket {
     /// is an error, as for `std::net::UdpSocket`.
     pub fn set_read_timeout(&self, t: Option<Duration>) -> io::Result<()> {
         if t == Some(Duration::ZERO) {
-            return Err(io::Error::new(
-                io::ErrorKind::InvalidInput,
-                "cannot set a 0 duration timeout",
-            ));
+            return Err(io::Error::new(io::ErrorKind::InvalidInput, "cannot set a 0 duration timeout"));
         }
-        *self.read_timeout.lock().unwrap_or_else(|p| p.into_inner()) = t;
+        let nanos = t.map(|d| d.as_nanos().min(u64::MAX as u128) as u64).unwrap_or(0);
+        self.read_timeout.store(nanos, Ordering::Relaxed);
         Ok(())
     }
 
     /// The receive timeout.
     pub fn read_timeout(&self) -> io::Result<Option<Duration>> {
-        Ok(*self.read_timeout.lock().unwrap_or_else(|p| p.into_inner()))
+        Ok(match self.read_timeout.load(Ordering::Relaxed) {
+            0 => None,
+            n => Some(Duration::from_nanos(n)),
+        })
     }
 
     /// Sets how long a send waits for room in the lcore's queue.
     pub fn set_write_timeout(&self, t: Option<Duration>) -> io::Result<()> {
         if t == Some(Duration::ZERO) {
-            return Err(io::Error::new(
-                io::ErrorKind::InvalidInput,
-                "cannot set a 0 duration timeout",
-            ));
+            return Err(io::Error::new(io::ErrorKind::InvalidInput, "cannot set a 0 duration timeout"));
         }
         *self.write_timeout.lock().unwrap_or_else(|p| p.into_inner()) = t;
         Ok(())
@@ -382,20 +342,26 @@ impl UdpSocket {
         })
     }
 
+    #[inline]
     fn pending_error(&self) -> io::Result<()> {
+        // A plain load first: the common case writes nothing.
+        if self.core.error.load(Ordering::Relaxed) == 0 {
+            return Ok(());
+        }
         match self.core.error.swap(0, Ordering::AcqRel) {
             0 => Ok(()),
             e => Err(io::Error::from_raw_os_error(e)),
         }
     }
 
+    #[inline]
     fn wait_mode(&self) -> Wait {
         if self.nonblocking.load(Ordering::Relaxed) {
             return Wait::No;
         }
-        match *self.read_timeout.lock().unwrap_or_else(|p| p.into_inner()) {
-            None => Wait::Forever,
-            Some(t) => Wait::Until(StdInstant::now() + t),
+        match self.read_timeout.load(Ordering::Relaxed) {
+            0 => Wait::Forever,
+            n => Wait::Until(StdInstant::now() + Duration::from_nanos(n)),
         }
     }
 
@@ -432,10 +398,10 @@ impl UdpSocket {
 
     /// Moves up to `max` datagrams into `out` without copying them; waits
     /// (as the socket's mode says) only for the first. Allocates nothing
-    /// while `out` has capacity.
-    pub fn recv_batch(&self, out: &mut Vec<Datagram>, max: usize) -> io::Result<usize> {
+    /// while `out` has capacity; clearing `out` frees the mbufs in bulk.
+    pub fn recv_batch(&self, out: &mut DatagramBatch, max: usize) -> io::Result<usize> {
         self.pending_error()?;
-        match self.core.queue.pop_batch(out, max, self.wait_mode()) {
+        match self.core.queue.pop_batch(out.vec(), max, self.wait_mode()) {
             0 if max > 0 => Err(self.pending_error().err().unwrap_or_else(|| self.no_data())),
             n => Ok(n),
         }
@@ -449,27 +415,19 @@ impl UdpSocket {
             return Err(errno(libc::EMSGSIZE, "longer than one mbuf"));
         }
         let mut m = shared.pool.alloc().ok_or_else(|| self.mem_error())?;
-        m.append(len)
-            .map_err(|_| errno(libc::EMSGSIZE, "longer than one mbuf"))?;
+        m.append(len).map_err(|_| errno(libc::EMSGSIZE, "longer than one mbuf"))?;
         Ok(SendBuf::new(m))
     }
 
     fn mem_error(&self) -> io::Error {
-        let c = if self.family == Family::V4 {
-            Counter::UdpMemErrors
-        } else {
-            Counter::Udp6MemErrors
-        };
+        let c = if self.family == Family::V4 { Counter::UdpMemErrors } else { Counter::Udp6MemErrors };
         self.shared().stats.shared().add_shared(c, 1);
         errno(libc::ENOBUFS, "no mbuf free")
     }
 
     /// Sends `buf` to `addr`; returns `buf.len()`.
     pub fn send_to(&self, buf: &[u8], addr: impl ToSocketAddrs) -> io::Result<usize> {
-        let addr = addr
-            .to_socket_addrs()?
-            .next()
-            .ok_or_else(|| errno(libc::EINVAL, "no address"))?;
+        let addr = addr.to_socket_addrs()?.next().ok_or_else(|| errno(libc::EINVAL, "no address"))?;
         let dst = self.destination(addr)?;
         let sb = self.copy_in(buf)?;
         self.send_prepared(sb, dst)?;
@@ -478,10 +436,7 @@ impl UdpSocket {
 
     /// Sends `buf` to the connected peer.
     pub fn send(&self, buf: &[u8]) -> io::Result<usize> {
-        let peer = self
-            .state()
-            .peer
-            .ok_or_else(|| errno(libc::EDESTADDRREQ, "not connected"))?;
+        let peer = self.state().peer.ok_or_else(|| errno(libc::EDESTADDRREQ, "not connected"))?;
         let sb = self.copy_in(buf)?;
         self.send_prepared(sb, peer)?;
         Ok(buf.len())
@@ -502,10 +457,7 @@ impl UdpSocket {
 
     /// Sends a filled buffer to the connected peer.
     pub fn send_buf(&self, buf: SendBuf) -> io::Result<()> {
-        let peer = self
-            .state()
-            .peer
-            .ok_or_else(|| errno(libc::EDESTADDRREQ, "not connected"))?;
+        let peer = self.state().peer.ok_or_else(|| errno(libc::EDESTADDRREQ, "not connected"))?;
         self.send_prepared(buf, peer)
     }
 
@@ -513,23 +465,14 @@ impl UdpSocket {
         self.pending_error()?;
         let shared = self.shared();
         let st = self.state();
-        let bound_ip =
-            Some(st.local.ip()).filter(|ip| !ip.is_unspecified() && ip.is_ipv4() == dst.is_ipv4());
+        let bound_ip = Some(st.local.ip()).filter(|ip| !ip.is_unspecified() && ip.is_ipv4() == dst.is_ipv4());
         let Some(route) = shared.route(&dst.ip(), bound_ip.as_ref()) else {
-            let c = if dst.is_ipv4() {
-                Counter::IpOutNoRoutes
-            } else {
-                Counter::Ip6OutNoRoutes
-            };
+            let c = if dst.is_ipv4() { Counter::IpOutNoRoutes } else { Counter::Ip6OutNoRoutes };
             shared.stats.shared().add_shared(c, 1);
             return Err(errno(libc::ENETUNREACH, "no route"));
         };
         let v4 = dst.is_ipv4();
-        let ip_hdr = if v4 {
-            ipv4::HEADER_LEN
-        } else {
-            ipv6::HEADER_LEN
-        };
+        let ip_hdr = if v4 { ipv4::HEADER_LEN } else { ipv6::HEADER_LEN };
         if buf.len() + udp::HEADER_LEN + ip_hdr > route.mtu as usize {
             return Err(errno(libc::EMSGSIZE, "larger than the path MTU"));
         }
@@ -538,31 +481,15 @@ impl UdpSocket {
         let ident = match (src.ip(), dst.ip()) {
             // Linux: connected sockets count on their own; unconnected
             // datagrams that may not be fragmented carry 0 (RFC 6864).
-            (IpAddr::V4(_), _) if connected => {
-                self.core.ident.fetch_add(1, Ordering::Relaxed) as u16
-            }
+            (IpAddr::V4(_), _) if connected => self.core.ident.fetch_add(1, Ordering::Relaxed) as u16,
             (IpAddr::V4(_), _) => 0,
             _ => 0,
         };
         buf.mbuf.set_ol_flags(0);
-        let headers = UdpHeaders {
-            src,
-            dst,
-            ident,
-            dont_frag: true,
-            ttl: 64,
-        };
+        let headers = UdpHeaders { src, dst, ident, dont_frag: true, ttl: 64 };
         let iface = &shared.ifaces[route.iface as usize];
-        push_udp_ip(&mut buf.mbuf, &headers, iface)
-            .map_err(|e| io::Error::new(io::ErrorKind::InvalidInput, e))?;
-        self.submit(
-            TxPacket {
-                mbuf: buf.mbuf,
-                iface: route.iface,
-                next_hop: route.next_hop,
-            },
-            v4,
-        )
+        push_udp_ip(&mut buf.mbuf, &headers, iface).map_err(|e| io::Error::new(io::ErrorKind::InvalidInput, e))?;
+        self.submit(TxPacket { mbuf: buf.mbuf, iface: route.iface, next_hop: route.next_hop }, v4)
     }
 
     /// Hands a packet to the transmit path: the lcore's own queue when
@@ -607,11 +534,7 @@ impl UdpSocket {
     }
 
     fn sndbuf_error(&self, v4: bool) -> io::Error {
-        let c = if v4 {
-            Counter::UdpSndbufErrors
-        } else {
-            Counter::Udp6SndbufErrors
-        };
+        let c = if v4 { Counter::UdpSndbufErrors } else { Counter::Udp6SndbufErrors };
         self.shared().stats.shared().add_shared(c, 1);
         io::Error::from_raw_os_error(libc::EAGAIN)
     }

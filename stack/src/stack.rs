@@ -7,9 +7,7 @@ use std::sync::{Arc, Mutex, OnceLock};
 
 use crossbeam::queue::ArrayQueue;
 use crossbeam_utils::CachePadded;
-use spate_dpdk::{
-    Eal, EalBuilder, Memory, Mempool, MempoolConfig, Port, PortConfig, PortStats, lcore,
-};
+use spate_dpdk::{Eal, EalBuilder, Memory, Mempool, MempoolConfig, Port, PortConfig, PortStats, lcore};
 
 use crate::config::{Cidr, Hugepages, StackConfig, mac_from_device, parse_lcores};
 use crate::error::{Error, Result};
@@ -78,8 +76,7 @@ impl Shared {
     /// Whether the lcores should stop.
     #[inline]
     pub fn should_stop(&self) -> bool {
-        self.stop.load(Ordering::Relaxed)
-            || (self.cfg.stop_on_signal && spate_dpdk::signal::stop_requested())
+        self.stop.load(Ordering::Relaxed) || (self.cfg.stop_on_signal && spate_dpdk::signal::stop_requested())
     }
 
     /// Whether lcores are polling.
@@ -100,16 +97,11 @@ impl Shared {
 fn os_random() -> u64 {
     use std::io::Read;
     let mut b = [0u8; 8];
-    if std::fs::File::open("/dev/urandom")
-        .and_then(|mut f| f.read_exact(&mut b))
-        .is_ok()
-    {
+    if std::fs::File::open("/dev/urandom").and_then(|mut f| f.read_exact(&mut b)).is_ok() {
         return u64::from_ne_bytes(b) | 1;
     }
-    let t = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.as_nanos() as u64)
-        .unwrap_or(1);
+    let t =
+        std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_nanos() as u64).unwrap_or(1);
     t ^ (std::process::id() as u64) << 32 | 1
 }
 
@@ -189,27 +181,18 @@ impl Stack {
         }
         let enabled = lcore::all();
         if let Some(l) = lcores.iter().find(|l| !enabled.contains(l)) {
-            return Err(Error::Config(format!(
-                "lcore {l} is not enabled in the EAL (enabled: {enabled:?})"
-            )));
+            return Err(Error::Config(format!("lcore {l} is not enabled in the EAL (enabled: {enabled:?})")));
         }
         let workers = lcores.len();
         let id = NEXT_STACK.fetch_add(1, Ordering::Relaxed);
-        let mut pool_cfg = MempoolConfig::new(
-            &format!("spate{}_{id}", std::process::id() % 100_000),
-            cfg.mempool_size,
-        );
+        let mut pool_cfg = MempoolConfig::new(&format!("spate{}_{id}", std::process::id() % 100_000), cfg.mempool_size);
         pool_cfg.cache_size = cfg.mempool_cache.min(cfg.mempool_size / 2);
         let pool = Arc::new(Mempool::new(&pool_cfg)?);
 
         let mut ports = Vec::new();
         let mut ifaces = Vec::new();
-        let mut queues: Vec<WorkerQueues> = (0..workers)
-            .map(|_| WorkerQueues {
-                rx: Vec::new(),
-                tx: Vec::new(),
-            })
-            .collect();
+        let mut queues: Vec<WorkerQueues> =
+            (0..workers).map(|_| WorkerQueues { rx: Vec::new(), tx: Vec::new() }).collect();
         for (index, spec) in cfg.ports.iter().enumerate() {
             let mut port = if spec.is_pci() {
                 Port::open(spec.device.split(',').next().unwrap_or(""))?
@@ -248,24 +231,17 @@ impl Stack {
             }
             port.start()?;
             let mac = soft_mac.unwrap_or(MacAddr(port.mac()?));
-            let mac = if mac == MacAddr::ZERO {
-                mac_from_device(&spec.device).unwrap_or(mac)
-            } else {
-                mac
-            };
+            let mac = if mac == MacAddr::ZERO { mac_from_device(&spec.device).unwrap_or(mac) } else { mac };
             let mtu = port.mtu().unwrap_or(1500).min(spec.mtu.unwrap_or(u16::MAX));
             let rx_flags = port.rx_offloads();
             let tx_flags = port.tx_offloads();
-            let rx_sum = (spate_dpdk::sys::RTE_ETH_RX_OFFLOAD_IPV4_CKSUM
-                | spate_dpdk::sys::RTE_ETH_RX_OFFLOAD_UDP_CKSUM) as u64;
-            let tx_sum = (spate_dpdk::sys::RTE_ETH_TX_OFFLOAD_IPV4_CKSUM
-                | spate_dpdk::sys::RTE_ETH_TX_OFFLOAD_UDP_CKSUM) as u64;
+            let rx_sum =
+                (spate_dpdk::sys::RTE_ETH_RX_OFFLOAD_IPV4_CKSUM | spate_dpdk::sys::RTE_ETH_RX_OFFLOAD_UDP_CKSUM) as u64;
+            let tx_sum =
+                (spate_dpdk::sys::RTE_ETH_TX_OFFLOAD_IPV4_CKSUM | spate_dpdk::sys::RTE_ETH_TX_OFFLOAD_UDP_CKSUM) as u64;
             let mut ipv6 = Vec::new();
             if !spec.ipv6.is_empty() {
-                ipv6.push(Cidr {
-                    addr: IpAddr::V6(crate::wire::ipv6::link_local_from_mac(&mac)),
-                    prefix_len: 64,
-                });
+                ipv6.push(Cidr { addr: IpAddr::V6(crate::wire::ipv6::link_local_from_mac(&mac)), prefix_len: 64 });
             }
             ipv6.extend(spec.ipv6.iter().copied());
             ifaces.push(Interface {
@@ -276,6 +252,15 @@ impl Stack {
                 mtu,
                 vlan: spec.vlan,
                 ipv4: spec.ipv4.clone(),
+                ipv4_addrs: spec
+                    .ipv4
+                    .iter()
+                    .filter_map(|c| match c.addr {
+                        IpAddr::V4(a) => Some(a),
+                        _ => None,
+                    })
+                    .collect(),
+                ipv4_broadcast: spec.ipv4.iter().filter_map(|c| c.broadcast()).collect(),
                 ipv6,
                 rx_checksum: rx_flags & rx_sum == rx_sum,
                 tx_checksum: tx_flags & tx_sum == tx_sum,
@@ -306,12 +291,8 @@ impl Stack {
             sockets: SocketTable::new(seed),
             ip_id: IpIdGen::new([os_random(), os_random()]),
             stats: StatsRegistry::new(workers),
-            load: (0..workers)
-                .map(|_| CachePadded::new(LcoreLoad::default()))
-                .collect(),
-            inbox: (0..workers)
-                .map(|_| CachePadded::new(ArrayQueue::new(INBOX)))
-                .collect(),
+            load: (0..workers).map(|_| CachePadded::new(LcoreLoad::default())).collect(),
+            inbox: (0..workers).map(|_| CachePadded::new(ArrayQueue::new(INBOX))).collect(),
             workers,
             lcores,
             clock: Clock::new(),
@@ -327,9 +308,7 @@ impl Stack {
             cfg,
             pool,
         };
-        Ok(Stack {
-            shared: Arc::new(shared),
-        })
+        Ok(Stack { shared: Arc::new(shared) })
     }
 
     /// Builds a stack from a TOML file.
@@ -360,10 +339,7 @@ impl Stack {
     /// (busy TSC cycles, loop iterations) of polling lcore `index`.
     pub fn lcore_load(&self, index: usize) -> (u64, u64) {
         let l = &self.shared.load[index];
-        (
-            l.busy_cycles.load(Ordering::Relaxed),
-            l.loops.load(Ordering::Relaxed),
-        )
+        (l.busy_cycles.load(Ordering::Relaxed), l.loops.load(Ordering::Relaxed))
     }
 
     /// TSC ticks per second.
@@ -373,11 +349,7 @@ impl Stack {
 
     /// Each port's name and counters.
     pub fn port_stats(&self) -> Vec<(String, PortStats)> {
-        self.shared
-            .ports
-            .iter()
-            .map(|p| (p.name().to_string(), p.stats().unwrap_or_default()))
-            .collect()
+        self.shared.ports.iter().map(|p| (p.name().to_string(), p.stats().unwrap_or_default())).collect()
     }
 
     /// The packet pool (for leak checks: its in-use count).
@@ -474,15 +446,8 @@ impl Stack {
         H: FnMut(&mut LcoreCtx<'_>) + 'static,
     {
         let here = lcore::current();
-        if let Some(l) = self
-            .shared
-            .lcores
-            .iter()
-            .find(|l| Some(**l) == here || **l == lcore::main_lcore())
-        {
-            return Err(Error::State(format!(
-                "lcore {l} is the calling thread's or the EAL main lcore: use run()"
-            )));
+        if let Some(l) = self.shared.lcores.iter().find(|l| Some(**l) == here || **l == lcore::main_lcore()) {
+            return Err(Error::State(format!("lcore {l} is the calling thread's or the EAL main lcore: use run()")));
         }
         let app = Arc::new(app);
         let mut queues = self.take_queues()?;
@@ -491,18 +456,12 @@ impl Stack {
             match self.launch(idx, self.shared.lcores[idx], q, app.clone()) {
                 Ok(j) => joins.push(j),
                 Err(e) => {
-                    drop(Running {
-                        stack: self.clone(),
-                        joins,
-                    });
+                    drop(Running { stack: self.clone(), joins });
                     return Err(e);
                 }
             }
         }
-        Ok(Running {
-            stack: self.clone(),
-            joins,
-        })
+        Ok(Running { stack: self.clone(), joins })
     }
 
     /// Polls in the background with no application callback (thread mode).
@@ -510,13 +469,7 @@ impl Stack {
         self.spawn(|_| |_: &mut LcoreCtx<'_>| {})
     }
 
-    fn launch<F, H>(
-        &self,
-        idx: usize,
-        l: u32,
-        q: WorkerQueues,
-        app: Arc<F>,
-    ) -> Result<lcore::LcoreJoin>
+    fn launch<F, H>(&self, idx: usize, l: u32, q: WorkerQueues, app: Arc<F>) -> Result<lcore::LcoreJoin>
     where
         F: Fn(usize) -> H + Send + Sync + 'static,
         H: FnMut(&mut LcoreCtx<'_>) + 'static,

@@ -160,9 +160,7 @@ pub struct CounterBlock {
 
 impl Default for CounterBlock {
     fn default() -> Self {
-        CounterBlock {
-            values: [const { AtomicU64::new(0) }; COUNTERS],
-        }
+        CounterBlock { values: [const { AtomicU64::new(0) }; COUNTERS] }
     }
 }
 
@@ -205,9 +203,7 @@ impl StatsRegistry {
     /// Blocks for `lcores` polling lcores.
     pub fn new(lcores: usize) -> StatsRegistry {
         StatsRegistry {
-            lcores: (0..lcores)
-                .map(|_| CachePadded::new(CounterBlock::default()))
-                .collect(),
+            lcores: (0..lcores).map(|_| CachePadded::new(CounterBlock::default())).collect(),
             shared: CachePadded::default(),
         }
     }
@@ -234,12 +230,7 @@ impl StatsRegistry {
     /// Everything summed.
     pub fn snapshot(&self) -> Counters {
         let mut c = Counters::default();
-        for block in self
-            .lcores
-            .iter()
-            .map(|b| &**b)
-            .chain(std::iter::once(&*self.shared))
-        {
+        for block in self.lcores.iter().map(|b| &**b).chain(std::iter::once(&*self.shared)) {
             for &id in Counter::ALL {
                 c.values[id as usize] += block.get(id);
             }
@@ -256,9 +247,7 @@ pub struct Counters {
 
 impl Default for Counters {
     fn default() -> Self {
-        Counters {
-            values: [0; COUNTERS],
-        }
+        Counters { values: [0; COUNTERS] }
     }
 }
 
@@ -278,10 +267,7 @@ impl Counters {
     /// Looks a counter up by `Group.Name` (`Udp.InDatagrams`).
     pub fn by_name(&self, full: &str) -> Option<u64> {
         let (g, n) = full.split_once('.')?;
-        Counter::ALL
-            .iter()
-            .find(|c| c.group() == g && c.name() == n)
-            .map(|&c| self[c])
+        Counter::ALL.iter().find(|c| c.group() == g && c.name() == n).map(|&c| self[c])
     }
 
     /// (counter, value) for every counter.
@@ -301,11 +287,8 @@ impl Counters {
     /// `Rx.Frames` minus the sum of every other `Rx` counter: 0 when each
     /// received frame is accounted for exactly once.
     pub fn unaccounted_frames(&self) -> i64 {
-        let outcomes: u64 = Counter::ALL
-            .iter()
-            .filter(|c| c.group() == "Rx" && **c != Counter::RxFrames)
-            .map(|&c| self[c])
-            .sum();
+        let outcomes: u64 =
+            Counter::ALL.iter().filter(|c| c.group() == "Rx" && **c != Counter::RxFrames).map(|&c| self[c]).sum();
         self[Counter::RxFrames] as i64 - outcomes as i64
     }
 
@@ -318,11 +301,7 @@ impl Counters {
                 c.group() == "Rx"
                     && !matches!(
                         c,
-                        Counter::RxFrames
-                            | Counter::RxDelivered
-                            | Counter::RxIcmp
-                            | Counter::RxArp
-                            | Counter::RxNd
+                        Counter::RxFrames | Counter::RxDelivered | Counter::RxIcmp | Counter::RxArp | Counter::RxNd
                     )
             })
             .map(|&c| self[c])
@@ -375,9 +354,6 @@ mod tests {
         assert_eq!(s.unaccounted_frames(), 1);
         assert_eq!(s.by_name("Udp.SndbufErrors"), Some(3));
         assert_eq!(s.rx_drops(), 1);
-        assert!(
-            s.render_nonzero()
-                .contains("Rx: Frames=3 Delivered=1 NotForUs=1")
-        );
+        assert!(s.render_nonzero().contains("Rx: Frames=3 Delivered=1 NotForUs=1"));
     }
 }

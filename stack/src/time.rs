@@ -47,17 +47,20 @@ impl Clock {
     /// A clock over the EAL's TSC rate.
     pub fn new() -> Clock {
         let hz = spate_dpdk::lcore::tsc_hz().max(1);
-        Clock {
-            start: spate_dpdk::lcore::tsc(),
-            ns_per_tick_q32: ((1_000_000_000u128 << 32) / hz as u128) as u64,
-            hz,
-        }
+        Clock { start: spate_dpdk::lcore::tsc(), ns_per_tick_q32: ((1_000_000_000u128 << 32) / hz as u128) as u64, hz }
     }
 
     /// Now.
     #[inline]
     pub fn now(&self) -> Instant {
-        let ticks = spate_dpdk::lcore::tsc().wrapping_sub(self.start);
+        self.at(spate_dpdk::lcore::tsc())
+    }
+
+    /// The instant of a TSC reading taken already (a second rdtsc costs
+    /// tens of cycles in a VM).
+    #[inline]
+    pub fn at(&self, tsc: u64) -> Instant {
+        let ticks = tsc.wrapping_sub(self.start);
         Instant(((ticks as u128 * self.ns_per_tick_q32 as u128) >> 32) as u64)
     }
 

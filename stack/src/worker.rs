@@ -7,7 +7,9 @@ use std::sync::atomic::{AtomicU64, Ordering};
 
 use spate_dpdk::{Burst, RxQueue, TxQueue};
 
+use crate::datagram::Datagram;
 use crate::lookup::Snapshot;
+use crate::rx_queue::Refusal;
 use crate::socket::{LOCAL_TX, LOCAL_TX_CAPACITY, LocalTx, SocketCore};
 use crate::stack::{Shared, Stack};
 use crate::stats::{Counter, CounterBlock};
@@ -96,12 +98,7 @@ impl NeighMemo {
     }
 
     pub fn put(&mut self, iface: u16, ip: IpAddr, mac: MacAddr, until: Instant) {
-        self.slots[Self::slot(&ip)] = Some(MemoSlot {
-            iface,
-            ip,
-            mac,
-            until,
-        });
+        self.slots[Self::slot(&ip)] = Some(MemoSlot { iface, ip, mac, until });
     }
 
     /// Forgets everything when the table's generation moved.
@@ -125,12 +122,7 @@ pub(crate) struct RateLimit {
 
 impl RateLimit {
     pub fn new(per_sec: u64, burst: u64) -> RateLimit {
-        RateLimit {
-            tokens: burst,
-            burst,
-            per_sec,
-            last: Instant(0),
-        }
+        RateLimit { tokens: burst, burst, per_sec, last: Instant(0) }
     }
 
     /// Takes a token if there is one.
@@ -169,6 +161,11 @@ pub(crate) struct Worker<'s> {
     next_timer: Instant,
     local: Vec<crate::pipeline::tx::TxPacket>,
     idle_polls: u32,
+    counters: &'s CounterBlock,
+    /// Datagrams found a socket during this burst: (binding index in the
+    /// snapshot, IPv4?, datagram), queued together after the burst.
+    pub staged: Vec<(u32, bool, Datagram)>,
+    scratch: Vec<Datagram>,
 }
 
 /// The queue handles a worker polls, per interface.
@@ -199,20 +196,20 @@ impl<'s> Worker<'s> {
             next_timer: Instant(0),
             local: Vec::with_capacity(LOCAL_TX_CAPACITY),
             idle_polls: 0,
+            counters: shared.stats.lcore(idx),
+            staged: Vec::with_capacity(BURST),
+            scratch: Vec::with_capacity(BURST),
         }
     }
 
     /// Gives the queue handles back (when the loop ends).
     pub fn into_queues(self) -> WorkerQueues {
-        WorkerQueues {
-            rx: self.rx,
-            tx: self.tx,
-        }
+        WorkerQueues { rx: self.rx, tx: self.tx }
     }
 
     #[inline]
     pub fn counters(&self) -> &'s CounterBlock {
-        self.shared.stats.lcore(self.idx)
+        self.counters
     }
 
     #[inline]
@@ -235,7 +232,7 @@ impl<'s> Worker<'s> {
         }
         loop {
             let start = spate_dpdk::lcore::tsc();
-            self.now = self.shared.clock.now();
+            self.now = self.shared.clock.at(start);
             let mut work = self.poll_rx();
             work += self.run_app(app);
             work += self.drain_inbox();
@@ -244,14 +241,10 @@ impl<'s> Worker<'s> {
                 self.timers();
                 self.next_timer = Instant(self.now.0 + TIMER_NS);
             }
-            load.loops
-                .store(load.loops.load(Ordering::Relaxed) + 1, Ordering::Relaxed);
+            load.loops.store(load.loops.load(Ordering::Relaxed) + 1, Ordering::Relaxed);
             if work > 0 {
                 let spent = spate_dpdk::lcore::tsc().wrapping_sub(start);
-                load.busy_cycles.store(
-                    load.busy_cycles.load(Ordering::Relaxed) + spent,
-                    Ordering::Relaxed,
-                );
+                load.busy_cycles.store(load.busy_cycles.load(Ordering::Relaxed) + spent, Ordering::Relaxed);
                 self.idle_polls = 0;
             } else {
                 self.idle_polls = self.idle_polls.saturating_add(1);
@@ -286,34 +279,72 @@ impl<'s> Worker<'s> {
             }
             total += n;
             self.add(Counter::RxFrames, n as u64);
-            for m in burst.drain() {
-                let outcome = self.rx_frame(iface, m);
-                self.inc(outcome);
+            // The device wrote these frames from another core: start all
+            // the cache misses now, so they overlap.
+            for m in burst.as_slice() {
+                m.prefetch_data();
             }
+            for m in burst.drain() {
+                if let Some(outcome) = self.rx_frame(iface, m) {
+                    self.inc(outcome);
+                }
+            }
+            self.deliver_staged();
         }
         total
+    }
+
+    /// Queues the burst's datagrams to their sockets: consecutive ones for
+    /// the same socket with one charge and one lock.
+    #[inline]
+    fn deliver_staged(&mut self) {
+        if self.staged.is_empty() {
+            return;
+        }
+        let mut staged = std::mem::take(&mut self.staged);
+        let mut batch = std::mem::take(&mut self.scratch);
+        let mut v4 = [false; BURST];
+        let mut it = staged.drain(..).peekable();
+        while let Some((index, is_v4, d)) = it.next() {
+            v4[0] = is_v4;
+            batch.push(d);
+            while let Some((_, is_v4, d)) = it.next_if(|(i, _, _)| *i == index) {
+                v4[batch.len()] = is_v4;
+                batch.push(d);
+            }
+            let offered = batch.len();
+            let refusal = self.snapshot.get(index).sock.queue.push_batch(self.idx, &mut batch);
+            // What was refused is the tail of the run.
+            let accepted = offered - batch.len();
+            let accepted_v4 = v4[..accepted].iter().filter(|&&f| f).count() as u64;
+            self.add(Counter::RxDelivered, accepted as u64);
+            self.add(Counter::UdpInDatagrams, accepted_v4);
+            self.add(Counter::Udp6InDatagrams, accepted as u64 - accepted_v4);
+            match refusal {
+                Ok(()) => {}
+                Err(Refusal::Full) => {
+                    self.add(Counter::RxRcvbufFull, batch.len() as u64);
+                    for &f in &v4[accepted..offered] {
+                        self.inc(if f { Counter::UdpRcvbufErrors } else { Counter::Udp6RcvbufErrors });
+                        self.inc(if f { Counter::UdpInErrors } else { Counter::Udp6InErrors });
+                    }
+                }
+                Err(Refusal::Closed) => self.add(Counter::RxSocketClosed, batch.len() as u64),
+            }
+            batch.clear();
+        }
+        drop(it);
+        self.staged = staged;
+        self.scratch = batch;
     }
 
     /// Calls the application and sends what it sent.
     fn run_app(&mut self, app: &mut dyn FnMut(&mut LcoreCtx<'_>)) -> usize {
         let queue = std::mem::take(&mut self.local);
-        LOCAL_TX.with(|l| {
-            *l.borrow_mut() = Some(LocalTx {
-                stack_id: self.shared.id,
-                queue,
-            })
-        });
-        let mut ctx = LcoreCtx {
-            index: self.idx,
-            lcore: self.lcore,
-            now: self.now,
-            stack: self.stack,
-        };
+        LOCAL_TX.with(|l| *l.borrow_mut() = Some(LocalTx { stack_id: self.shared.id, queue }));
+        let mut ctx = LcoreCtx { index: self.idx, lcore: self.lcore, now: self.now, stack: self.stack };
         app(&mut ctx);
-        let mut queue = LOCAL_TX
-            .with(|l| l.borrow_mut().take())
-            .map(|l| l.queue)
-            .unwrap_or_default();
+        let mut queue = LOCAL_TX.with(|l| l.borrow_mut().take()).map(|l| l.queue).unwrap_or_default();
         let n = queue.len();
         for pkt in queue.drain(..) {
             self.count_out(&pkt);
@@ -338,11 +369,7 @@ impl<'s> Worker<'s> {
 
     #[inline]
     fn count_out(&self, pkt: &crate::pipeline::tx::TxPacket) {
-        self.inc(if pkt.next_hop.is_ipv4() {
-            Counter::UdpOutDatagrams
-        } else {
-            Counter::Udp6OutDatagrams
-        });
+        self.inc(if pkt.next_hop.is_ipv4() { Counter::UdpOutDatagrams } else { Counter::Udp6OutDatagrams });
     }
 
     fn timers(&mut self) {

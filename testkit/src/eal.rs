@@ -13,15 +13,10 @@ static DEVICES: Mutex<()> = Mutex::new(());
 pub fn shared_eal(memory: Memory) -> &'static Eal {
     let _ = env_logger::builder().is_test(true).try_init();
     let eal = EAL.get_or_init(|| {
-        let eal = EalBuilder::new()
-            .program("spate-test")
-            .lcores("0-1")
-            .memory(memory)
-            .memory_mb(512)
-            .init()
-            .unwrap_or_else(|e| {
-                panic!("{e}\nthe tests need DPDK and, for vhost-user, hugepages: run `cargo xtask setup` as root")
-            });
+        let eal =
+            EalBuilder::new().program("spate-test").lcores("0-1").memory(memory).memory_mb(512).init().unwrap_or_else(
+                |e| panic!("{e}\nthe tests need DPDK and, for vhost-user, hugepages: run `cargo xtask setup` as root"),
+            );
         // The EAL pinned this (test harness) thread to the main lcore's CPU.
         spate_dpdk::lcore::unpin_current_thread().expect("unpin test thread");
         eal
@@ -35,7 +30,5 @@ pub fn shared_eal(memory: Memory) -> &'static Eal {
 
 /// Serialises tests that use devices, hugepages or child processes.
 pub fn device_lock() -> MutexGuard<'static, ()> {
-    DEVICES
-        .lock()
-        .unwrap_or_else(|poisoned| poisoned.into_inner())
+    DEVICES.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
 }

@@ -9,11 +9,7 @@ static SEQ: AtomicU32 = AtomicU32::new(0);
 /// `prefix` + this process's id + a sequence number, e.g. `net_ring12345_0`.
 /// Kept short: DPDK mempool names hold at most 25 bytes.
 pub fn unique(prefix: &str) -> String {
-    format!(
-        "{prefix}{}_{}",
-        std::process::id(),
-        SEQ.fetch_add(1, Ordering::Relaxed)
-    )
+    format!("{prefix}{}_{}", std::process::id(), SEQ.fetch_add(1, Ordering::Relaxed))
 }
 
 /// A fresh unix socket path under /tmp (removed by whoever starts the server).

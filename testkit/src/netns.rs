@@ -59,23 +59,12 @@ impl Netns {
     /// Runs a command inside it and panics with its stderr if it fails.
     pub fn must(&self, cmd: &[&str]) -> String {
         let o = self.exec(cmd);
-        assert!(
-            o.status.success(),
-            "{cmd:?} in {} failed: {}",
-            self.name,
-            String::from_utf8_lossy(&o.stderr)
-        );
+        assert!(o.status.success(), "{cmd:?} in {} failed: {}", self.name, String::from_utf8_lossy(&o.stderr));
         String::from_utf8_lossy(&o.stdout).into_owned()
     }
 
     /// Starts a bounded process inside it.
-    pub fn spawn(
-        &self,
-        label: &str,
-        program: &str,
-        args: &[String],
-        limit: Duration,
-    ) -> std::io::Result<Proc> {
+    pub fn spawn(&self, label: &str, program: &str, args: &[String], limit: Duration) -> std::io::Result<Proc> {
         let log = PathBuf::from(format!("/tmp/{}.log", unique(&format!("spate-{label}-"))));
         let mut full = vec![
             "netns".to_string(),
@@ -105,11 +94,7 @@ impl Netns {
     /// Disables IPv6 on an interface (the side spate drives, so the kernel
     /// does not speak on the wire from it).
     pub fn disable_ipv6(&self, dev: &str) {
-        self.must(&[
-            "sysctl",
-            "-qw",
-            &format!("net.ipv6.conf.{dev}.disable_ipv6=1"),
-        ]);
+        self.must(&["sysctl", "-qw", &format!("net.ipv6.conf.{dev}.disable_ipv6=1")]);
     }
 }
 
@@ -128,19 +113,7 @@ impl Drop for Netns {
 /// A veth pair `a` (in `ns_a`) <-> `b` (in `ns_b`), both up.
 pub fn veth(ns_a: &Netns, a: &str, ns_b: &Netns, b: &str) {
     // Created in ns_a directly, so nothing appears in the root namespace.
-    ns_a.must(&[
-        "ip",
-        "link",
-        "add",
-        a,
-        "type",
-        "veth",
-        "peer",
-        "name",
-        b,
-        "netns",
-        ns_b.name(),
-    ]);
+    ns_a.must(&["ip", "link", "add", a, "type", "veth", "peer", "name", b, "netns", ns_b.name()]);
     ns_a.must(&["ip", "link", "set", a, "up"]);
     ns_b.must(&["ip", "link", "set", b, "up"]);
 }

@@ -26,41 +26,18 @@ pub struct Proc {
 impl Proc {
     /// Starts `program args...` with stdout and stderr to `log`, ended by
     /// `timeout` after `limit`.
-    pub fn spawn(
-        name: &str,
-        program: &str,
-        args: &[String],
-        log: &Path,
-        limit: Duration,
-    ) -> std::io::Result<Proc> {
+    pub fn spawn(name: &str, program: &str, args: &[String], log: &Path, limit: Duration) -> std::io::Result<Proc> {
         let out = File::create(log)?;
         let err = out.try_clone()?;
         let secs = limit.as_secs().max(1).to_string();
         let child = Command::new("setpriv")
-            .args([
-                "--pdeathsig",
-                "KILL",
-                "timeout",
-                "-k",
-                "5",
-                &secs,
-                "setpriv",
-                "--pdeathsig",
-                "KILL",
-                program,
-            ])
+            .args(["--pdeathsig", "KILL", "timeout", "-k", "5", &secs, "setpriv", "--pdeathsig", "KILL", program])
             .args(args)
             .stdin(Stdio::null())
             .stdout(out)
             .stderr(err)
             .spawn()?;
-        Ok(Proc {
-            name: name.into(),
-            child,
-            log: log.into(),
-            cleanup: vec![log.into()],
-            status: None,
-        })
+        Ok(Proc { name: name.into(), child, log: log.into(), cleanup: vec![log.into()], status: None })
     }
 
     /// Removes `path` (file or folder) when the process is dropped.
@@ -76,9 +53,7 @@ impl Proc {
 
     /// The log so far.
     pub fn output(&self) -> String {
-        std::fs::read(&self.log)
-            .map(|b| String::from_utf8_lossy(&b).into_owned())
-            .unwrap_or_default()
+        std::fs::read(&self.log).map(|b| String::from_utf8_lossy(&b).into_owned()).unwrap_or_default()
     }
 
     /// The log file.
@@ -142,11 +117,7 @@ impl Drop for Proc {
     fn drop(&mut self) {
         self.stop_with(libc::SIGTERM, Duration::from_secs(5));
         for path in &self.cleanup {
-            let _ = if path.is_dir() {
-                std::fs::remove_dir_all(path)
-            } else {
-                std::fs::remove_file(path)
-            };
+            let _ = if path.is_dir() { std::fs::remove_dir_all(path) } else { std::fs::remove_file(path) };
         }
     }
 }

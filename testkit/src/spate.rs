@@ -17,14 +17,9 @@ impl SpateApp {
     /// Starts `bin` (a path from `CARGO_BIN_EXE_*`) in `ns` and waits for
     /// its `ready` line.
     pub fn start(ns: &Netns, bin: &str, args: &[String], ready: &str) -> SpateApp {
-        let mut proc = ns
-            .spawn("app", bin, args, Duration::from_secs(600))
-            .expect("start spate app");
+        let mut proc = ns.spawn("app", bin, args, Duration::from_secs(600)).expect("start spate app");
         if !proc.wait_for_output(ready, Duration::from_secs(60)) {
-            panic!(
-                "{bin} did not print {ready:?}; its output:\n{}",
-                proc.output()
-            );
+            panic!("{bin} did not print {ready:?}; its output:\n{}", proc.output());
         }
         SpateApp { proc }
     }
@@ -34,10 +29,7 @@ impl SpateApp {
     pub fn stop(mut self) -> (HashMap<String, u64>, String) {
         let status = self.proc.stop_with(libc::SIGINT, Duration::from_secs(10));
         let out = self.proc.output();
-        assert!(
-            status.is_some_and(|s| s.success()),
-            "exit status {status:?}; output:\n{out}"
-        );
+        assert!(status.is_some_and(|s| s.success()), "exit status {status:?}; output:\n{out}");
         (parse_counters(&out), out)
     }
 }

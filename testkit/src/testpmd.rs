@@ -84,13 +84,7 @@ impl TestPmdBuilder {
         args.push("--".into());
         args.extend(self.app_args.iter().cloned());
         let log = PathBuf::from(format!("/tmp/{prefix}.log"));
-        let mut proc = Proc::spawn(
-            &format!("testpmd {role}"),
-            "dpdk-testpmd",
-            &args,
-            &log,
-            self.limit,
-        )?;
+        let mut proc = Proc::spawn(&format!("testpmd {role}"), "dpdk-testpmd", &args, &log, self.limit)?;
         proc.remove_on_drop(format!("/var/run/dpdk/{prefix}"));
         Ok(TestPmd { proc, prefix })
     }
@@ -107,16 +101,10 @@ pub struct TestPmd {
 impl TestPmd {
     /// Waits until forwarding has started.
     pub fn wait_started(&mut self, limit: Duration) -> Result<(), String> {
-        if self
-            .proc
-            .wait_for_output("packet forwarding - ports=", limit)
-        {
+        if self.proc.wait_for_output("packet forwarding - ports=", limit) {
             Ok(())
         } else {
-            Err(format!(
-                "testpmd did not start forwarding; its log:\n{}",
-                self.proc.output()
-            ))
+            Err(format!("testpmd did not start forwarding; its log:\n{}", self.proc.output()))
         }
     }
 
@@ -166,10 +154,7 @@ impl FwdStats {
             let rest = &tail[at + "CPU cycles/packet=".len()..];
             stats.cycles_per_packet = rest.split_whitespace().next().and_then(|v| v.parse().ok());
             if let Some(m) = rest.find(" at ") {
-                stats.mhz = rest[m + 4..]
-                    .split_whitespace()
-                    .next()
-                    .and_then(|v| v.parse().ok());
+                stats.mhz = rest[m + 4..].split_whitespace().next().and_then(|v| v.parse().ok());
             }
         }
         Some(stats)

@@ -36,19 +36,12 @@ impl WirePeer {
     /// Creates a wire pair; returns the peer and the name of spate's end.
     pub fn new(mbufs: u32) -> (WirePeer, String, Port) {
         let (a, mut b) = Port::wire_pair(&unique("w")).expect("wire pair");
-        let pool =
-            Arc::new(Mempool::new(&MempoolConfig::new(&unique("peer"), mbufs)).expect("peer pool"));
-        b.configure(&PortConfig::default(), pool.clone())
-            .expect("configure peer port");
+        let pool = Arc::new(Mempool::new(&MempoolConfig::new(&unique("peer"), mbufs)).expect("peer pool"));
+        b.configure(&PortConfig::default(), pool.clone()).expect("configure peer port");
         b.start().expect("start peer port");
         let name = a.name().to_string();
-        let peer = WirePeer {
-            rx: b.rx_queue(0).unwrap(),
-            tx: b.tx_queue(0).unwrap(),
-            pool,
-            _port: b,
-            arp_reply: Vec::new(),
-        };
+        let peer =
+            WirePeer { rx: b.rx_queue(0).unwrap(), tx: b.tx_queue(0).unwrap(), pool, _port: b, arp_reply: Vec::new() };
         (peer, name, a)
     }
 
@@ -59,8 +52,7 @@ impl WirePeer {
         if e.check_len().is_err() || e.ethertype() != ethernet::ethertype::ARP {
             return false;
         }
-        let Ok(req) = arp::Packet::new_checked(&frame[14..]).and_then(|p| arp::Repr::parse(&p))
-        else {
+        let Ok(req) = arp::Packet::new_checked(&frame[14..]).and_then(|p| arp::Repr::parse(&p)) else {
             return false;
         };
         if req.operation != arp::Operation::Request || req.target_ip != PEER_IP {
@@ -88,9 +80,7 @@ impl WirePeer {
     /// An mbuf holding `frame`.
     pub fn mbuf(&self, frame: &[u8]) -> Mbuf {
         let mut m = self.pool.try_alloc().expect("peer pool has room");
-        m.append(frame.len())
-            .expect("frame fits an mbuf")
-            .copy_from_slice(frame);
+        m.append(frame.len()).expect("frame fits an mbuf").copy_from_slice(frame);
         m
     }
 
@@ -138,12 +128,7 @@ impl WirePeer {
 
 /// An Ethernet frame from the peer.
 pub fn eth(dst: MacAddr, ethertype: u16, payload: &[u8]) -> Vec<u8> {
-    let r = ethernet::Repr {
-        src: PEER_MAC,
-        dst,
-        ethertype,
-        vlan: None,
-    };
+    let r = ethernet::Repr { src: PEER_MAC, dst, ethertype, vlan: None };
     let mut f = vec![0u8; r.buffer_len()];
     r.emit(&mut f);
     f.extend_from_slice(payload);
@@ -151,26 +136,12 @@ pub fn eth(dst: MacAddr, ethertype: u16, payload: &[u8]) -> Vec<u8> {
 }
 
 /// A UDP datagram from the peer to spate (`v6` picks the family).
-pub fn udp_frame(
-    dst_mac: MacAddr,
-    v6: bool,
-    src_port: u16,
-    dst_port: u16,
-    payload: &[u8],
-) -> Vec<u8> {
-    let (src, dst): (IpAddr, IpAddr) = if v6 {
-        (PEER_IP6.into(), SPATE_IP6.into())
-    } else {
-        (PEER_IP.into(), SPATE_IP.into())
-    };
+pub fn udp_frame(dst_mac: MacAddr, v6: bool, src_port: u16, dst_port: u16, payload: &[u8]) -> Vec<u8> {
+    let (src, dst): (IpAddr, IpAddr) =
+        if v6 { (PEER_IP6.into(), SPATE_IP6.into()) } else { (PEER_IP.into(), SPATE_IP.into()) };
     let mut dg = vec![0u8; udp::HEADER_LEN];
     dg.extend_from_slice(payload);
-    udp::Repr {
-        src_port,
-        dst_port,
-        payload_len: payload.len() as u16,
-    }
-    .emit_with_checksum(&mut dg, &src, &dst);
+    udp::Repr { src_port, dst_port, payload_len: payload.len() as u16 }.emit_with_checksum(&mut dg, &src, &dst);
     let (ethertype, mut pkt) = match (src, dst) {
         (IpAddr::V4(s), IpAddr::V4(d)) => {
             let ip = ipv4::Repr {
@@ -190,13 +161,8 @@ pub fn udp_frame(
             (ethernet::ethertype::IPV4, p)
         }
         (IpAddr::V6(s), IpAddr::V6(d)) => {
-            let ip = ipv6::Repr {
-                src: s,
-                dst: d,
-                next_header: ip_proto::UDP,
-                payload_len: dg.len() as u16,
-                hop_limit: 64,
-            };
+            let ip =
+                ipv6::Repr { src: s, dst: d, next_header: ip_proto::UDP, payload_len: dg.len() as u16, hop_limit: 64 };
             let mut p = vec![0u8; ipv6::HEADER_LEN];
             ip.emit(&mut p);
             (ethernet::ethertype::IPV6, p)

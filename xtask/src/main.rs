@@ -13,25 +13,9 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, ExitCode};
 
 /// What building and running spate needs (testpmd is in dpdk-dev).
-const RUN_PACKAGES: &[&str] = &[
-    "dpdk",
-    "dpdk-dev",
-    "libdpdk-dev",
-    "pkg-config",
-    "clang",
-    "libclang-dev",
-    "iproute2",
-];
+const RUN_PACKAGES: &[&str] = &["dpdk", "dpdk-dev", "libdpdk-dev", "pkg-config", "clang", "libclang-dev", "iproute2"];
 /// What the tests need on top.
-const TEST_PACKAGES: &[&str] = &[
-    "ethtool",
-    "iperf",
-    "iperf3",
-    "python3-scapy",
-    "tcpdump",
-    "util-linux",
-    "procps",
-];
+const TEST_PACKAGES: &[&str] = &["ethtool", "iperf", "iperf3", "python3-scapy", "tcpdump", "util-linux", "procps"];
 const HUGEPAGES_2M: u32 = 1024;
 const HUGEPAGE_SYSFS: &str = "/sys/kernel/mm/hugepages/hugepages-2048kB/nr_hugepages";
 
@@ -54,11 +38,7 @@ fn main() -> ExitCode {
                  demo: install what is missing, build, and run spate's main job\n\
                  test: install what the tests need and run the whole suite"
             );
-            return if task == "help" {
-                ExitCode::SUCCESS
-            } else {
-                ExitCode::from(2)
-            };
+            return if task == "help" { ExitCode::SUCCESS } else { ExitCode::from(2) };
         }
     };
     match result {
@@ -73,40 +53,24 @@ fn main() -> ExitCode {
 type Result<T = ()> = std::result::Result<T, String>;
 
 fn root() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-        .parent()
-        .expect("xtask sits in the workspace")
-        .to_path_buf()
+    Path::new(env!("CARGO_MANIFEST_DIR")).parent().expect("xtask sits in the workspace").to_path_buf()
 }
 
 fn run(cmd: &mut Command) -> Result {
     eprintln!("+ {cmd:?}");
-    let status = cmd
-        .status()
-        .map_err(|e| format!("cannot run {cmd:?}: {e}"))?;
-    if status.success() {
-        Ok(())
-    } else {
-        Err(format!("{cmd:?} failed: {status}"))
-    }
+    let status = cmd.status().map_err(|e| format!("cannot run {cmd:?}: {e}"))?;
+    if status.success() { Ok(()) } else { Err(format!("{cmd:?} failed: {status}")) }
 }
 
 fn is_root() -> bool {
-    Command::new("id")
-        .arg("-u")
-        .output()
-        .map(|o| o.stdout.starts_with(b"0\n"))
-        .unwrap_or(false)
+    Command::new("id").arg("-u").output().map(|o| o.stdout.starts_with(b"0\n")).unwrap_or(false)
 }
 
 fn installed(pkg: &str) -> bool {
     Command::new("dpkg-query")
         .args(["-W", "-f=${Status}", pkg])
         .output()
-        .map(|o| {
-            o.status.success()
-                && String::from_utf8_lossy(&o.stdout).contains("install ok installed")
-        })
+        .map(|o| o.status.success() && String::from_utf8_lossy(&o.stdout).contains("install ok installed"))
         .unwrap_or(false)
 }
 
@@ -127,9 +91,7 @@ fn setup(tests: bool) -> Result {
         }
         let apt = |args: &[&str]| {
             let mut c = Command::new("apt-get");
-            c.env("DEBIAN_FRONTEND", "noninteractive")
-                .args(["-o", "DPkg::Lock::Timeout=600"])
-                .args(args);
+            c.env("DEBIAN_FRONTEND", "noninteractive").args(["-o", "DPkg::Lock::Timeout=600"]).args(args);
             c
         };
         run(&mut apt(&["update", "-q"]))?;
@@ -144,28 +106,19 @@ fn setup(tests: bool) -> Result {
 /// Reserves 2 MiB hugepages and mounts hugetlbfs where permitted; without
 /// them spate runs with --no-huge (vhost-user needs them).
 fn hugepages() {
-    let current: u32 = std::fs::read_to_string(HUGEPAGE_SYSFS)
-        .ok()
-        .and_then(|s| s.trim().parse().ok())
-        .unwrap_or(0);
+    let current: u32 = std::fs::read_to_string(HUGEPAGE_SYSFS).ok().and_then(|s| s.trim().parse().ok()).unwrap_or(0);
     if current < HUGEPAGES_2M {
         if let Err(e) = std::fs::write(HUGEPAGE_SYSFS, HUGEPAGES_2M.to_string()) {
-            eprintln!(
-                "note: cannot reserve hugepages ({e}); DPDK will run with --no-huge where it can"
-            );
+            eprintln!("note: cannot reserve hugepages ({e}); DPDK will run with --no-huge where it can");
             return;
         }
     }
     let mounted = std::fs::read_to_string("/proc/mounts")
-        .map(|m| {
-            m.lines()
-                .any(|l| l.split_whitespace().nth(2) == Some("hugetlbfs"))
-        })
+        .map(|m| m.lines().any(|l| l.split_whitespace().nth(2) == Some("hugetlbfs")))
         .unwrap_or(false);
     if !mounted {
         let _ = std::fs::create_dir_all("/dev/hugepages");
-        if run(Command::new("mount").args(["-t", "hugetlbfs", "nodev", "/dev/hugepages"])).is_err()
-        {
+        if run(Command::new("mount").args(["-t", "hugetlbfs", "nodev", "/dev/hugepages"])).is_err() {
             eprintln!("note: cannot mount hugetlbfs; DPDK will run with --no-huge where it can");
         }
     }
@@ -207,17 +160,19 @@ fn demo(args: &[String]) -> Result {
         std::thread::sleep(std::time::Duration::from_millis(50));
     }
     print!("{}", echo.output());
-    let peer = [
-        "ip addr add 198.18.0.1/24 dev spate0",
-        "ip -6 addr add fd00::1/64 dev spate0 nodad",
-        "ip link set spate0 up",
-    ];
+    let peer =
+        ["ip addr add 198.18.0.1/24 dev spate0", "ip -6 addr add fd00::1/64 dev spate0 nodad", "ip link set spate0 up"];
     for cmd in peer {
         eprintln!("+ ip netns exec {} {cmd}", ns.0);
         ns.exec(&cmd.split(' ').collect::<Vec<_>>())?;
     }
     let me = std::env::current_exe().map_err(|e| e.to_string())?;
-    let status = Command::new("ip").args(["netns", "exec", &ns.0]).arg(me).arg("demo-peer").status().map_err(|e| e.to_string())?;
+    let status = Command::new("ip")
+        .args(["netns", "exec", &ns.0])
+        .arg(me)
+        .arg("demo-peer")
+        .status()
+        .map_err(|e| e.to_string())?;
     let shown = echo.output().len();
     echo.interrupt();
     let rest = echo.output();
@@ -243,7 +198,10 @@ fn demo_peer() -> Result {
             let mut buf = [0u8; 128];
             let (n, from) = s.recv_from(&mut buf).map_err(|e| format!("no answer from {to}: {e}"))?;
             let back = String::from_utf8_lossy(&buf[..n]);
-            println!("linux: sent {msg:?} to {to}, {from} sent back {back:?} in {:.2} ms", t.elapsed().as_secs_f64() * 1e3);
+            println!(
+                "linux: sent {msg:?} to {to}, {from} sent back {back:?} in {:.2} ms",
+                t.elapsed().as_secs_f64() * 1e3
+            );
             if back != msg {
                 return Err("the echo differs".into());
             }
@@ -324,10 +282,7 @@ fn test(args: &[String]) -> Result {
     if !new.is_empty() {
         return Err(format!(
             "the tests left behind:\n  {}",
-            new.iter()
-                .map(|s| s.as_str())
-                .collect::<Vec<_>>()
-                .join("\n  ")
+            new.iter().map(|s| s.as_str()).collect::<Vec<_>>().join("\n  ")
         ));
     }
     eprintln!("no process, socket, DPDK folder or namespace left behind");
@@ -359,13 +314,8 @@ fn leftovers() -> Result {
 /// tests create, as one line each.
 fn leftover_report() -> Vec<String> {
     let mut found = Vec::new();
-    if let Ok(out) = Command::new("pgrep")
-        .args([
-            "-a",
-            "-f",
-            "dpdk-testpmd|spate-echo|spate-sink|spate-flood|spate-iperf",
-        ])
-        .output()
+    if let Ok(out) =
+        Command::new("pgrep").args(["-a", "-f", "dpdk-testpmd|spate-echo|spate-sink|spate-flood|spate-iperf"]).output()
     {
         for line in String::from_utf8_lossy(&out.stdout).lines() {
             if !line.contains("pgrep") {
@@ -377,8 +327,7 @@ fn leftover_report() -> Vec<String> {
         if let Ok(entries) = std::fs::read_dir(dir) {
             for e in entries.flatten() {
                 let name = e.file_name().to_string_lossy().into_owned();
-                if name.starts_with("spate-") && (dir == "/var/run/dpdk" || name.ends_with(".sock"))
-                {
+                if name.starts_with("spate-") && (dir == "/var/run/dpdk" || name.ends_with(".sock")) {
                     found.push(format!("file: {dir}/{name}"));
                 }
             }

@@ -46,59 +46,114 @@ pub struct Binding<S> {
     pub sock: S,
 }
 
+/// An address as the lookup compares it: IPv6, with IPv4 in its mapped form.
+#[inline]
+pub fn ip_key(ip: &IpAddr) -> u128 {
+    match ip {
+        IpAddr::V4(a) => 0xffff_0000_0000 | u32::from(*a) as u128,
+        IpAddr::V6(a) => u128::from(*a),
+    }
+}
+
 /// A received datagram's addressing, as the lookup needs it.
 #[derive(Debug, Clone, Copy)]
 pub struct FlowKey {
-    /// Source address.
-    pub src: IpAddr,
+    /// Source address ([`ip_key`] form).
+    pub src: u128,
     /// Source port.
     pub src_port: u16,
-    /// Destination address.
-    pub dst: IpAddr,
+    /// Destination address ([`ip_key`] form).
+    pub dst: u128,
     /// Destination port.
     pub dst_port: u16,
+    /// An IPv4 datagram.
+    pub v4: bool,
     /// Arriving interface.
     pub iface: u16,
 }
 
-/// Linux's `compute_score`: -1 when `b` cannot take the datagram, else
-/// higher for a closer match. `wildcard_pass` looks for sockets bound to
-/// the unspecified address.
+impl FlowKey {
+    /// The key of a datagram from `src` to `dst` on interface `iface`.
+    #[inline]
+    pub fn new(src: &SocketAddr, dst: &SocketAddr, iface: u16) -> FlowKey {
+        FlowKey {
+            src: ip_key(&src.ip()),
+            src_port: src.port(),
+            dst: ip_key(&dst.ip()),
+            dst_port: dst.port(),
+            v4: dst.is_ipv4(),
+            iface,
+        }
+    }
+}
+
+/// A binding in the form `compute_score` reads: integers only, one dense
+/// array per snapshot.
+#[derive(Debug, Clone, Copy)]
+pub struct Matcher {
+    port: u16,
+    local: u128,
+    local_any: bool,
+    local_v4: bool,
+    family_v4: bool,
+    v6only: bool,
+    peer: Option<(u128, u16)>,
+    iface: Option<u16>,
+}
+
+impl Matcher {
+    fn of<S>(b: &Binding<S>) -> Matcher {
+        let ip = b.local.ip();
+        Matcher {
+            port: b.local.port(),
+            local: ip_key(&ip),
+            local_any: ip.is_unspecified(),
+            local_v4: ip.is_ipv4(),
+            family_v4: b.family == Family::V4,
+            v6only: b.v6only,
+            peer: b.peer.map(|p| (ip_key(&p.ip()), p.port())),
+            iface: b.iface,
+        }
+    }
+}
+
+/// Linux's `compute_score`: -1 when a socket cannot take the datagram,
+/// else higher for a closer match: 2 for a socket of the datagram's family
+/// (1 for a dual-stack IPv6 socket taking IPv4), +4 for a matching
+/// connected peer address, +4 for its port, +4 for a socket bound to the
+/// arriving interface. `wildcard_pass` looks at sockets bound to the
+/// unspecified address.
 #[inline(always)]
-pub fn compute_score<S>(b: &Binding<S>, k: &FlowKey, wildcard_pass: bool) -> i32 {
-    if b.local.port() != k.dst_port {
+pub fn compute_score(m: &Matcher, k: &FlowKey, wildcard_pass: bool) -> i32 {
+    if m.port != k.dst_port {
         return -1;
     }
-    let mut score = match (b.family, k.dst) {
-        (Family::V4, IpAddr::V4(_)) => 2,
-        (Family::V6, IpAddr::V4(_)) if !b.v6only => 1,
-        (Family::V6, IpAddr::V6(_)) => 2,
+    let mut score = match (m.family_v4, k.v4) {
+        (true, true) => 2,
+        (false, true) if !m.v6only => 1,
+        (false, false) => 2,
         _ => return -1,
     };
-    let local = b.local.ip();
     if wildcard_pass {
-        if !local.is_unspecified() {
-            return -1;
-        }
         // 0.0.0.0 (also an IPv6 socket's ::ffff:0.0.0.0) covers IPv4 only;
         // the family match above already kept IPv4 from v6only sockets.
-        if local.is_ipv4() && !k.dst.is_ipv4() {
+        if !m.local_any || (m.local_v4 && !k.v4) {
             return -1;
         }
-    } else if local != k.dst {
+    } else if m.local != k.dst || m.local_any {
         return -1;
     }
-    if let Some(peer) = b.peer {
-        if peer.ip() != k.src {
+    if let Some((ip, port)) = m.peer {
+        if ip != k.src {
             return -1;
         }
         score += 4;
-        if peer.port() != k.src_port {
+        if port != k.src_port {
             return -1;
         }
         score += 4;
     }
-    match b.iface {
+    match m.iface {
         Some(i) if i != k.iface => return -1,
         Some(_) => score += 4,
         None => {}
@@ -106,47 +161,79 @@ pub fn compute_score<S>(b: &Binding<S>, k: &FlowKey, wildcard_pass: bool) -> i32
     score
 }
 
-/// An immutable view of the table.
+/// An immutable view of the table: every binding in one array, and a
+/// port table indexed by the port itself (so no port can be aimed at a
+/// hash bucket) that leads to the range of the array holding that port's
+/// bindings.
 #[derive(Debug)]
 pub struct Snapshot<S> {
-    by_port: HashMap<u16, Box<[Binding<S>]>>,
-}
-
-impl<S> Default for Snapshot<S> {
-    fn default() -> Self {
-        Snapshot {
-            by_port: HashMap::new(),
-        }
-    }
+    bindings: Vec<Binding<S>>,
+    matchers: Vec<Matcher>,
+    /// Per port: 0, or 1 + the index of its range in `ranges`: (start,
+    /// end of the specifically bound ones, end of all); specific bindings
+    /// come first in the array, wildcard ones after them.
+    ports: Box<[u32]>,
+    ranges: Vec<(u32, u32, u32)>,
 }
 
 impl<S> Snapshot<S> {
-    /// The socket that receives a datagram with key `k`.
+    fn empty() -> Self {
+        Snapshot {
+            bindings: Vec::new(),
+            matchers: Vec::new(),
+            ports: vec![0; 65536].into_boxed_slice(),
+            ranges: Vec::new(),
+        }
+    }
+
     #[inline]
-    pub fn lookup(&self, k: &FlowKey) -> Option<&Binding<S>> {
-        let slot = self.by_port.get(&k.dst_port)?;
-        // Two passes with one call site of compute_score: specific bindings
-        // first, wildcard ones only when none matched.
-        for wildcard_pass in [false, true] {
-            let mut best: Option<&Binding<S>> = None;
+    fn range(&self, port: u16) -> Option<(u32, u32, u32)> {
+        match self.ports[port as usize] {
+            0 => None,
+            r => Some(self.ranges[r as usize - 1]),
+        }
+    }
+
+    /// The socket that receives a datagram with key `k`: its index in
+    /// this snapshot, and its binding.
+    #[inline]
+    pub fn lookup(&self, k: &FlowKey) -> Option<(u32, &Binding<S>)> {
+        let (start, specific_end, end) = self.range(k.dst_port)?;
+        // Specific bindings first, wildcard ones only when none matched;
+        // one call site of compute_score serves both.
+        let (mut lo, mut hi, mut wildcard) = (start, specific_end, false);
+        loop {
+            let mut best = None;
             let mut best_score = -1;
-            for b in slot.iter() {
-                let s = compute_score(b, k, wildcard_pass);
+            for i in lo..hi {
+                let s = compute_score(&self.matchers[i as usize], k, wildcard);
                 if s > best_score {
                     best_score = s;
-                    best = Some(b);
+                    best = Some(i);
                 }
             }
-            if best.is_some() {
-                return best;
+            if let Some(i) = best {
+                return Some((i, &self.bindings[i as usize]));
             }
+            if wildcard || specific_end == end {
+                return None;
+            }
+            (lo, hi, wildcard) = (specific_end, end, true);
         }
-        None
+    }
+
+    /// The binding at `index` (from `lookup`).
+    #[inline]
+    pub fn get(&self, index: u32) -> &Binding<S> {
+        &self.bindings[index as usize]
     }
 
     /// Bindings on `port`.
     pub fn on_port(&self, port: u16) -> &[Binding<S>] {
-        self.by_port.get(&port).map(|b| &**b).unwrap_or(&[])
+        match self.range(port) {
+            Some((s, _, e)) => &self.bindings[s as usize..e as usize],
+            None => &[],
+        }
     }
 }
 
@@ -180,10 +267,7 @@ fn overlaps<S>(a: &Binding<S>, b: &Binding<S>) -> bool {
     let (la, lb) = (a.local.ip(), b.local.ip());
     // Families meet when they are equal or one side is a dual-stack wildcard.
     let covers = |x: &Binding<S>, y: &Binding<S>| {
-        x.family == Family::V6
-            && !x.v6only
-            && x.local.ip().is_unspecified()
-            && y.local.ip().is_ipv4()
+        x.family == Family::V6 && !x.v6only && x.local.ip().is_unspecified() && y.local.ip().is_ipv4()
     };
     let same_family = la.is_ipv4() == lb.is_ipv4();
     if !same_family && !covers(a, b) && !covers(b, a) {
@@ -201,7 +285,7 @@ impl<S: Clone> SocketTable<S> {
                 by_port: HashMap::new(),
                 next_ephemeral: EPHEMERAL.start() + (seed % span) as u16,
             }),
-            published: Mutex::new(Arc::new(Snapshot::default())),
+            published: Mutex::new(Arc::new(Snapshot::empty())),
             generation: AtomicU64::new(0),
         }
     }
@@ -214,10 +298,7 @@ impl<S: Clone> SocketTable<S> {
 
     /// The current snapshot.
     pub fn snapshot(&self) -> Arc<Snapshot<S>> {
-        self.published
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .clone()
+        self.published.lock().unwrap_or_else(|p| p.into_inner()).clone()
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, Master<S>> {
@@ -225,13 +306,19 @@ impl<S: Clone> SocketTable<S> {
     }
 
     fn publish(&self, m: &Master<S>) {
-        let snap = Snapshot {
-            by_port: m
-                .by_port
-                .iter()
-                .map(|(p, v)| (*p, v.clone().into_boxed_slice()))
-                .collect(),
-        };
+        let mut snap = Snapshot::empty();
+        for (port, v) in &m.by_port {
+            let start = snap.bindings.len() as u32;
+            let (wild, specific): (Vec<&Binding<S>>, Vec<&Binding<S>>) =
+                v.iter().partition(|b| b.local.ip().is_unspecified());
+            let specific_end = start + specific.len() as u32;
+            for b in specific.into_iter().chain(wild) {
+                snap.bindings.push(b.clone());
+                snap.matchers.push(Matcher::of(b));
+            }
+            snap.ranges.push((start, specific_end, snap.bindings.len() as u32));
+            snap.ports[*port as usize] = snap.ranges.len() as u32;
+        }
         *self.published.lock().unwrap_or_else(|p| p.into_inner()) = Arc::new(snap);
         self.generation.fetch_add(1, Ordering::Release);
     }
@@ -244,11 +331,7 @@ impl<S: Clone> SocketTable<S> {
             let mut found = None;
             for _ in 0..span {
                 let port = m.next_ephemeral;
-                m.next_ephemeral = if port == *EPHEMERAL.end() {
-                    *EPHEMERAL.start()
-                } else {
-                    port + 1
-                };
+                m.next_ephemeral = if port == *EPHEMERAL.end() { *EPHEMERAL.start() } else { port + 1 };
                 b.local.set_port(port);
                 if Self::conflict(&m, &b).is_none() {
                     found = Some(port);
@@ -268,21 +351,14 @@ impl<S: Clone> SocketTable<S> {
     }
 
     fn conflict<'a>(m: &'a Master<S>, b: &Binding<S>) -> Option<&'a Binding<S>> {
-        m.by_port
-            .get(&b.local.port())?
-            .iter()
-            .find(|o| overlaps(o, b) && !(o.reuseport && b.reuseport))
+        m.by_port.get(&b.local.port())?.iter().find(|o| overlaps(o, b) && !(o.reuseport && b.reuseport))
     }
 
     /// Changes socket `id`'s peer (and local address, when connecting fixes
     /// the source address of a wildcard-bound socket).
     pub fn update(&self, id: u64, local: SocketAddr, peer: Option<SocketAddr>) -> bool {
         let mut m = self.lock();
-        let Some(b) = m
-            .by_port
-            .get_mut(&local.port())
-            .and_then(|v| v.iter_mut().find(|b| b.id == id))
-        else {
+        let Some(b) = m.by_port.get_mut(&local.port()).and_then(|v| v.iter_mut().find(|b| b.id == id)) else {
             return false;
         };
         b.local = local;
@@ -323,14 +399,7 @@ mod tests {
     }
 
     fn key(src: &str, dst: &str) -> FlowKey {
-        let (s, d): (SocketAddr, SocketAddr) = (src.parse().unwrap(), dst.parse().unwrap());
-        FlowKey {
-            src: s.ip(),
-            src_port: s.port(),
-            dst: d.ip(),
-            dst_port: d.port(),
-            iface: 0,
-        }
+        FlowKey::new(&src.parse().unwrap(), &dst.parse().unwrap(), 0)
     }
 
     #[test]
@@ -339,38 +408,18 @@ mod tests {
         t.bind(b(1, Family::V4, "0.0.0.0:7", None)).unwrap();
         t.bind(b(2, Family::V4, "198.18.0.2:8", None)).unwrap();
         let s = t.snapshot();
-        assert_eq!(
-            s.lookup(&key("198.18.0.1:1000", "198.18.0.2:7"))
-                .unwrap()
-                .id,
-            1
-        );
-        assert_eq!(
-            s.lookup(&key("198.18.0.1:1000", "198.18.0.2:8"))
-                .unwrap()
-                .id,
-            2
-        );
+        assert_eq!(s.lookup(&key("198.18.0.1:1000", "198.18.0.2:7")).unwrap().1.id, 1);
+        assert_eq!(s.lookup(&key("198.18.0.1:1000", "198.18.0.2:8")).unwrap().1.id, 2);
         assert!(s.lookup(&key("198.18.0.1:1000", "198.18.0.3:8")).is_none());
-        assert!(
-            s.lookup(&key("[fd00::1]:1000", "[fd00::2]:7")).is_none(),
-            "v4 socket, v6 packet"
-        );
+        assert!(s.lookup(&key("[fd00::1]:1000", "[fd00::2]:7")).is_none(), "v4 socket, v6 packet");
     }
 
     #[test]
     fn bind_conflicts_and_ephemeral_ports() {
         let t = SocketTable::new(5);
         t.bind(b(1, Family::V4, "0.0.0.0:7", None)).unwrap();
-        assert_eq!(
-            t.bind(b(2, Family::V4, "198.18.0.2:7", None)),
-            Err(BindError::InUse)
-        );
-        assert_eq!(
-            t.bind(b(3, Family::V6, "[::]:7", None)),
-            Err(BindError::InUse),
-            "dual-stack :: covers 0.0.0.0"
-        );
+        assert_eq!(t.bind(b(2, Family::V4, "198.18.0.2:7", None)), Err(BindError::InUse));
+        assert_eq!(t.bind(b(3, Family::V6, "[::]:7", None)), Err(BindError::InUse), "dual-stack :: covers 0.0.0.0");
         let mut v6only = b(4, Family::V6, "[::]:7", None);
         v6only.v6only = true;
         t.bind(v6only).unwrap();
@@ -389,20 +438,10 @@ mod tests {
         t.bind(b(1, Family::V4, "0.0.0.0:7", None)).unwrap();
         let g1 = t.generation();
         assert!(g1 > g0);
-        assert!(t.update(
-            1,
-            "198.18.0.2:7".parse().unwrap(),
-            Some("198.18.0.1:9".parse().unwrap())
-        ));
+        assert!(t.update(1, "198.18.0.2:7".parse().unwrap(), Some("198.18.0.1:9".parse().unwrap())));
         assert!(t.generation() > g1);
         let s = t.snapshot();
-        assert!(
-            s.lookup(&key("198.18.0.1:10", "198.18.0.2:7")).is_none(),
-            "connected: other peers refused"
-        );
-        assert_eq!(
-            s.lookup(&key("198.18.0.1:9", "198.18.0.2:7")).unwrap().id,
-            1
-        );
+        assert!(s.lookup(&key("198.18.0.1:10", "198.18.0.2:7")).is_none(), "connected: other peers refused");
+        assert_eq!(s.lookup(&key("198.18.0.1:9", "198.18.0.2:7")).unwrap().1.id, 1);
     }
 }

@@ -25,9 +25,7 @@ pub struct Handled<P> {
 /// Handles a received ARP packet on `iface`.
 pub fn handle<P>(table: &NeighTable<P>, now: Instant, iface: &Interface, arp: &Repr) -> Handled<P> {
     let for_us = iface.has_ipv4(arp.target_ip);
-    let sender_valid = !arp.sender_ip.is_unspecified()
-        && !arp.sender_ip.is_broadcast()
-        && arp.sender_mac.is_unicast();
+    let sender_valid = !arp.sender_ip.is_unspecified() && !arp.sender_ip.is_broadcast() && arp.sender_mac.is_unicast();
     let key = (iface.index, IpAddr::V4(arp.sender_ip));
     let released = if !sender_valid {
         None
@@ -49,11 +47,7 @@ pub fn handle<P>(table: &NeighTable<P>, now: Instant, iface: &Interface, arp: &R
         target_mac: arp.sender_mac,
         target_ip: arp.sender_ip,
     });
-    Handled {
-        reply,
-        released,
-        request_for_us,
-    }
+    Handled { reply, released, request_for_us }
 }
 
 /// A request for `target`, broadcast, or unicast to `probe_mac` when
@@ -99,6 +93,8 @@ pub(crate) mod tests {
             mtu: 1500,
             vlan: None,
             ipv4: vec!["198.18.0.2/24".parse().unwrap()],
+            ipv4_addrs: vec!["198.18.0.2".parse().unwrap()],
+            ipv4_broadcast: vec!["198.18.0.255".parse().unwrap()],
             ipv6: vec!["fd00::2/64".parse().unwrap()],
             rx_checksum: false,
             tx_checksum: false,
@@ -116,11 +112,7 @@ pub(crate) mod tests {
         reply.emit(&mut out);
         assert_eq!(out[..], hex(crate::wire::fixtures::ARP_REPLY)[14..]);
         assert!(h.request_for_us);
-        assert_eq!(
-            table.peek((0, "198.18.0.1".parse().unwrap())),
-            Some(req.sender_mac),
-            "sender learnt"
-        );
+        assert_eq!(table.peek((0, "198.18.0.1".parse().unwrap())), Some(req.sender_mac), "sender learnt");
     }
 
     #[test]
@@ -137,10 +129,7 @@ pub(crate) mod tests {
     #[test]
     fn our_requests() {
         let r = request(&iface(), "198.18.0.1".parse().unwrap(), None).unwrap();
-        assert_eq!(
-            (r.sender_ip, r.target_mac),
-            ("198.18.0.2".parse().unwrap(), MacAddr::ZERO)
-        );
+        assert_eq!((r.sender_ip, r.target_mac), ("198.18.0.2".parse().unwrap(), MacAddr::ZERO));
         let g = gratuitous(&iface(), "198.18.0.2".parse().unwrap());
         assert_eq!(g.sender_ip, g.target_ip);
     }

@@ -112,22 +112,14 @@ pub struct Expired<P> {
 
 impl<P> Default for Expired<P> {
     fn default() -> Self {
-        Expired {
-            solicits: Vec::new(),
-            dropped: Vec::new(),
-            failed: 0,
-        }
+        Expired { solicits: Vec::new(), dropped: Vec::new(), failed: 0 }
     }
 }
 
 impl<P> NeighTable<P> {
     /// An empty table.
     pub fn new(cfg: NeighborConfig) -> Self {
-        NeighTable {
-            inner: Mutex::new(HashMap::new()),
-            generation: AtomicU64::new(0),
-            cfg,
-        }
+        NeighTable { inner: Mutex::new(HashMap::new()), generation: AtomicU64::new(0), cfg }
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<Key, Entry<P>>> {
@@ -162,62 +154,26 @@ impl<P> NeighTable<P> {
         let retrans = self.retrans();
         let e = t.entry(key).or_insert_with(|| Entry {
             mac: MacAddr::ZERO,
-            state: State::Incomplete {
-                probes: 0,
-                next: now,
-            },
+            state: State::Incomplete { probes: 0, next: now },
             pending: VecDeque::new(),
             last_used: now,
         });
         e.last_used = now;
         match e.state {
-            State::Reachable { until } if now < until => Resolve::Ready {
-                mac: e.mac,
-                pkt,
-                until,
-                probe: None,
-            },
+            State::Reachable { until } if now < until => Resolve::Ready { mac: e.mac, pkt, until, probe: None },
             State::Reachable { .. } | State::Stale => {
                 // Still usable while we check that it is still there.
-                e.state = State::Probe {
-                    probes: 1,
-                    next: now + retrans,
-                };
-                let probe = Some(Solicit {
-                    iface: key.0,
-                    target: key.1,
-                    unicast: Some(e.mac),
-                });
-                Resolve::Ready {
-                    mac: e.mac,
-                    pkt,
-                    until: now,
-                    probe,
-                }
+                e.state = State::Probe { probes: 1, next: now + retrans };
+                let probe = Some(Solicit { iface: key.0, target: key.1, unicast: Some(e.mac) });
+                Resolve::Ready { mac: e.mac, pkt, until: now, probe }
             }
-            State::Probe { .. } => Resolve::Ready {
-                mac: e.mac,
-                pkt,
-                until: now,
-                probe: None,
-            },
+            State::Probe { .. } => Resolve::Ready { mac: e.mac, pkt, until: now, probe: None },
             State::Incomplete { probes, next } => {
-                let dropped = if e.pending.len() >= self.cfg.pending_max {
-                    e.pending.pop_front()
-                } else {
-                    None
-                };
+                let dropped = if e.pending.len() >= self.cfg.pending_max { e.pending.pop_front() } else { None };
                 e.pending.push_back(pkt);
                 let solicit = (probes == 0 && now >= next).then(|| {
-                    e.state = State::Incomplete {
-                        probes: 1,
-                        next: now + retrans,
-                    };
-                    Solicit {
-                        iface: key.0,
-                        target: key.1,
-                        unicast: None,
-                    }
+                    e.state = State::Incomplete { probes: 1, next: now + retrans };
+                    Solicit { iface: key.0, target: key.1, unicast: None }
                 });
                 Resolve::Queued { solicit, dropped }
             }
@@ -225,13 +181,7 @@ impl<P> NeighTable<P> {
     }
 
     /// Records that `key` is at `mac`; returns the packets that waited for it.
-    pub fn learn(
-        &self,
-        now: Instant,
-        key: Key,
-        mac: MacAddr,
-        how: Learn,
-    ) -> Option<(MacAddr, VecDeque<P>)> {
+    pub fn learn(&self, now: Instant, key: Key, mac: MacAddr, how: Learn) -> Option<(MacAddr, VecDeque<P>)> {
         let mut t = self.lock();
         let reachable = self.reachable();
         let exists = t.contains_key(&key);
@@ -243,15 +193,7 @@ impl<P> NeighTable<P> {
                 Self::evict_one(&mut t);
                 self.bump();
             }
-            t.insert(
-                key,
-                Entry {
-                    mac,
-                    state: State::Stale,
-                    pending: VecDeque::new(),
-                    last_used: now,
-                },
-            );
+            t.insert(key, Entry { mac, state: State::Stale, pending: VecDeque::new(), last_used: now });
             return None;
         }
         let e = t.get_mut(&key).expect("checked");
@@ -259,9 +201,7 @@ impl<P> NeighTable<P> {
         let changed = !was_incomplete && e.mac != mac;
         e.mac = mac;
         e.state = match (how, e.state) {
-            (Learn::Confirmed, _) => State::Reachable {
-                until: now + reachable,
-            },
+            (Learn::Confirmed, _) => State::Reachable { until: now + reachable },
             // A new address announced: believe it, but check before long.
             (_, _) if changed || was_incomplete => State::Stale,
             (_, s) => s,
@@ -291,15 +231,8 @@ impl<P> NeighTable<P> {
                     removed = true;
                     false
                 } else {
-                    e.state = State::Incomplete {
-                        probes: probes + 1,
-                        next: now + retrans,
-                    };
-                    out.solicits.push(Solicit {
-                        iface: key.0,
-                        target: key.1,
-                        unicast: None,
-                    });
+                    e.state = State::Incomplete { probes: probes + 1, next: now + retrans };
+                    out.solicits.push(Solicit { iface: key.0, target: key.1, unicast: None });
                     true
                 }
             }
@@ -309,15 +242,8 @@ impl<P> NeighTable<P> {
                     removed = true;
                     false
                 } else {
-                    e.state = State::Probe {
-                        probes: probes + 1,
-                        next: now + retrans,
-                    };
-                    out.solicits.push(Solicit {
-                        iface: key.0,
-                        target: key.1,
-                        unicast: Some(e.mac),
-                    });
+                    e.state = State::Probe { probes: probes + 1, next: now + retrans };
+                    out.solicits.push(Solicit { iface: key.0, target: key.1, unicast: Some(e.mac) });
                     true
                 }
             }
@@ -349,10 +275,7 @@ impl<P> NeighTable<P> {
 
     /// The MAC recorded for `key`, in any state but INCOMPLETE.
     pub fn peek(&self, key: Key) -> Option<MacAddr> {
-        self.lock()
-            .get(&key)
-            .filter(|e| !matches!(e.state, State::Incomplete { .. }))
-            .map(|e| e.mac)
+        self.lock().get(&key).filter(|e| !matches!(e.state, State::Incomplete { .. })).map(|e| e.mac)
     }
 
     /// Removes everything, returning queued packets (at shutdown).
@@ -365,11 +288,8 @@ impl<P> NeighTable<P> {
 
     fn evict_one(t: &mut HashMap<Key, Entry<P>>) {
         // The least recently used entry without waiting packets.
-        if let Some(k) = t
-            .iter()
-            .filter(|(_, e)| e.pending.is_empty())
-            .min_by_key(|(_, e)| e.last_used)
-            .map(|(k, _)| *k)
+        if let Some(k) =
+            t.iter().filter(|(_, e)| e.pending.is_empty()).min_by_key(|(_, e)| e.last_used).map(|(k, _)| *k)
         {
             t.remove(&k);
         }
@@ -406,37 +326,17 @@ mod tests {
     fn resolution_queues_then_releases_in_order() {
         let t = NeighTable::<u32>::new(cfg());
         match t.resolve(ms(0), key(1), 1) {
-            Resolve::Queued {
-                solicit: Some(s),
-                dropped: None,
-            } => assert_eq!(s.unicast, None),
+            Resolve::Queued { solicit: Some(s), dropped: None } => assert_eq!(s.unicast, None),
             other => panic!("{other:?}"),
         }
-        assert!(matches!(
-            t.resolve(ms(1), key(1), 2),
-            Resolve::Queued {
-                solicit: None,
-                dropped: None
-            }
-        ));
+        assert!(matches!(t.resolve(ms(1), key(1), 2), Resolve::Queued { solicit: None, dropped: None }));
         // The queue holds two: the oldest goes.
-        assert!(matches!(
-            t.resolve(ms(2), key(1), 3),
-            Resolve::Queued {
-                dropped: Some(1),
-                ..
-            }
-        ));
+        assert!(matches!(t.resolve(ms(2), key(1), 3), Resolve::Queued { dropped: Some(1), .. }));
         let (mac, released) = t.learn(ms(3), key(1), MAC, Learn::Confirmed).unwrap();
         assert_eq!(mac, MAC);
         assert_eq!(released.into_iter().collect::<Vec<_>>(), vec![2, 3]);
         match t.resolve(ms(4), key(1), 4) {
-            Resolve::Ready {
-                mac,
-                pkt,
-                until,
-                probe,
-            } => {
+            Resolve::Ready { mac, pkt, until, probe } => {
                 assert_eq!((mac, pkt, probe), (MAC, 4, None));
                 assert_eq!(until, ms(1003));
             }
@@ -459,10 +359,7 @@ mod tests {
             failed += e.failed;
             dropped.extend(e.dropped);
         }
-        assert_eq!(
-            solicits, 3,
-            "one at first use, then retransmissions up to `probes`"
-        );
+        assert_eq!(solicits, 3, "one at first use, then retransmissions up to `probes`");
         assert_eq!((failed, dropped), (1, vec![7]));
         assert!(t.is_empty());
     }
@@ -475,12 +372,7 @@ mod tests {
         let g = t.generation();
         t.poll(ms(2000)); // reachable -> stale
         match t.resolve(ms(2001), key(3), 2) {
-            Resolve::Ready {
-                mac,
-                probe: Some(p),
-                until,
-                ..
-            } => {
+            Resolve::Ready { mac, probe: Some(p), until, .. } => {
                 assert_eq!((mac, p.unicast), (MAC, Some(MAC)));
                 assert_eq!(until, ms(2001), "not memoised while probing");
             }
@@ -499,10 +391,7 @@ mod tests {
     fn learning_rules() {
         let t = NeighTable::<u32>::new(cfg());
         assert!(t.learn(ms(0), key(4), MAC, Learn::Announced).is_none());
-        assert!(
-            t.peek(key(4)).is_none(),
-            "announcements do not create entries"
-        );
+        assert!(t.peek(key(4)).is_none(), "announcements do not create entries");
         t.learn(ms(0), key(4), MAC, Learn::Heard);
         assert_eq!(t.peek(key(4)), Some(MAC), "requests for us do");
         let g = t.generation();

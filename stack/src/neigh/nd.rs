@@ -72,10 +72,7 @@ pub fn handle<P>(
     if rx.hop_limit != 255 {
         return Err(Invalid::HopLimit);
     }
-    let mut out = Handled {
-        reply: None,
-        released: None,
-    };
+    let mut out = Handled { reply: None, released: None };
     match *rx.msg {
         Repr::NeighborSolicit { target, source_ll } => {
             if target.is_multicast() {
@@ -89,25 +86,16 @@ pub fn handle<P>(
                 return Ok(out);
             }
             if let (false, Some(mac)) = (dad, source_ll) {
-                out.released =
-                    table.learn(now, (iface.index, IpAddr::V6(rx.src)), mac, Learn::Heard);
+                out.released = table.learn(now, (iface.index, IpAddr::V6(rx.src)), mac, Learn::Heard);
             }
             let (dst, dst_mac, solicited) = if dad {
-                (
-                    ipv6::ALL_NODES,
-                    MacAddr::ipv6_multicast(&ipv6::ALL_NODES),
-                    false,
-                )
+                (ipv6::ALL_NODES, MacAddr::ipv6_multicast(&ipv6::ALL_NODES), false)
             } else {
                 (rx.src, source_ll.unwrap_or(rx.eth_src), true)
             };
             out.reply = Some(Outgoing {
                 msg: Repr::NeighborAdvert {
-                    flags: NaFlags {
-                        router: false,
-                        solicited,
-                        override_: true,
-                    },
+                    flags: NaFlags { router: false, solicited, override_: true },
                     target,
                     target_ll: Some(iface.mac),
                 },
@@ -116,11 +104,7 @@ pub fn handle<P>(
                 dst_mac,
             });
         }
-        Repr::NeighborAdvert {
-            flags,
-            target,
-            target_ll,
-        } => {
+        Repr::NeighborAdvert { flags, target, target_ll } => {
             if target.is_multicast() {
                 return Err(Invalid::MulticastTarget);
             }
@@ -128,17 +112,12 @@ pub fn handle<P>(
                 return Err(Invalid::SolicitedMulticast);
             }
             let mac = target_ll.unwrap_or(rx.eth_src);
-            let how = if flags.solicited {
-                Learn::Confirmed
-            } else {
-                Learn::Announced
-            };
+            let how = if flags.solicited { Learn::Confirmed } else { Learn::Announced };
             out.released = table.learn(now, (iface.index, IpAddr::V6(target)), mac, how);
         }
         Repr::RouterAdvert(ra) => {
             if let Some(mac) = ra.source_ll {
-                out.released =
-                    table.learn(now, (iface.index, IpAddr::V6(rx.src)), mac, Learn::Heard);
+                out.released = table.learn(now, (iface.index, IpAddr::V6(rx.src)), mac, Learn::Heard);
             }
         }
         _ => {}
@@ -148,11 +127,7 @@ pub fn handle<P>(
 
 /// A solicitation for `target`: to its solicited-node group, or unicast to
 /// `probe_mac` when confirming a stale entry.
-pub fn solicitation(
-    iface: &Interface,
-    target: Ipv6Addr,
-    probe_mac: Option<MacAddr>,
-) -> Option<Outgoing> {
+pub fn solicitation(iface: &Interface, target: Ipv6Addr, probe_mac: Option<MacAddr>) -> Option<Outgoing> {
     let src = match iface.source_for(&IpAddr::V6(target))? {
         IpAddr::V6(a) => a,
         IpAddr::V4(_) => return None,
@@ -164,26 +139,14 @@ pub fn solicitation(
             (g, MacAddr::ipv6_multicast(&g))
         }
     };
-    Some(Outgoing {
-        msg: Repr::NeighborSolicit {
-            target,
-            source_ll: Some(iface.mac),
-        },
-        src,
-        dst,
-        dst_mac,
-    })
+    Some(Outgoing { msg: Repr::NeighborSolicit { target, source_ll: Some(iface.mac) }, src, dst, dst_mac })
 }
 
 /// An unsolicited advertisement of `addr` to all nodes.
 pub fn unsolicited_advert(iface: &Interface, addr: Ipv6Addr) -> Outgoing {
     Outgoing {
         msg: Repr::NeighborAdvert {
-            flags: NaFlags {
-                router: false,
-                solicited: false,
-                override_: true,
-            },
+            flags: NaFlags { router: false, solicited: false, override_: true },
             target: addr,
             target_ll: Some(iface.mac),
         },
@@ -207,12 +170,7 @@ mod tests {
     fn parse(frame: &[u8]) -> (Repr<'_>, Ipv6Addr, Ipv6Addr, u8) {
         let ip = ipv6::Packet::new_checked(&frame[14..]).unwrap();
         let (s, d, h) = (ip.src(), ip.dst(), ip.hop_limit());
-        (
-            Repr::parse(&Packet::new_checked(&frame[54..]).unwrap(), &s, &d, false).unwrap(),
-            s,
-            d,
-            h,
-        )
+        (Repr::parse(&Packet::new_checked(&frame[54..]).unwrap(), &s, &d, false).unwrap(), s, d, h)
     }
 
     #[test]
@@ -221,13 +179,7 @@ mod tests {
         let f = hex(NS);
         let (msg, src, dst, hop_limit) = parse(&f);
         let eth_src = MacAddr(f[6..12].try_into().unwrap());
-        let rx = Received {
-            src,
-            dst,
-            hop_limit,
-            eth_src,
-            msg: &msg,
-        };
+        let rx = Received { src, dst, hop_limit, eth_src, msg: &msg };
         let h = handle(&table, Instant(0), &iface(), &rx).unwrap();
         let r = h.reply.unwrap();
         let mut out = vec![0u8; r.msg.buffer_len()];
@@ -242,72 +194,23 @@ mod tests {
         let table = NeighTable::<u8>::new(NeighborConfig::default());
         let f = hex(NS);
         let (msg, src, dst, _) = parse(&f);
-        let rx = Received {
-            src,
-            dst,
-            hop_limit: 64,
-            eth_src: MacAddr::ZERO,
-            msg: &msg,
-        };
-        assert_eq!(
-            handle(&table, Instant(0), &iface(), &rx).unwrap_err(),
-            Invalid::HopLimit
-        );
-        let dad = Received {
-            src: Ipv6Addr::UNSPECIFIED,
-            dst,
-            hop_limit: 255,
-            eth_src: MacAddr::ZERO,
-            msg: &msg,
-        };
-        assert_eq!(
-            handle(&table, Instant(0), &iface(), &dad).unwrap_err(),
-            Invalid::BadProbe,
-            "DAD without SLLA only"
-        );
-        let m = Repr::NeighborSolicit {
-            target: "ff02::1".parse().unwrap(),
-            source_ll: None,
-        };
-        let rx = Received {
-            src,
-            dst,
-            hop_limit: 255,
-            eth_src: MacAddr::ZERO,
-            msg: &m,
-        };
-        assert_eq!(
-            handle(&table, Instant(0), &iface(), &rx).unwrap_err(),
-            Invalid::MulticastTarget
-        );
-        let other = Repr::NeighborSolicit {
-            target: "fd00::99".parse().unwrap(),
-            source_ll: None,
-        };
-        let rx = Received {
-            src,
-            dst,
-            hop_limit: 255,
-            eth_src: MacAddr::ZERO,
-            msg: &other,
-        };
-        assert!(
-            handle(&table, Instant(0), &iface(), &rx)
-                .unwrap()
-                .reply
-                .is_none(),
-            "not our address"
-        );
+        let rx = Received { src, dst, hop_limit: 64, eth_src: MacAddr::ZERO, msg: &msg };
+        assert_eq!(handle(&table, Instant(0), &iface(), &rx).unwrap_err(), Invalid::HopLimit);
+        let dad = Received { src: Ipv6Addr::UNSPECIFIED, dst, hop_limit: 255, eth_src: MacAddr::ZERO, msg: &msg };
+        assert_eq!(handle(&table, Instant(0), &iface(), &dad).unwrap_err(), Invalid::BadProbe, "DAD without SLLA only");
+        let m = Repr::NeighborSolicit { target: "ff02::1".parse().unwrap(), source_ll: None };
+        let rx = Received { src, dst, hop_limit: 255, eth_src: MacAddr::ZERO, msg: &m };
+        assert_eq!(handle(&table, Instant(0), &iface(), &rx).unwrap_err(), Invalid::MulticastTarget);
+        let other = Repr::NeighborSolicit { target: "fd00::99".parse().unwrap(), source_ll: None };
+        let rx = Received { src, dst, hop_limit: 255, eth_src: MacAddr::ZERO, msg: &other };
+        assert!(handle(&table, Instant(0), &iface(), &rx).unwrap().reply.is_none(), "not our address");
     }
 
     #[test]
     fn duplicate_address_probes_get_a_multicast_answer() {
         let table = NeighTable::<u8>::new(NeighborConfig::default());
         let me: Ipv6Addr = "fd00::2".parse().unwrap();
-        let m = Repr::NeighborSolicit {
-            target: me,
-            source_ll: None,
-        };
+        let m = Repr::NeighborSolicit { target: me, source_ll: None };
         let rx = Received {
             src: Ipv6Addr::UNSPECIFIED,
             dst: ipv6::solicited_node(&me),
@@ -315,21 +218,9 @@ mod tests {
             eth_src: MacAddr::ZERO,
             msg: &m,
         };
-        let r = handle(&table, Instant(0), &iface(), &rx)
-            .unwrap()
-            .reply
-            .unwrap();
+        let r = handle(&table, Instant(0), &iface(), &rx).unwrap().reply.unwrap();
         assert_eq!(r.dst, ipv6::ALL_NODES);
-        assert!(matches!(
-            r.msg,
-            Repr::NeighborAdvert {
-                flags: NaFlags {
-                    solicited: false,
-                    ..
-                },
-                ..
-            }
-        ));
+        assert!(matches!(r.msg, Repr::NeighborAdvert { flags: NaFlags { solicited: false, .. }, .. }));
     }
 
     #[test]
@@ -337,12 +228,7 @@ mod tests {
         let s = solicitation(&iface(), "fd00::1".parse().unwrap(), None).unwrap();
         assert_eq!(s.dst, "ff02::1:ff00:1".parse::<Ipv6Addr>().unwrap());
         assert_eq!(s.dst_mac, MacAddr([0x33, 0x33, 0xff, 0, 0, 1]));
-        let p = solicitation(
-            &iface(),
-            "fd00::1".parse().unwrap(),
-            Some(MacAddr([2, 0, 0, 0, 0, 1])),
-        )
-        .unwrap();
+        let p = solicitation(&iface(), "fd00::1".parse().unwrap(), Some(MacAddr([2, 0, 0, 0, 0, 1]))).unwrap();
         assert_eq!(p.dst, "fd00::1".parse::<Ipv6Addr>().unwrap());
     }
 }

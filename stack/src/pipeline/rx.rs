@@ -1,42 +1,35 @@
 //! Receive: every frame ends in exactly one `Rx` counter.
 
-use std::net::{IpAddr, SocketAddr};
+use std::net::IpAddr;
 
 use spate_dpdk::{Mbuf, RxChecksum};
 
-use crate::datagram::Datagram;
+use crate::datagram::{Datagram, header_span};
 use crate::iface::Interface;
-use crate::lookup::{Family, FlowKey};
+use crate::lookup::{Family, FlowKey, ip_key};
 use crate::neigh;
-use crate::rx_queue::Refused;
 use crate::stats::Counter;
 use crate::wire::{WireError, arp, ethernet, ip_proto, ipv4, ipv6, udp};
 use crate::worker::Worker;
 
 /// Counters of one IP family's UDP.
 struct UdpCounters {
-    in_datagrams: Counter,
     no_ports: Counter,
     in_errors: Counter,
-    rcvbuf_errors: Counter,
     csum_errors: Counter,
     ignored_multi: Counter,
 }
 
 const UDP4: UdpCounters = UdpCounters {
-    in_datagrams: Counter::UdpInDatagrams,
     no_ports: Counter::UdpNoPorts,
     in_errors: Counter::UdpInErrors,
-    rcvbuf_errors: Counter::UdpRcvbufErrors,
     csum_errors: Counter::UdpInCsumErrors,
     ignored_multi: Counter::UdpIgnoredMulti,
 };
 
 const UDP6: UdpCounters = UdpCounters {
-    in_datagrams: Counter::Udp6InDatagrams,
     no_ports: Counter::Udp6NoPorts,
     in_errors: Counter::Udp6InErrors,
-    rcvbuf_errors: Counter::Udp6RcvbufErrors,
     csum_errors: Counter::Udp6InCsumErrors,
     ignored_multi: Counter::Udp6IgnoredMulti,
 };
@@ -61,32 +54,32 @@ pub(crate) struct UdpInFrame {
 impl Worker<'_> {
     /// Classifies one frame and hands it on; returns its `Rx` outcome.
     #[inline]
-    pub(crate) fn rx_frame(&mut self, ifx: u16, m: Mbuf) -> Counter {
+    pub(crate) fn rx_frame(&mut self, ifx: u16, m: Mbuf) -> Option<Counter> {
         let shared = self.shared;
         let iface: &Interface = &shared.ifaces[ifx as usize];
         let data = m.data();
         let frame = ethernet::Frame::new_unchecked(data);
         if frame.check_len().is_err() {
-            return Counter::RxEthTruncated;
+            return Some(Counter::RxEthTruncated);
         }
         let dst = frame.dst();
         if !iface.accepts_mac(&dst) {
-            return Counter::RxNotForUs;
+            return Some(Counter::RxNotForUs);
         }
         if frame.vlan_id() != iface.vlan {
-            return Counter::RxVlanMismatch;
+            return Some(Counter::RxVlanMismatch);
         }
         let l2 = frame.header_len();
         let eth_src = frame.src();
         match frame.ethertype() {
             ethernet::ethertype::IPV4 => self.rx_ipv4(iface, m, l2),
             ethernet::ethertype::IPV6 => self.rx_ipv6(iface, m, l2, eth_src),
-            ethernet::ethertype::ARP => self.rx_arp(iface, m, l2),
-            _ => Counter::RxUnknownEtherType,
+            ethernet::ethertype::ARP => Some(self.rx_arp(iface, m, l2)),
+            _ => Some(Counter::RxUnknownEtherType),
         }
     }
 
-    fn rx_ipv4(&mut self, iface: &Interface, mut m: Mbuf, l2: usize) -> Counter {
+    fn rx_ipv4(&mut self, iface: &Interface, mut m: Mbuf, l2: usize) -> Option<Counter> {
         self.inc(Counter::IpInReceives);
         let data = &m.data()[l2..];
         let ip = ipv4::Packet::new_unchecked(data);
@@ -94,11 +87,11 @@ impl Worker<'_> {
             Ok(()) => {}
             Err(WireError::Truncated) => {
                 self.inc(Counter::IpInTruncatedPkts);
-                return Counter::RxIpv4Truncated;
+                return Some(Counter::RxIpv4Truncated);
             }
             Err(_) => {
                 self.inc(Counter::IpInHdrErrors);
-                return Counter::RxIpv4HdrErrors;
+                return Some(Counter::RxIpv4HdrErrors);
             }
         }
         let checksum_ok = match m.rx_ip_checksum() {
@@ -108,106 +101,86 @@ impl Worker<'_> {
         };
         if ip.version() != 4 || !checksum_ok {
             self.inc(Counter::IpInHdrErrors);
-            return Counter::RxIpv4HdrErrors;
+            return Some(Counter::RxIpv4HdrErrors);
         }
         let (src, dst, protocol) = (ip.src(), ip.dst(), ip.protocol());
         let (ihl, total, fragment) = (ip.header_len(), ip.total_len() as usize, ip.is_fragment());
         let padding = data.len() - total;
-        let broadcast = iface.is_ipv4_broadcast(dst);
+        let broadcast = !iface.has_ipv4(dst) && iface.is_ipv4_broadcast(dst);
         if !broadcast && !iface.has_ipv4(dst) {
             self.inc(Counter::IpInAddrErrors);
-            return Counter::RxIpv4NotForUs;
+            return Some(Counter::RxIpv4NotForUs);
         }
         if src.is_broadcast() || src.is_multicast() || iface.is_ipv4_broadcast(src) {
             self.inc(Counter::IpInHdrErrors);
-            return Counter::RxIpv4HdrErrors;
+            return Some(Counter::RxIpv4HdrErrors);
         }
         if padding > 0 && m.trim(padding).is_err() {
             self.inc(Counter::IpInHdrErrors);
-            return Counter::RxIpv4HdrErrors;
+            return Some(Counter::RxIpv4HdrErrors);
         }
         if fragment {
             self.inc(Counter::IpInDiscards);
-            return Counter::RxIpv4Fragments;
+            return Some(Counter::RxIpv4Fragments);
         }
         let l4 = l2 + ihl;
         match protocol {
             ip_proto::UDP => {
                 self.inc(Counter::IpInDelivers);
-                let at = UdpInFrame {
-                    l3: l2,
-                    l4,
-                    end: l2 + total,
-                    src: src.into(),
-                    dst: dst.into(),
-                    group: broadcast,
-                };
+                let at = UdpInFrame { l3: l2, l4, end: l2 + total, src: src.into(), dst: dst.into(), group: broadcast };
                 self.rx_udp(iface, m, at)
             }
             ip_proto::ICMP => {
                 self.inc(Counter::IpInDelivers);
-                self.rx_icmpv4(iface, m, l4, src, dst, broadcast)
+                Some(self.rx_icmpv4(iface, m, l4, src, dst, broadcast))
             }
             _ => {
                 self.inc(Counter::IpInUnknownProtos);
                 if !broadcast {
-                    self.icmp_error_v4(
-                        m,
-                        l2,
-                        src,
-                        dst,
-                        crate::wire::icmpv4::unreachable::PROTOCOL,
-                        0,
-                    );
+                    self.icmp_error_v4(m, l2, src, dst, crate::wire::icmpv4::unreachable::PROTOCOL, 0);
                 }
-                Counter::RxIpv4UnknownProto
+                Some(Counter::RxIpv4UnknownProto)
             }
         }
     }
 
-    fn rx_ipv6(
-        &mut self,
-        iface: &Interface,
-        mut m: Mbuf,
-        l2: usize,
-        eth_src: crate::wire::MacAddr,
-    ) -> Counter {
+    fn rx_ipv6(&mut self, iface: &Interface, mut m: Mbuf, l2: usize, eth_src: crate::wire::MacAddr) -> Option<Counter> {
         self.inc(Counter::Ip6InReceives);
         let data = &m.data()[l2..];
         let ip = ipv6::Packet::new_unchecked(data);
         if ip.check_len().is_err() {
             self.inc(Counter::Ip6InTruncatedPkts);
-            return Counter::RxIpv6Truncated;
+            return Some(Counter::RxIpv6Truncated);
         }
         if ip.version() != 6 {
             self.inc(Counter::Ip6InHdrErrors);
-            return Counter::RxIpv6HdrErrors;
+            return Some(Counter::RxIpv6HdrErrors);
         }
         let (src, dst, hop_limit) = (ip.src(), ip.dst(), ip.hop_limit());
         let len = ipv6::HEADER_LEN + ip.payload_len() as usize;
         if !iface.accepts_ipv6(&dst) {
             self.inc(Counter::Ip6InAddrErrors);
-            return Counter::RxIpv6NotForUs;
+            return Some(Counter::RxIpv6NotForUs);
         }
         if src.is_multicast() {
             self.inc(Counter::Ip6InHdrErrors);
-            return Counter::RxIpv6HdrErrors;
+            return Some(Counter::RxIpv6HdrErrors);
         }
         let ext = match ipv6::walk_extensions(ip.next_header(), ip.payload()) {
             Ok(e) => e,
             Err(_) => {
                 self.inc(Counter::Ip6InHdrErrors);
-                return Counter::RxIpv6ExtErrors;
+                return Some(Counter::RxIpv6ExtErrors);
             }
         };
         let padding = data.len() - len;
         if padding > 0 && m.trim(padding).is_err() {
             self.inc(Counter::Ip6InHdrErrors);
-            return Counter::RxIpv6HdrErrors;
+            return Some(Counter::RxIpv6HdrErrors);
         }
         if ext.fragment.is_some() {
             self.inc(Counter::Ip6InDiscards);
-            return Counter::RxIpv6Fragments;
+            return Some(Counter::RxIpv6Fragments);
         }
         let l4 = l2 + ipv6::HEADER_LEN + ext.offset;
         match ext.protocol {
@@ -225,27 +198,27 @@ impl Worker<'_> {
             }
             ip_proto::ICMPV6 => {
                 self.inc(Counter::Ip6InDelivers);
-                self.rx_icmpv6(iface, m, l4, src, dst, hop_limit, eth_src)
+                Some(self.rx_icmpv6(iface, m, l4, src, dst, hop_limit, eth_src))
             }
             proto => {
                 self.inc(Counter::Ip6InUnknownProtos);
                 if proto != ip_proto::NO_NEXT && ext.count == 0 && !dst.is_multicast() {
                     self.icmp_param_problem_v6(m, l2, src, dst, 6);
                 }
-                Counter::RxIpv6UnknownProto
+                Some(Counter::RxIpv6UnknownProto)
             }
         }
     }
 
     /// UDP: validate, look the socket up, queue the datagram.
     #[inline]
-    pub(crate) fn rx_udp(&mut self, iface: &Interface, mut m: Mbuf, at: UdpInFrame) -> Counter {
+    pub(crate) fn rx_udp(&mut self, iface: &Interface, mut m: Mbuf, at: UdpInFrame) -> Option<Counter> {
         let c = if at.src.is_ipv4() { &UDP4 } else { &UDP6 };
         let data = &m.data()[at.l4..at.end];
         let p = udp::Packet::new_unchecked(data);
         if p.check_len().is_err() {
             self.inc(c.in_errors);
-            return Counter::RxUdpErrors;
+            return Some(Counter::RxUdpErrors);
         }
         let checksum_ok = match m.rx_l4_checksum() {
             RxChecksum::Good => p.checksum() != 0 || at.src.is_ipv4(),
@@ -255,48 +228,34 @@ impl Worker<'_> {
         if !checksum_ok {
             self.inc(c.csum_errors);
             self.inc(c.in_errors);
-            return Counter::RxUdpCsumErrors;
+            return Some(Counter::RxUdpCsumErrors);
         }
         let key = FlowKey {
-            src: at.src,
+            src: ip_key(&at.src),
             src_port: p.src_port(),
-            dst: at.dst,
+            dst: ip_key(&at.dst),
             dst_port: p.dst_port(),
+            v4: at.src.is_ipv4(),
             iface: iface.index,
         };
         let payload = p.len() as usize - udp::HEADER_LEN;
-        if let Some(b) = self.snapshot.lookup(&key) {
-            // Leave only the payload in the mbuf: the headers' room becomes
-            // headroom for a reply.
+        if let Some((index, b)) = self.snapshot.lookup(&key) {
+            // Leave only the payload in the mbuf: the headers stay in the
+            // headroom, where the datagram reads its addresses from.
             let after = m.pkt_len() - (at.l4 + udp::HEADER_LEN + payload);
             if m.adj(at.l4 + udp::HEADER_LEN).is_err() || (after > 0 && m.trim(after).is_err()) {
                 self.inc(c.in_errors);
-                return Counter::RxUdpErrors;
+                return Some(Counter::RxUdpErrors);
             }
-            let (mut src, mut dst) = (
-                SocketAddr::new(key.src, key.src_port),
-                SocketAddr::new(key.dst, key.dst_port),
-            );
-            if b.family == Family::V6 {
-                src = map_v4(src);
-                dst = map_v4(dst);
-            }
-            return match b.sock.queue.push(self.idx, Datagram::new(m, src, dst)) {
-                Ok(()) => {
-                    self.inc(c.in_datagrams);
-                    Counter::RxDelivered
-                }
-                Err(Refused::Full(_)) => {
-                    self.inc(c.rcvbuf_errors);
-                    self.inc(c.in_errors);
-                    Counter::RxRcvbufFull
-                }
-                Err(Refused::Closed(_)) => Counter::RxSocketClosed,
-            };
+            let mapped = b.family == Family::V6 && at.src.is_ipv4();
+            let d = Datagram::new(m, header_span(at.l3, at.l4), mapped);
+            // Queued after the burst, one charge and one lock per socket.
+            self.staged.push((index, at.src.is_ipv4(), d));
+            return None;
         }
         if at.group {
             self.inc(c.ignored_multi);
-            return Counter::RxIgnoredMulti;
+            return Some(Counter::RxIgnoredMulti);
         }
         self.inc(c.no_ports);
         match (at.src, at.dst) {
@@ -314,7 +273,7 @@ impl Worker<'_> {
             ),
             _ => {}
         }
-        Counter::RxNoPort
+        Some(Counter::RxNoPort)
     }
 
     fn rx_arp(&mut self, iface: &Interface, mut m: Mbuf, l2: usize) -> Counter {
@@ -344,12 +303,5 @@ impl Worker<'_> {
             }
         }
         Counter::RxArp
-    }
-}
-
-fn map_v4(a: SocketAddr) -> SocketAddr {
-    match a {
-        SocketAddr::V4(v4) => SocketAddr::new(IpAddr::V6(v4.ip().to_ipv6_mapped()), v4.port()),
-        v6 => v6,
     }
 }

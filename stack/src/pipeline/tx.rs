@@ -56,36 +56,21 @@ pub fn push_udp_ip(m: &mut Mbuf, h: &UdpHeaders, iface: &Interface) -> Result<()
     if v4 != dst.is_ipv4() {
         return Err("source and destination families differ");
     }
-    let max = if v4 {
-        MAX_UDP_PAYLOAD_V4
-    } else {
-        MAX_UDP_PAYLOAD_V6
-    };
+    let max = if v4 { MAX_UDP_PAYLOAD_V4 } else { MAX_UDP_PAYLOAD_V6 };
     if payload_len > max {
         return Err("datagram too long");
     }
     let pseudo = udp::pseudo_header(&src, &dst, udp_len as u16);
     let offload = iface.tx_checksum;
-    let data_sum = if offload {
-        0
-    } else {
-        checksum::sum_segments(m.segment_data())
-    };
-    let repr = udp::Repr {
-        src_port: h.src.port(),
-        dst_port: h.dst.port(),
-        payload_len: payload_len as u16,
-    };
+    let data_sum = if offload { 0 } else { checksum::sum_segments(m.segment_data()) };
+    let repr = udp::Repr { src_port: h.src.port(), dst_port: h.dst.port(), payload_len: payload_len as u16 };
     {
         let hdr = m.prepend(udp::HEADER_LEN).map_err(|_| "no headroom")?;
         repr.emit(hdr, 0);
         // The port wants the pseudo-header sum in the field; software puts
         // the final checksum there.
-        let c = if offload {
-            checksum::fold(pseudo)
-        } else {
-            udp::finish_checksum(pseudo, data_sum + checksum::sum(hdr))
-        };
+        let c =
+            if offload { checksum::fold(pseudo) } else { udp::finish_checksum(pseudo, data_sum + checksum::sum(hdr)) };
         hdr[6..8].copy_from_slice(&c.to_be_bytes());
     }
     match (src, dst) {
@@ -102,14 +87,9 @@ pub fn push_udp_ip(m: &mut Mbuf, h: &UdpHeaders, iface: &Interface) -> Result<()
                 more_frags: false,
                 frag_offset: 0,
             };
-            ip.emit(
-                m.prepend(ipv4::HEADER_LEN).map_err(|_| "no headroom")?,
-                offload,
-            );
+            ip.emit(m.prepend(ipv4::HEADER_LEN).map_err(|_| "no headroom")?, offload);
             if offload {
-                m.set_ol_flags(
-                    m.ol_flags() | tx_flags::IPV4 | tx_flags::IP_CKSUM | tx_flags::UDP_CKSUM,
-                );
+                m.set_ol_flags(m.ol_flags() | tx_flags::IPV4 | tx_flags::IP_CKSUM | tx_flags::UDP_CKSUM);
             }
         }
         (IpAddr::V6(s), IpAddr::V6(d)) => {
@@ -133,27 +113,13 @@ pub fn push_udp_ip(m: &mut Mbuf, h: &UdpHeaders, iface: &Interface) -> Result<()
 /// Writes the Ethernet header (tagged when the interface has a VLAN) and
 /// completes the offload request with the header lengths.
 #[inline]
-pub fn push_ethernet(
-    m: &mut Mbuf,
-    iface: &Interface,
-    dst: MacAddr,
-    ethertype: u16,
-) -> Result<(), &'static str> {
-    let repr = ethernet::Repr {
-        src: iface.mac,
-        dst,
-        ethertype,
-        vlan: iface.vlan,
-    };
+pub fn push_ethernet(m: &mut Mbuf, iface: &Interface, dst: MacAddr, ethertype: u16) -> Result<(), &'static str> {
+    let repr = ethernet::Repr { src: iface.mac, dst, ethertype, vlan: iface.vlan };
     let l2 = repr.buffer_len();
     repr.emit(m.prepend(l2).map_err(|_| "no headroom")?);
     let flags = m.ol_flags();
     if flags & tx_flags::ALL != 0 {
-        let l3 = if flags & tx_flags::IPV4 != 0 {
-            ipv4::HEADER_LEN
-        } else {
-            ipv6::HEADER_LEN
-        };
+        let l3 = if flags & tx_flags::IPV4 != 0 { ipv4::HEADER_LEN } else { ipv6::HEADER_LEN };
         m.set_tx_offload(l2 as u8, l3 as u16, udp::HEADER_LEN as u8, 0);
     }
     Ok(())
@@ -162,11 +128,7 @@ pub fn push_ethernet(
 /// The EtherType of an IP packet to `next_hop`.
 #[inline]
 pub fn ethertype_for(next_hop: &IpAddr) -> u16 {
-    if next_hop.is_ipv4() {
-        ethernet::ethertype::IPV4
-    } else {
-        ethernet::ethertype::IPV6
-    }
+    if next_hop.is_ipv4() { ethernet::ethertype::IPV4 } else { ethernet::ethertype::IPV6 }
 }
 
 use crate::neigh::{Resolve, Solicit, arp as neigh_arp, nd};
@@ -187,12 +149,7 @@ impl Worker<'_> {
         }
         let key = (pkt.iface, pkt.next_hop);
         match self.shared.neigh.resolve(self.now, key, pkt) {
-            Resolve::Ready {
-                mac,
-                pkt,
-                until,
-                probe,
-            } => {
+            Resolve::Ready { mac, pkt, until, probe } => {
                 if until > self.now {
                     self.memo.put(key.0, key.1, mac, until);
                 }
@@ -217,11 +174,7 @@ impl Worker<'_> {
     #[inline]
     pub(crate) fn send_ip(&mut self, pkt: TxPacket, mac: MacAddr) {
         let ethertype = ethertype_for(&pkt.next_hop);
-        self.inc(if pkt.next_hop.is_ipv4() {
-            Counter::IpOutRequests
-        } else {
-            Counter::Ip6OutRequests
-        });
+        self.inc(if pkt.next_hop.is_ipv4() { Counter::IpOutRequests } else { Counter::Ip6OutRequests });
         self.send_frame(pkt.iface, pkt.mbuf, mac, ethertype);
     }
 
@@ -289,11 +242,7 @@ impl Worker<'_> {
         for iface in self.shared.ifaces.iter() {
             for c in &iface.ipv4 {
                 if let IpAddr::V4(a) = c.addr {
-                    self.send_arp(
-                        iface.index,
-                        neigh_arp::gratuitous(iface, a),
-                        MacAddr::BROADCAST,
-                    );
+                    self.send_arp(iface.index, neigh_arp::gratuitous(iface, a), MacAddr::BROADCAST);
                 }
             }
             for c in &iface.ipv6 {

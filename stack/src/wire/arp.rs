@@ -50,11 +50,7 @@ impl<T: AsRef<[u8]>> Packet<T> {
 
     /// Checks the length.
     pub fn check_len(&self) -> Result<()> {
-        if self.buffer.as_ref().len() < PACKET_LEN {
-            Err(WireError::Truncated)
-        } else {
-            Ok(())
-        }
+        if self.buffer.as_ref().len() < PACKET_LEN { Err(WireError::Truncated) } else { Ok(()) }
     }
 
     fn b(&self) -> &[u8] {
@@ -125,13 +121,7 @@ impl Repr {
             2 => Operation::Reply,
             _ => return Err(WireError::Unsupported),
         };
-        Ok(Repr {
-            operation,
-            sender_mac: p.sha(),
-            sender_ip: p.spa(),
-            target_mac: p.tha(),
-            target_ip: p.tpa(),
-        })
+        Ok(Repr { operation, sender_mac: p.sha(), sender_ip: p.spa(), target_mac: p.tha(), target_ip: p.tpa() })
     }
 
     /// Bytes `emit` writes.
@@ -145,15 +135,7 @@ impl Repr {
         set_u16(buf, field::PTYPE, 0x0800);
         buf[field::HLEN] = 6;
         buf[field::PLEN] = 4;
-        set_u16(
-            buf,
-            field::OPER,
-            if self.operation == Operation::Request {
-                1
-            } else {
-                2
-            },
-        );
+        set_u16(buf, field::OPER, if self.operation == Operation::Request { 1 } else { 2 });
         buf[field::SHA].copy_from_slice(&self.sender_mac.0);
         buf[field::SPA].copy_from_slice(&self.sender_ip.octets());
         buf[field::THA].copy_from_slice(&self.target_mac.0);
@@ -188,21 +170,12 @@ mod tests {
     fn rejects_short_and_foreign() {
         let rep = hex(ARP_REPLY);
         let reply: [u8; 28] = rep[14..].try_into().unwrap();
-        assert_eq!(
-            Packet::new_checked(&reply[..27]).unwrap_err(),
-            WireError::Truncated
-        );
+        assert_eq!(Packet::new_checked(&reply[..27]).unwrap_err(), WireError::Truncated);
         let mut other = reply;
         other[1] = 6; // IEEE 802 hardware
-        assert_eq!(
-            Repr::parse(&Packet::new_unchecked(&other[..])).unwrap_err(),
-            WireError::Unsupported
-        );
+        assert_eq!(Repr::parse(&Packet::new_unchecked(&other[..])).unwrap_err(), WireError::Unsupported);
         let mut bad_op = reply;
         bad_op[7] = 9;
-        assert_eq!(
-            Repr::parse(&Packet::new_unchecked(&bad_op[..])).unwrap_err(),
-            WireError::Unsupported
-        );
+        assert_eq!(Repr::parse(&Packet::new_unchecked(&bad_op[..])).unwrap_err(), WireError::Unsupported);
     }
 }

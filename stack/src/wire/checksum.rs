@@ -14,24 +14,23 @@ pub fn sum(data: &[u8]) -> u64 {
         // Add the two 32-bit halves: no overflow before 2^32 chunks.
         acc += (v >> 32) + (v & 0xffff_ffff);
     }
-    let mut rest = chunks.remainder();
-    while rest.len() >= 2 {
-        acc += u16::from_be_bytes([rest[0], rest[1]]) as u64;
-        rest = &rest[2..];
-    }
-    if let [last] = rest {
-        acc += (*last as u64) << 8;
-    }
-    acc
+    // The last 0 to 7 bytes, zero-padded: they start on an even offset,
+    // so an odd last byte lands in the high half of its word, as it must.
+    let rest = chunks.remainder();
+    let mut tail = [0u8; 8];
+    tail[..rest.len()].copy_from_slice(rest);
+    let v = u64::from_be_bytes(tail);
+    acc + (v >> 32) + (v & 0xffff_ffff)
 }
 
-/// Folds a sum to 16 bits (not complemented).
+/// Folds a sum to 16 bits (not complemented), in a fixed number of steps.
 #[inline]
-pub fn fold(mut acc: u64) -> u16 {
-    while acc > 0xffff {
-        acc = (acc & 0xffff) + (acc >> 16);
-    }
-    acc as u16
+pub fn fold(acc: u64) -> u16 {
+    let x = (acc & 0xffff_ffff) + (acc >> 32); // < 2^33
+    let x = (x & 0xffff) + (x >> 16); // < 2^17 + 2^16
+    let x = (x & 0xffff) + (x >> 16); // < 2^16 + 2
+    let x = (x & 0xffff) + (x >> 16); // < 2^16
+    x as u16
 }
 
 /// The checksum field value for `data`: the complement of its folded sum.
@@ -69,11 +68,7 @@ pub fn pseudo_header_v4(src: Ipv4Addr, dst: Ipv4Addr, protocol: u8, length: u32)
 /// The sum of an IPv6 pseudo-header.
 #[inline]
 pub fn pseudo_header_v6(src: &Ipv6Addr, dst: &Ipv6Addr, next_header: u8, length: u32) -> u64 {
-    sum(&src.octets())
-        + sum(&dst.octets())
-        + (length >> 16) as u64
-        + (length & 0xffff) as u64
-        + next_header as u64
+    sum(&src.octets()) + sum(&dst.octets()) + (length >> 16) as u64 + (length & 0xffff) as u64 + next_header as u64
 }
 
 /// Updates checksum field `check` after a 16-bit word changed from `old`
@@ -92,11 +87,7 @@ mod tests {
     fn reference(data: &[u8]) -> u16 {
         let mut acc: u32 = 0;
         for pair in data.chunks(2) {
-            let w = if pair.len() == 2 {
-                u16::from_be_bytes([pair[0], pair[1]])
-            } else {
-                (pair[0] as u16) << 8
-            };
+            let w = if pair.len() == 2 { u16::from_be_bytes([pair[0], pair[1]]) } else { (pair[0] as u16) << 8 };
             acc += w as u32;
             acc = (acc & 0xffff) + (acc >> 16);
         }
@@ -125,19 +116,13 @@ mod tests {
         for cut1 in 0..data.len() {
             let cut2 = (cut1 + 7).min(data.len());
             let parts = [&data[..cut1], &data[cut1..cut2], &data[cut2..]];
-            assert_eq!(
-                fold(sum_segments(parts)),
-                fold(sum(&data)),
-                "cuts {cut1} {cut2}"
-            );
+            assert_eq!(fold(sum_segments(parts)), fold(sum(&data)), "cuts {cut1} {cut2}");
         }
     }
 
     #[test]
     fn incremental_update_matches_recompute() {
-        let mut data = [
-            0x45u8, 0, 0, 0x54, 0x12, 0x34, 0x40, 0, 0x40, 1, 0, 0, 10, 0, 0, 1, 10, 0, 0, 2,
-        ];
+        let mut data = [0x45u8, 0, 0, 0x54, 0x12, 0x34, 0x40, 0, 0x40, 1, 0, 0, 10, 0, 0, 1, 10, 0, 0, 2];
         let c = checksum(&data);
         let old = u16::from_be_bytes([data[8], data[9]]);
         data[8] = 0x3f; // TTL 64 -> 63

@@ -37,11 +37,7 @@ impl MacAddr {
 impl std::fmt::Display for MacAddr {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         let b = self.0;
-        write!(
-            f,
-            "{:02x}:{:02x}:{:02x}:{:02x}:{:02x}:{:02x}",
-            b[0], b[1], b[2], b[3], b[4], b[5]
-        )
+        write!(f, "{:02x}:{:02x}:{:02x}:{:02x}:{:02x}:{:02x}", b[0], b[1], b[2], b[3], b[4], b[5])
     }
 }
 
@@ -54,8 +50,7 @@ impl std::fmt::Debug for MacAddr {
 impl<'de> serde::Deserialize<'de> for MacAddr {
     fn deserialize<D: serde::Deserializer<'de>>(d: D) -> std::result::Result<Self, D::Error> {
         let s = String::deserialize(d)?;
-        s.parse()
-            .map_err(|_| serde::de::Error::custom(format!("{s:?} is not a MAC address")))
+        s.parse().map_err(|_| serde::de::Error::custom(format!("{s:?} is not a MAC address")))
     }
 }
 
@@ -127,9 +122,7 @@ impl<T: AsRef<[u8]>> Frame<T> {
         if len < HEADER_LEN {
             return Err(WireError::Truncated);
         }
-        if get_u16(self.buffer.as_ref(), field::ETHERTYPE) == ethertype::VLAN
-            && len < VLAN_HEADER_LEN
-        {
+        if get_u16(self.buffer.as_ref(), field::ETHERTYPE) == ethertype::VLAN && len < VLAN_HEADER_LEN {
             return Err(WireError::Truncated);
         }
         Ok(())
@@ -142,20 +135,12 @@ impl<T: AsRef<[u8]>> Frame<T> {
 
     /// Destination address.
     pub fn dst(&self) -> MacAddr {
-        MacAddr(
-            self.buffer.as_ref()[field::DST]
-                .try_into()
-                .expect("6 bytes"),
-        )
+        MacAddr(self.buffer.as_ref()[field::DST].try_into().expect("6 bytes"))
     }
 
     /// Source address.
     pub fn src(&self) -> MacAddr {
-        MacAddr(
-            self.buffer.as_ref()[field::SRC]
-                .try_into()
-                .expect("6 bytes"),
-        )
+        MacAddr(self.buffer.as_ref()[field::SRC].try_into().expect("6 bytes"))
     }
 
     /// The outer EtherType (0x8100 for a tagged frame).
@@ -165,8 +150,7 @@ impl<T: AsRef<[u8]>> Frame<T> {
 
     /// The VLAN id of a tagged frame.
     pub fn vlan_id(&self) -> Option<u16> {
-        (self.outer_ethertype() == ethertype::VLAN)
-            .then(|| get_u16(self.buffer.as_ref(), field::VLAN_TCI) & 0x0fff)
+        (self.outer_ethertype() == ethertype::VLAN).then(|| get_u16(self.buffer.as_ref(), field::VLAN_TCI) & 0x0fff)
     }
 
     /// The EtherType of the payload (behind the tag, if any).
@@ -179,11 +163,7 @@ impl<T: AsRef<[u8]>> Frame<T> {
 
     /// Header length: 14, or 18 with a tag.
     pub fn header_len(&self) -> usize {
-        if self.outer_ethertype() == ethertype::VLAN {
-            VLAN_HEADER_LEN
-        } else {
-            HEADER_LEN
-        }
+        if self.outer_ethertype() == ethertype::VLAN { VLAN_HEADER_LEN } else { HEADER_LEN }
     }
 
     /// The payload.
@@ -226,21 +206,12 @@ impl Repr {
     /// Parses a checked frame.
     pub fn parse<T: AsRef<[u8]>>(f: &Frame<T>) -> Result<Repr> {
         f.check_len()?;
-        Ok(Repr {
-            src: f.src(),
-            dst: f.dst(),
-            ethertype: f.ethertype(),
-            vlan: f.vlan_id(),
-        })
+        Ok(Repr { src: f.src(), dst: f.dst(), ethertype: f.ethertype(), vlan: f.vlan_id() })
     }
 
     /// Header length.
     pub const fn buffer_len(&self) -> usize {
-        if self.vlan.is_some() {
-            VLAN_HEADER_LEN
-        } else {
-            HEADER_LEN
-        }
+        if self.vlan.is_some() { VLAN_HEADER_LEN } else { HEADER_LEN }
     }
 
     /// Writes the header into the start of `buf` (at least `buffer_len` bytes).
@@ -287,28 +258,16 @@ mod tests {
         let f = Frame::new_checked(&buf[..]).unwrap();
         assert_eq!(Repr::parse(&f).unwrap(), r);
         assert_eq!(f.header_len(), 18);
-        assert_eq!(
-            Frame::new_checked(&buf[..16]).unwrap_err(),
-            WireError::Truncated
-        );
-        assert_eq!(
-            Frame::new_checked(&buf[..13]).unwrap_err(),
-            WireError::Truncated
-        );
+        assert_eq!(Frame::new_checked(&buf[..16]).unwrap_err(), WireError::Truncated);
+        assert_eq!(Frame::new_checked(&buf[..13]).unwrap_err(), WireError::Truncated);
     }
 
     #[test]
     fn mac_addresses() {
         assert!(MacAddr::BROADCAST.is_broadcast() && MacAddr::BROADCAST.is_multicast());
         let g: std::net::Ipv6Addr = "ff02::1:ff00:2".parse().unwrap();
-        assert_eq!(
-            MacAddr::ipv6_multicast(&g),
-            MacAddr([0x33, 0x33, 0xff, 0, 0, 2])
-        );
+        assert_eq!(MacAddr::ipv6_multicast(&g), MacAddr([0x33, 0x33, 0xff, 0, 0, 2]));
         assert!("02:00:00:00:00".parse::<MacAddr>().is_err());
-        assert_eq!(
-            MacAddr([2, 0x53, 0x50, 0x41, 0x54, 0x45]).to_string(),
-            "02:53:50:41:54:45"
-        );
+        assert_eq!(MacAddr([2, 0x53, 0x50, 0x41, 0x54, 0x45]).to_string(), "02:53:50:41:54:45");
     }
 }

@@ -63,11 +63,7 @@ impl<T: AsRef<[u8]>> Packet<T> {
 
     /// Checks that the 8-byte header fits.
     pub fn check_len(&self) -> Result<()> {
-        if self.buffer.as_ref().len() < HEADER_LEN {
-            Err(WireError::Truncated)
-        } else {
-            Ok(())
-        }
+        if self.buffer.as_ref().len() < HEADER_LEN { Err(WireError::Truncated) } else { Ok(()) }
     }
 
     fn b(&self) -> &[u8] {
@@ -189,21 +185,9 @@ impl<'a> Repr<'a> {
         }
         let data = &p.buffer[HEADER_LEN..];
         Ok(match (p.msg_type(), p.code()) {
-            (msg_type::ECHO_REQUEST, 0) => Repr::EchoRequest {
-                ident: p.ident(),
-                seq_no: p.seq_no(),
-                data,
-            },
-            (msg_type::ECHO_REPLY, 0) => Repr::EchoReply {
-                ident: p.ident(),
-                seq_no: p.seq_no(),
-                data,
-            },
-            (msg_type::DST_UNREACHABLE, code) => Repr::DstUnreachable {
-                code,
-                mtu: p.next_hop_mtu(),
-                data,
-            },
+            (msg_type::ECHO_REQUEST, 0) => Repr::EchoRequest { ident: p.ident(), seq_no: p.seq_no(), data },
+            (msg_type::ECHO_REPLY, 0) => Repr::EchoReply { ident: p.ident(), seq_no: p.seq_no(), data },
+            (msg_type::DST_UNREACHABLE, code) => Repr::DstUnreachable { code, mtu: p.next_hop_mtu(), data },
             (msg_type::TIME_EXCEEDED, code) => Repr::TimeExceeded { code, data },
             (msg_type, code) => Repr::Other { msg_type, code },
         })
@@ -227,16 +211,7 @@ impl<'a> Repr<'a> {
         let buf = &mut buf[..len];
         buf[..HEADER_LEN].fill(0);
         let data = match *self {
-            Repr::EchoRequest {
-                ident,
-                seq_no,
-                data,
-            }
-            | Repr::EchoReply {
-                ident,
-                seq_no,
-                data,
-            } => {
+            Repr::EchoRequest { ident, seq_no, data } | Repr::EchoReply { ident, seq_no, data } => {
                 buf[field::TYPE] = if matches!(self, Repr::EchoRequest { .. }) {
                     msg_type::ECHO_REQUEST
                 } else {
@@ -271,39 +246,19 @@ impl<'a> Repr<'a> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::wire::fixtures::{
-        ICMP4_ECHO_REPLY, ICMP4_ECHO_REQUEST, ICMP4_PORT_UNREACHABLE, hex,
-    };
+    use crate::wire::fixtures::{ICMP4_ECHO_REPLY, ICMP4_ECHO_REQUEST, ICMP4_PORT_UNREACHABLE, hex};
 
     #[test]
     fn echo_request_and_linux_reply() {
         let req = hex(ICMP4_ECHO_REQUEST);
         let p = Packet::new_checked(&req[34..]).unwrap();
         let r = Repr::parse(&p, false).unwrap();
-        let Repr::EchoRequest {
-            ident,
-            seq_no,
-            data,
-        } = r
-        else {
-            panic!("{r:?}")
-        };
-        assert_eq!(
-            (ident, seq_no, data),
-            (0x73ad, 1, &[0u8, 1, 2, 3, 4, 5, 6, 7][..])
-        );
-        let reply = Repr::EchoReply {
-            ident,
-            seq_no,
-            data,
-        };
+        let Repr::EchoRequest { ident, seq_no, data } = r else { panic!("{r:?}") };
+        assert_eq!((ident, seq_no, data), (0x73ad, 1, &[0u8, 1, 2, 3, 4, 5, 6, 7][..]));
+        let reply = Repr::EchoReply { ident, seq_no, data };
         let mut out = vec![0u8; reply.buffer_len()];
         reply.emit(&mut out);
-        assert_eq!(
-            out[..],
-            hex(ICMP4_ECHO_REPLY)[34..],
-            "same bytes as the kernel's reply"
-        );
+        assert_eq!(out[..], hex(ICMP4_ECHO_REPLY)[34..], "same bytes as the kernel's reply");
     }
 
     #[test]
@@ -327,13 +282,7 @@ mod tests {
     fn bad_checksum_and_short() {
         let mut req = hex(ICMP4_ECHO_REQUEST);
         req[40] ^= 0xff;
-        assert_eq!(
-            Repr::parse(&Packet::new_checked(&req[34..]).unwrap(), false).unwrap_err(),
-            WireError::Checksum
-        );
-        assert_eq!(
-            Packet::new_checked(&req[34..41]).unwrap_err(),
-            WireError::Truncated
-        );
+        assert_eq!(Repr::parse(&Packet::new_checked(&req[34..]).unwrap(), false).unwrap_err(), WireError::Checksum);
+        assert_eq!(Packet::new_checked(&req[34..41]).unwrap_err(), WireError::Truncated);
     }
 }

@@ -146,11 +146,7 @@ impl<T: AsRef<[u8]>> Packet<T> {
 
     /// Checks that the 8-byte header fits.
     pub fn check_len(&self) -> Result<()> {
-        if self.buffer.as_ref().len() < HEADER_LEN {
-            Err(WireError::Truncated)
-        } else {
-            Ok(())
-        }
+        if self.buffer.as_ref().len() < HEADER_LEN { Err(WireError::Truncated) } else { Ok(()) }
     }
 
     fn b(&self) -> &[u8] {
@@ -175,8 +171,7 @@ impl<T: AsRef<[u8]>> Packet<T> {
     /// Verifies the checksum with the IPv6 pseudo-header.
     pub fn verify_checksum(&self, src: &Ipv6Addr, dst: &Ipv6Addr) -> bool {
         let b = self.b();
-        let acc = checksum::pseudo_header_v6(src, dst, ip_proto::ICMPV6, b.len() as u32)
-            + checksum::sum(b);
+        let acc = checksum::pseudo_header_v6(src, dst, ip_proto::ICMPV6, b.len() as u32) + checksum::sum(b);
         checksum::fold(acc) == 0xffff
     }
 }
@@ -191,8 +186,7 @@ impl<T: AsRef<[u8]> + AsMut<[u8]>> Packet<T> {
     pub fn fill_checksum(&mut self, src: &Ipv6Addr, dst: &Ipv6Addr) {
         set_u16(self.buffer.as_mut(), field::CHECKSUM, 0);
         let b = self.buffer.as_ref();
-        let acc = checksum::pseudo_header_v6(src, dst, ip_proto::ICMPV6, b.len() as u32)
-            + checksum::sum(b);
+        let acc = checksum::pseudo_header_v6(src, dst, ip_proto::ICMPV6, b.len() as u32) + checksum::sum(b);
         let c = !checksum::fold(acc);
         set_u16(self.buffer.as_mut(), field::CHECKSUM, c);
     }
@@ -310,12 +304,7 @@ fn target(b: &[u8]) -> Ipv6Addr {
 impl<'a> Repr<'a> {
     /// Parses a message from `src` to `dst`, verifying the checksum unless
     /// `checksum_verified`.
-    pub fn parse(
-        p: &Packet<&'a [u8]>,
-        src: &Ipv6Addr,
-        dst: &Ipv6Addr,
-        checksum_verified: bool,
-    ) -> Result<Repr<'a>> {
+    pub fn parse(p: &Packet<&'a [u8]>, src: &Ipv6Addr, dst: &Ipv6Addr, checksum_verified: bool) -> Result<Repr<'a>> {
         p.check_len()?;
         if !checksum_verified && !p.verify_checksum(src, dst) {
             return Err(WireError::Checksum);
@@ -323,27 +312,16 @@ impl<'a> Repr<'a> {
         let b: &'a [u8] = p.buffer;
         let data = &b[HEADER_LEN..];
         Ok(match (p.msg_type(), p.code()) {
-            (msg_type::ECHO_REQUEST, 0) => Repr::EchoRequest {
-                ident: get_u16(b, field::IDENT),
-                seq_no: get_u16(b, field::SEQ_NO),
-                data,
-            },
-            (msg_type::ECHO_REPLY, 0) => Repr::EchoReply {
-                ident: get_u16(b, field::IDENT),
-                seq_no: get_u16(b, field::SEQ_NO),
-                data,
-            },
+            (msg_type::ECHO_REQUEST, 0) => {
+                Repr::EchoRequest { ident: get_u16(b, field::IDENT), seq_no: get_u16(b, field::SEQ_NO), data }
+            }
+            (msg_type::ECHO_REPLY, 0) => {
+                Repr::EchoReply { ident: get_u16(b, field::IDENT), seq_no: get_u16(b, field::SEQ_NO), data }
+            }
             (msg_type::DST_UNREACHABLE, code) => Repr::DstUnreachable { code, data },
-            (msg_type::PACKET_TOO_BIG, 0) => Repr::PacketTooBig {
-                mtu: get_u32(b, field::MTU),
-                data,
-            },
+            (msg_type::PACKET_TOO_BIG, 0) => Repr::PacketTooBig { mtu: get_u32(b, field::MTU), data },
             (msg_type::TIME_EXCEEDED, code) => Repr::TimeExceeded { code, data },
-            (msg_type::PARAM_PROBLEM, code) => Repr::ParamProblem {
-                code,
-                pointer: get_u32(b, field::POINTER),
-                data,
-            },
+            (msg_type::PARAM_PROBLEM, code) => Repr::ParamProblem { code, pointer: get_u32(b, field::POINTER), data },
             (msg_type::NEIGHBOR_SOLICIT, 0) => {
                 if b.len() < ND_LEN {
                     return Err(WireError::Truncated);
@@ -354,32 +332,21 @@ impl<'a> Repr<'a> {
                         source_ll = ll_addr(o);
                     }
                 })?;
-                Repr::NeighborSolicit {
-                    target: target(b),
-                    source_ll,
-                }
+                Repr::NeighborSolicit { target: target(b), source_ll }
             }
             (msg_type::NEIGHBOR_ADVERT, 0) => {
                 if b.len() < ND_LEN {
                     return Err(WireError::Truncated);
                 }
                 let f = b[field::NA_FLAGS];
-                let flags = NaFlags {
-                    router: f & 0x80 != 0,
-                    solicited: f & 0x40 != 0,
-                    override_: f & 0x20 != 0,
-                };
+                let flags = NaFlags { router: f & 0x80 != 0, solicited: f & 0x40 != 0, override_: f & 0x20 != 0 };
                 let mut target_ll = None;
                 for_each_option(&b[ND_LEN..], |t, o| {
                     if t == option::TARGET_LL {
                         target_ll = ll_addr(o);
                     }
                 })?;
-                Repr::NeighborAdvert {
-                    flags,
-                    target: target(b),
-                    target_ll,
-                }
+                Repr::NeighborAdvert { flags, target: target(b), target_ll }
             }
             (msg_type::ROUTER_SOLICIT, 0) => {
                 let mut source_ll = None;
@@ -417,9 +384,7 @@ impl<'a> Repr<'a> {
                             autonomous: o[3] & 0x40 != 0,
                             valid_lifetime: get_u32(o, 4),
                             preferred_lifetime: get_u32(o, 8),
-                            prefix: Ipv6Addr::from(
-                                <[u8; 16]>::try_from(&o[16..32]).expect("16 bytes"),
-                            ),
+                            prefix: Ipv6Addr::from(<[u8; 16]>::try_from(&o[16..32]).expect("16 bytes")),
                         });
                         n += 1;
                     }
@@ -444,30 +409,9 @@ impl<'a> Repr<'a> {
             | Repr::PacketTooBig { data, .. }
             | Repr::TimeExceeded { data, .. }
             | Repr::ParamProblem { data, .. } => HEADER_LEN + data.len(),
-            Repr::NeighborSolicit { source_ll, .. } => {
-                ND_LEN
-                    + if source_ll.is_some() {
-                        LL_OPTION_LEN
-                    } else {
-                        0
-                    }
-            }
-            Repr::NeighborAdvert { target_ll, .. } => {
-                ND_LEN
-                    + if target_ll.is_some() {
-                        LL_OPTION_LEN
-                    } else {
-                        0
-                    }
-            }
-            Repr::RouterSolicit { source_ll } => {
-                HEADER_LEN
-                    + if source_ll.is_some() {
-                        LL_OPTION_LEN
-                    } else {
-                        0
-                    }
-            }
+            Repr::NeighborSolicit { source_ll, .. } => ND_LEN + if source_ll.is_some() { LL_OPTION_LEN } else { 0 },
+            Repr::NeighborAdvert { target_ll, .. } => ND_LEN + if target_ll.is_some() { LL_OPTION_LEN } else { 0 },
+            Repr::RouterSolicit { source_ll } => HEADER_LEN + if source_ll.is_some() { LL_OPTION_LEN } else { 0 },
             Repr::RouterAdvert(_) | Repr::Other { .. } => HEADER_LEN,
         }
     }
@@ -485,16 +429,7 @@ impl<'a> Repr<'a> {
             buf[2..8].copy_from_slice(&mac.0);
         };
         match *self {
-            Repr::EchoRequest {
-                ident,
-                seq_no,
-                data,
-            }
-            | Repr::EchoReply {
-                ident,
-                seq_no,
-                data,
-            } => {
+            Repr::EchoRequest { ident, seq_no, data } | Repr::EchoReply { ident, seq_no, data } => {
                 buf[field::TYPE] = if matches!(self, Repr::EchoRequest { .. }) {
                     msg_type::ECHO_REQUEST
                 } else {
@@ -519,11 +454,7 @@ impl<'a> Repr<'a> {
                 buf[field::CODE] = code;
                 buf[HEADER_LEN..].copy_from_slice(data);
             }
-            Repr::ParamProblem {
-                code,
-                pointer,
-                data,
-            } => {
+            Repr::ParamProblem { code, pointer, data } => {
                 buf[field::TYPE] = msg_type::PARAM_PROBLEM;
                 buf[field::CODE] = code;
                 set_u32(buf, field::POINTER, pointer);
@@ -536,15 +467,10 @@ impl<'a> Repr<'a> {
                     ll_option(&mut buf[ND_LEN..], option::SOURCE_LL, mac);
                 }
             }
-            Repr::NeighborAdvert {
-                flags,
-                target,
-                target_ll,
-            } => {
+            Repr::NeighborAdvert { flags, target, target_ll } => {
                 buf[field::TYPE] = msg_type::NEIGHBOR_ADVERT;
-                buf[field::NA_FLAGS] = (flags.router as u8) << 7
-                    | (flags.solicited as u8) << 6
-                    | (flags.override_ as u8) << 5;
+                buf[field::NA_FLAGS] =
+                    (flags.router as u8) << 7 | (flags.solicited as u8) << 6 | (flags.override_ as u8) << 5;
                 buf[field::TARGET..field::TARGET + 16].copy_from_slice(&target.octets());
                 if let Some(mac) = target_ll {
                     ll_option(&mut buf[ND_LEN..], option::TARGET_LL, mac);
@@ -583,13 +509,7 @@ mod tests {
         let r = Repr::parse(&Packet::new_checked(b).unwrap(), &s, &d, false).unwrap();
         let me: Ipv6Addr = "fd00::2".parse().unwrap();
         let peer_mac = MacAddr([0x6a, 0x1f, 0x3c, 0x55, 0x10, 0x9e]);
-        assert_eq!(
-            r,
-            Repr::NeighborSolicit {
-                target: me,
-                source_ll: Some(peer_mac)
-            }
-        );
+        assert_eq!(r, Repr::NeighborSolicit { target: me, source_ll: Some(peer_mac) });
         let mut out = vec![0u8; r.buffer_len()];
         r.emit(&mut out, &s, &d);
         assert_eq!(out[..], *b);
@@ -598,19 +518,8 @@ mod tests {
         let (b, s, d) = icmp(&na);
         let r = Repr::parse(&Packet::new_checked(b).unwrap(), &s, &d, false).unwrap();
         let my_mac = MacAddr([0x02, 0x53, 0x50, 0x41, 0x54, 0x45]);
-        let flags = NaFlags {
-            router: false,
-            solicited: true,
-            override_: true,
-        };
-        assert_eq!(
-            r,
-            Repr::NeighborAdvert {
-                flags,
-                target: me,
-                target_ll: Some(my_mac)
-            }
-        );
+        let flags = NaFlags { router: false, solicited: true, override_: true };
+        assert_eq!(r, Repr::NeighborAdvert { flags, target: me, target_ll: Some(my_mac) });
         let mut out = vec![0u8; r.buffer_len()];
         r.emit(&mut out, &s, &d);
         assert_eq!(out[..], *b, "the NA Linux sent, bit for bit");
@@ -620,19 +529,12 @@ mod tests {
     fn echo_and_unreachable() {
         let req = hex(ICMP6_ECHO_REQUEST);
         let (b, s, d) = icmp(&req);
-        let Repr::EchoRequest {
-            ident,
-            seq_no,
-            data,
-        } = Repr::parse(&Packet::new_checked(b).unwrap(), &s, &d, false).unwrap()
+        let Repr::EchoRequest { ident, seq_no, data } =
+            Repr::parse(&Packet::new_checked(b).unwrap(), &s, &d, false).unwrap()
         else {
             panic!()
         };
-        let reply = Repr::EchoReply {
-            ident,
-            seq_no,
-            data,
-        };
+        let reply = Repr::EchoReply { ident, seq_no, data };
         let mut out = vec![0u8; reply.buffer_len()];
         reply.emit(&mut out, &d, &s);
         assert_eq!(out[..], hex(ICMP6_ECHO_REPLY)[54..]);
@@ -640,31 +542,21 @@ mod tests {
         let un = hex(ICMP6_PORT_UNREACHABLE);
         let (b, s, d) = icmp(&un);
         let r = Repr::parse(&Packet::new_checked(b).unwrap(), &s, &d, false).unwrap();
-        assert!(
-            matches!(r, Repr::DstUnreachable { code: unreachable::PORT, data } if data.len() == 52)
-        );
+        assert!(matches!(r, Repr::DstUnreachable { code: unreachable::PORT, data } if data.len() == 52));
     }
 
     #[test]
     fn router_advertisement() {
         let ra = hex(RA);
         let (b, s, d) = icmp(&ra);
-        let Repr::RouterAdvert(ra) =
-            Repr::parse(&Packet::new_checked(b).unwrap(), &s, &d, false).unwrap()
-        else {
+        let Repr::RouterAdvert(ra) = Repr::parse(&Packet::new_checked(b).unwrap(), &s, &d, false).unwrap() else {
             panic!()
         };
         assert_eq!(ra.router_lifetime, 1800);
         assert_eq!(ra.mtu, Some(1500));
-        assert_eq!(
-            ra.source_ll,
-            Some(MacAddr([0x6a, 0x1f, 0x3c, 0x55, 0x10, 0x9e]))
-        );
+        assert_eq!(ra.source_ll, Some(MacAddr([0x6a, 0x1f, 0x3c, 0x55, 0x10, 0x9e])));
         let p = ra.prefixes[0].unwrap();
-        assert_eq!(
-            (p.prefix, p.prefix_len, p.on_link, p.autonomous),
-            ("fd00::".parse().unwrap(), 64, true, true)
-        );
+        assert_eq!((p.prefix, p.prefix_len, p.on_link, p.autonomous), ("fd00::".parse().unwrap(), 64, true, true));
         assert!(ra.prefixes[1].is_none());
     }
 
@@ -682,9 +574,7 @@ mod tests {
         );
         let mut overlong = b.to_vec();
         overlong[ND_LEN + 1] = 2;
-        Packet::new_checked(&mut overlong[..])
-            .unwrap()
-            .fill_checksum(&s, &d);
+        Packet::new_checked(&mut overlong[..]).unwrap().fill_checksum(&s, &d);
         assert_eq!(
             Repr::parse(&Packet::new_checked(&overlong[..]).unwrap(), &s, &d, false).unwrap_err(),
             WireError::Truncated
@@ -697,9 +587,7 @@ mod tests {
         );
         let short = &b[..20];
         let mut sh = short.to_vec();
-        Packet::new_checked(&mut sh[..])
-            .unwrap()
-            .fill_checksum(&s, &d);
+        Packet::new_checked(&mut sh[..]).unwrap().fill_checksum(&s, &d);
         assert_eq!(
             Repr::parse(&Packet::new_checked(&sh[..]).unwrap(), &s, &d, false).unwrap_err(),
             WireError::Truncated

@@ -85,16 +85,12 @@ impl<T: AsRef<[u8]>> Packet<T> {
 
     /// Source.
     pub fn src(&self) -> Ipv6Addr {
-        Ipv6Addr::from(
-            <[u8; 16]>::try_from(&self.b()[field::SRC..field::SRC + 16]).expect("16 bytes"),
-        )
+        Ipv6Addr::from(<[u8; 16]>::try_from(&self.b()[field::SRC..field::SRC + 16]).expect("16 bytes"))
     }
 
     /// Destination.
     pub fn dst(&self) -> Ipv6Addr {
-        Ipv6Addr::from(
-            <[u8; 16]>::try_from(&self.b()[field::DST..field::DST + 16]).expect("16 bytes"),
-        )
+        Ipv6Addr::from(<[u8; 16]>::try_from(&self.b()[field::DST..field::DST + 16]).expect("16 bytes"))
     }
 
     /// The payload (extension headers and upper layer), up to the payload length.
@@ -233,13 +229,7 @@ pub struct Extensions {
 pub fn walk_extensions(first: u8, payload: &[u8]) -> Result<Extensions> {
     let mut next = first;
     let mut at = 0usize;
-    let mut out = Extensions {
-        protocol: first,
-        offset: 0,
-        fragment: None,
-        fragment_offset: 0,
-        count: 0,
-    };
+    let mut out = Extensions { protocol: first, offset: 0, fragment: None, fragment_offset: 0, count: 0 };
     loop {
         match next {
             ip_proto::HOP_BY_HOP | ip_proto::ROUTING | ip_proto::DEST_OPTS => {
@@ -309,24 +299,7 @@ pub const ALL_NODES: Ipv6Addr = Ipv6Addr::new(0xff02, 0, 0, 0, 0, 0, 0, 1);
 /// The modified EUI-64 link-local address for a MAC (RFC 4291 appendix A).
 pub fn link_local_from_mac(mac: &super::MacAddr) -> Ipv6Addr {
     let m = mac.0;
-    Ipv6Addr::from([
-        0xfe,
-        0x80,
-        0,
-        0,
-        0,
-        0,
-        0,
-        0,
-        m[0] ^ 0x02,
-        m[1],
-        m[2],
-        0xff,
-        0xfe,
-        m[3],
-        m[4],
-        m[5],
-    ])
+    Ipv6Addr::from([0xfe, 0x80, 0, 0, 0, 0, 0, 0, m[0] ^ 0x02, m[1], m[2], 0xff, 0xfe, m[3], m[4], m[5]])
 }
 
 #[cfg(test)]
@@ -347,11 +320,7 @@ mod tests {
         assert_eq!((e.protocol, e.offset, e.fragment), (ip_proto::UDP, 0, None));
         let mut out = [0u8; 40];
         r.emit(&mut out);
-        assert_eq!(
-            out[4..],
-            f[14 + 4..14 + 40],
-            "all but the flow label round-trip"
-        );
+        assert_eq!(out[4..], f[14 + 4..14 + 40], "all but the flow label round-trip");
     }
 
     #[test]
@@ -362,10 +331,7 @@ mod tests {
         assert!(is_solicited_node_of(&p.dst(), &me));
         assert_eq!(solicited_node(&me), p.dst());
         let mac = super::super::MacAddr([0x6a, 0x1f, 0x3c, 0x55, 0x10, 0x9e]);
-        assert_eq!(
-            link_local_from_mac(&mac),
-            "fe80::681f:3cff:fe55:109e".parse::<Ipv6Addr>().unwrap()
-        );
+        assert_eq!(link_local_from_mac(&mac), "fe80::681f:3cff:fe55:109e".parse::<Ipv6Addr>().unwrap());
     }
 
     fn ext(next: u8, len8: u8) -> Vec<u8> {
@@ -378,12 +344,7 @@ mod tests {
     fn walks_extension_chains() {
         let mut p = ext(ip_proto::DEST_OPTS, 0);
         p.extend(ext(ip_proto::FRAGMENT, 1));
-        let frag = FragmentHeader {
-            next_header: ip_proto::UDP,
-            offset: 0,
-            more: true,
-            ident: 0xdeadbeef,
-        };
+        let frag = FragmentHeader { next_header: ip_proto::UDP, offset: 0, more: true, ident: 0xdeadbeef };
         let mut fb = [0u8; 8];
         frag.emit(&mut fb);
         p.extend_from_slice(&fb);
@@ -399,36 +360,21 @@ mod tests {
     fn bad_chains_are_refused() {
         // Longer than the payload.
         let short = ext(ip_proto::UDP, 3);
-        assert_eq!(
-            walk_extensions(ip_proto::DEST_OPTS, &short[..20]).unwrap_err(),
-            WireError::Truncated
-        );
+        assert_eq!(walk_extensions(ip_proto::DEST_OPTS, &short[..20]).unwrap_err(), WireError::Truncated);
         // Hop-by-hop not first.
         let mut p = ext(ip_proto::HOP_BY_HOP, 0);
         p.extend(ext(ip_proto::UDP, 0));
-        assert_eq!(
-            walk_extensions(ip_proto::DEST_OPTS, &p).unwrap_err(),
-            WireError::Malformed
-        );
+        assert_eq!(walk_extensions(ip_proto::DEST_OPTS, &p).unwrap_err(), WireError::Malformed);
         // An endless chain of destination options.
         let mut long = Vec::new();
         for _ in 0..20 {
             long.extend(ext(ip_proto::DEST_OPTS, 0));
         }
-        assert_eq!(
-            walk_extensions(ip_proto::DEST_OPTS, &long).unwrap_err(),
-            WireError::Unsupported
-        );
+        assert_eq!(walk_extensions(ip_proto::DEST_OPTS, &long).unwrap_err(), WireError::Unsupported);
         // A routing header that wants us to forward.
         let mut rh = ext(ip_proto::UDP, 0);
         rh[3] = 1;
-        assert_eq!(
-            walk_extensions(ip_proto::ROUTING, &rh).unwrap_err(),
-            WireError::Unsupported
-        );
-        assert_eq!(
-            walk_extensions(ip_proto::FRAGMENT, &[0u8; 4]).unwrap_err(),
-            WireError::Truncated
-        );
+        assert_eq!(walk_extensions(ip_proto::ROUTING, &rh).unwrap_err(), WireError::Unsupported);
+        assert_eq!(walk_extensions(ip_proto::FRAGMENT, &[0u8; 4]).unwrap_err(), WireError::Truncated);
     }
 }

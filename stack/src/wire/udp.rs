@@ -119,12 +119,8 @@ impl<T: AsRef<[u8]> + AsMut<[u8]>> Packet<T> {
 #[inline]
 pub fn pseudo_header(src: &IpAddr, dst: &IpAddr, udp_len: u16) -> u64 {
     match (src, dst) {
-        (IpAddr::V4(s), IpAddr::V4(d)) => {
-            checksum::pseudo_header_v4(*s, *d, ip_proto::UDP, udp_len as u32)
-        }
-        (IpAddr::V6(s), IpAddr::V6(d)) => {
-            checksum::pseudo_header_v6(s, d, ip_proto::UDP, udp_len as u32)
-        }
+        (IpAddr::V4(s), IpAddr::V4(d)) => checksum::pseudo_header_v4(*s, *d, ip_proto::UDP, udp_len as u32),
+        (IpAddr::V6(s), IpAddr::V6(d)) => checksum::pseudo_header_v6(s, d, ip_proto::UDP, udp_len as u32),
         _ => 0,
     }
 }
@@ -152,21 +148,12 @@ pub struct Repr {
 
 impl Repr {
     /// Parses a datagram, verifying its checksum unless `checksum_verified`.
-    pub fn parse<T: AsRef<[u8]>>(
-        p: &Packet<T>,
-        src: &IpAddr,
-        dst: &IpAddr,
-        checksum_verified: bool,
-    ) -> Result<Repr> {
+    pub fn parse<T: AsRef<[u8]>>(p: &Packet<T>, src: &IpAddr, dst: &IpAddr, checksum_verified: bool) -> Result<Repr> {
         p.check_len()?;
         if !checksum_verified && !p.verify_checksum(src, dst) {
             return Err(WireError::Checksum);
         }
-        Ok(Repr {
-            src_port: p.src_port(),
-            dst_port: p.dst_port(),
-            payload_len: p.len() - HEADER_LEN as u16,
-        })
+        Ok(Repr { src_port: p.src_port(), dst_port: p.dst_port(), payload_len: p.len() - HEADER_LEN as u16 })
     }
 
     /// Header length.
@@ -189,10 +176,7 @@ impl Repr {
     pub fn emit_with_checksum(&self, datagram: &mut [u8], src: &IpAddr, dst: &IpAddr) {
         self.emit(datagram, 0);
         let len = self.payload_len + HEADER_LEN as u16;
-        let c = finish_checksum(
-            pseudo_header(src, dst, len),
-            checksum::sum(&datagram[..len as usize]),
-        );
+        let c = finish_checksum(pseudo_header(src, dst, len), checksum::sum(&datagram[..len as usize]));
         set_u16(datagram, field::CHECKSUM, c);
     }
 }
@@ -208,23 +192,13 @@ mod tests {
 
     #[test]
     fn parses_captured_v4_and_v6() {
-        for (fx, src, dst, ip_len) in [
-            (UDP4, "198.18.0.1", "198.18.0.2", 20),
-            (UDP6, "fd00::1", "fd00::2", 40),
-        ] {
+        for (fx, src, dst, ip_len) in [(UDP4, "198.18.0.1", "198.18.0.2", 20), (UDP6, "fd00::1", "fd00::2", 40)] {
             let f = hex(fx);
             let (s, d) = addrs(src, dst);
             let dg = &f[14 + ip_len..];
             let p = Packet::new_checked(dg).unwrap();
             let r = Repr::parse(&p, &s, &d, false).unwrap();
-            assert_eq!(
-                r,
-                Repr {
-                    src_port: 40000,
-                    dst_port: 7,
-                    payload_len: 4
-                }
-            );
+            assert_eq!(r, Repr { src_port: 40000, dst_port: 7, payload_len: 4 });
             assert_eq!(p.payload(), b"ping");
             let mut out = dg.to_vec();
             out[6] = 0;
@@ -241,10 +215,7 @@ mod tests {
         dg[6] = 0;
         dg[7] = 0;
         let (s, d) = addrs("198.18.0.1", "198.18.0.2");
-        assert!(
-            Repr::parse(&Packet::new_checked(&dg[..]).unwrap(), &s, &d, false).is_ok(),
-            "IPv4 allows none"
-        );
+        assert!(Repr::parse(&Packet::new_checked(&dg[..]).unwrap(), &s, &d, false).is_ok(), "IPv4 allows none");
         let (s6, d6) = addrs("fd00::1", "fd00::2");
         assert_eq!(
             Repr::parse(&Packet::new_checked(&dg[..]).unwrap(), &s6, &d6, false).unwrap_err(),
@@ -256,21 +227,11 @@ mod tests {
     fn length_errors() {
         let f = hex(UDP4);
         let dg = &f[34..];
-        assert_eq!(
-            Packet::new_checked(&dg[..7]).unwrap_err(),
-            WireError::Truncated
-        );
-        assert_eq!(
-            Packet::new_checked(&dg[..11]).unwrap_err(),
-            WireError::Truncated,
-            "length field 12 > 11 bytes"
-        );
+        assert_eq!(Packet::new_checked(&dg[..7]).unwrap_err(), WireError::Truncated);
+        assert_eq!(Packet::new_checked(&dg[..11]).unwrap_err(), WireError::Truncated, "length field 12 > 11 bytes");
         let mut small = dg.to_vec();
         small[5] = 7;
-        assert_eq!(
-            Packet::new_checked(&small[..]).unwrap_err(),
-            WireError::Malformed
-        );
+        assert_eq!(Packet::new_checked(&small[..]).unwrap_err(), WireError::Malformed);
         let mut bad = dg.to_vec();
         bad[9] ^= 0x20;
         let (s, d) = addrs("198.18.0.1", "198.18.0.2");
