@@ -34,9 +34,13 @@ struct Reconciliation {
     drops: u64,
 }
 
-fn generator(sock: &PathBuf, limit: Duration) -> TestPmd {
+/// The txonly source. Interactive, it sends from `start` to `stop` and
+/// then reports the exact count while the link stays up.
+fn generator(sock: &PathBuf, limit: Duration, interactive: bool) -> TestPmd {
     let _ = std::fs::remove_file(sock);
-    let mut g = TestPmdBuilder::new("0,1", 1)
+    let b = TestPmdBuilder::new("0,1", 1);
+    let b = if interactive { b.interactive() } else { b };
+    let mut g = b
         .vdev(&format!("net_vhost0,iface={},queues=1", sock.display()))
         .args([
             "--forward-mode=txonly".to_string(),
@@ -48,19 +52,23 @@ fn generator(sock: &PathBuf, limit: Duration) -> TestPmd {
             "--burst=32".into(),
             "--rxd=1024".into(),
             "--txd=1024".into(),
-            "--total-num-mbufs=16384".into(),
-            "--stats-period=1".into(),
+                        "--total-num-mbufs=16384".into(),
         ])
+        .args(if interactive { vec![] } else { vec!["--stats-period=1".to_string()] })
         .limit(limit)
         .spawn("gen")
         .expect("start the generator");
     g.proc.remove_on_drop(sock);
-    g.wait_started(Duration::from_secs(30)).expect("generator starts");
+    if interactive {
+        g.wait_prompt(Duration::from_secs(30)).expect("generator prompt");
+    } else {
+        g.wait_started(Duration::from_secs(30)).expect("generator starts");
+    }
     g
 }
 
 fn testpmd_rxonly(sock: &PathBuf, warmup: u64, seconds: u64) -> Sample {
-    let mut source = generator(sock, Duration::from_secs(warmup + seconds + 60));
+        let mut source = generator(sock, Duration::from_secs(warmup + seconds + 60), false);
     let mut rx = TestPmdBuilder::new("0,1", 0)
         .vdev(&format!("net_virtio_user0,path={},queues=1,queue_size={RING}", sock.display()))
         .args(
@@ -92,7 +100,7 @@ fn testpmd_rxonly(sock: &PathBuf, warmup: u64, seconds: u64) -> Sample {
 }
 
 fn spate_sink(sock: &PathBuf, warmup: u64, seconds: u64, checksum_offload: bool) -> (Sample, Reconciliation) {
-    let mut source = generator(sock, Duration::from_secs(warmup + seconds + 60));
+    let mut source = generator(sock, Duration::from_secs(warmup + seconds + 60), true);
     let mut spec = PortSpec::new(&format!(
         "{},path={},queues=1,queue_size={RING},mac={SPATE_MAC}",
         unique("net_virtio_user"),
@@ -134,7 +142,8 @@ fn spate_sink(sock: &PathBuf, warmup: u64, seconds: u64, checksum_offload: bool)
                 }
             }
         })
-        .expect("spawn");
+                .expect("spawn");
+    source.command("start", "packet forwarding - ports=").expect("start the source");
     std::thread::sleep(Duration::from_secs(warmup));
     let (busy0, _) = stack.lcore_load(0);
     let n0 = consumed.load(Ordering::Relaxed);
@@ -146,15 +155,17 @@ fn spate_sink(sock: &PathBuf, warmup: u64, seconds: u64, checksum_offload: bool)
     let secs = t0.elapsed().as_secs_f64();
     let sample = Sample { pps: (n1 - n0) as f64 / secs, cycles: (busy1 - busy0) as f64 / (n1 - n0).max(1) as f64 };
 
-    // Reconcile: stop the source, let spate drain, compare totals.
-    let out = source.finish();
+        // Reconcile: stop the source (the link stays up), let spate drain,
+    // compare totals.
+    let out = source.command("stop", "Done.").expect("stop the source");
     let sent = FwdStats::parse(&out).map(|s| s.tx).unwrap_or(0);
     let mut last = u64::MAX;
     while stack.counters()[Counter::RxFrames] != last {
         last = stack.counters()[Counter::RxFrames];
         std::thread::sleep(Duration::from_millis(200));
     }
-    running.stop();
+        running.stop();
+    let _ = source.command("quit", "Bye");
     let c = stack.counters();
     let port_rx = stack.port_stats()[0].1.ipackets;
     let rec = Reconciliation {

@@ -21,23 +21,57 @@ pub struct Proc {
     log: PathBuf,
     cleanup: Vec<PathBuf>,
     status: Option<ExitStatus>,
+    stdin: Option<std::process::ChildStdin>,
 }
 
 impl Proc {
     /// Starts `program args...` with stdout and stderr to `log`, ended by
     /// `timeout` after `limit`.
-    pub fn spawn(name: &str, program: &str, args: &[String], log: &Path, limit: Duration) -> std::io::Result<Proc> {
+        pub fn spawn(name: &str, program: &str, args: &[String], log: &Path, limit: Duration) -> std::io::Result<Proc> {
+        Self::spawn_with(name, program, args, log, limit, false)
+    }
+
+    /// Like [`spawn`](Self::spawn), with a pipe to its standard input for
+    /// [`send_line`](Self::send_line) (interactive programs).
+    pub fn spawn_interactive(
+        name: &str,
+        program: &str,
+        args: &[String],
+        log: &Path,
+        limit: Duration,
+    ) -> std::io::Result<Proc> {
+        Self::spawn_with(name, program, args, log, limit, true)
+    }
+
+    fn spawn_with(
+        name: &str,
+        program: &str,
+        args: &[String],
+        log: &Path,
+        limit: Duration,
+        interactive: bool,
+    ) -> std::io::Result<Proc> {
         let out = File::create(log)?;
         let err = out.try_clone()?;
         let secs = limit.as_secs().max(1).to_string();
         let child = Command::new("setpriv")
             .args(["--pdeathsig", "KILL", "timeout", "-k", "5", &secs, "setpriv", "--pdeathsig", "KILL", program])
-            .args(args)
-            .stdin(Stdio::null())
+                        .args(args)
+            .stdin(if interactive { Stdio::piped() } else { Stdio::null() })
             .stdout(out)
             .stderr(err)
             .spawn()?;
-        Ok(Proc { name: name.into(), child, log: log.into(), cleanup: vec![log.into()], status: None })
+        let mut child = child;
+        let stdin = child.stdin.take();
+        Ok(Proc { name: name.into(), child, log: log.into(), cleanup: vec![log.into()], status: None, stdin })
+    }
+
+    /// Writes a line to its standard input (interactive processes only).
+    pub fn send_line(&mut self, line: &str) -> std::io::Result<()> {
+        use std::io::Write;
+        let stdin = self.stdin.as_mut().ok_or_else(|| std::io::Error::other("not interactive"))?;
+        writeln!(stdin, "{line}")?;
+        stdin.flush()
     }
 
     /// Removes `path` (file or folder) when the process is dropped.
@@ -115,6 +149,8 @@ impl Proc {
 
 impl Drop for Proc {
     fn drop(&mut self) {
+        // An interactive program may be waiting for its input to end.
+        drop(self.stdin.take());
         self.stop_with(libc::SIGTERM, Duration::from_secs(5));
         for path in &self.cleanup {
             let _ = if path.is_dir() { std::fs::remove_dir_all(path) } else { std::fs::remove_file(path) };

@@ -16,8 +16,9 @@ pub struct TestPmdBuilder {
     vdevs: Vec<String>,
     hugepages: bool,
     memory_mb: u32,
-    app_args: Vec<String>,
+        app_args: Vec<String>,
     limit: Duration,
+    interactive: bool,
 }
 
 impl TestPmdBuilder {
@@ -29,8 +30,9 @@ impl TestPmdBuilder {
             vdevs: Vec::new(),
             hugepages: true,
             memory_mb: 512,
-            app_args: Vec::new(),
+                        app_args: Vec::new(),
             limit: Duration::from_secs(300),
+            interactive: false,
         }
     }
 
@@ -52,6 +54,14 @@ impl TestPmdBuilder {
         self
     }
 
+        /// Runs it interactively (`-i`), driven by [`TestPmd::command`]:
+    /// forwarding starts at `start` and `stop` prints exact totals while the
+    /// ports stay up.
+    pub fn interactive(mut self) -> Self {
+        self.interactive = true;
+        self
+    }
+
     /// The longest it may run.
     pub fn limit(mut self, limit: Duration) -> Self {
         self.limit = limit;
@@ -61,7 +71,10 @@ impl TestPmdBuilder {
     /// Starts it; the log goes to a file under /tmp.
     pub fn spawn(self, role: &str) -> std::io::Result<TestPmd> {
         let prefix = unique(&format!("spate-tpmd-{role}-"));
+                // Line-buffered, so what it prints reaches the log as it happens.
         let mut args = vec![
+            "-oL".to_string(),
+            "dpdk-testpmd".into(),
             "-l".to_string(),
             self.lcores.clone(),
             "--main-lcore".into(),
@@ -81,10 +94,18 @@ impl TestPmdBuilder {
         for v in &self.vdevs {
             args.extend(["--vdev".into(), v.clone()]);
         }
-        args.push("--".into());
+                args.push("--".into());
+        if self.interactive {
+            args.push("-i".into());
+        }
         args.extend(self.app_args.iter().cloned());
         let log = PathBuf::from(format!("/tmp/{prefix}.log"));
-        let mut proc = Proc::spawn(&format!("testpmd {role}"), "dpdk-testpmd", &args, &log, self.limit)?;
+        let name = format!("testpmd {role}");
+                let mut proc = if self.interactive {
+            Proc::spawn_interactive(&name, "stdbuf", &args, &log, self.limit)?
+        } else {
+            Proc::spawn(&name, "stdbuf", &args, &log, self.limit)?
+        };
         proc.remove_on_drop(format!("/var/run/dpdk/{prefix}"));
         Ok(TestPmd { proc, prefix })
     }
@@ -105,6 +126,33 @@ impl TestPmd {
             Ok(())
         } else {
             Err(format!("testpmd did not start forwarding; its log:\n{}", self.proc.output()))
+        }
+    }
+
+        /// Sends an interactive command and waits until the output grows by
+    /// `expect` (or 10 s pass).
+    pub fn command(&mut self, cmd: &str, expect: &str) -> Result<String, String> {
+        let before = self.proc.output().len();
+        self.proc.send_line(cmd).map_err(|e| format!("testpmd {cmd}: {e}"))?;
+        let deadline = std::time::Instant::now() + Duration::from_secs(10);
+        loop {
+            let out = self.proc.output();
+            if out.len() > before && out[before..].contains(expect) {
+                return Ok(out[before..].to_string());
+            }
+            if std::time::Instant::now() > deadline {
+                return Err(format!("testpmd did not answer {cmd:?} with {expect:?}:\n{}", &out[before.min(out.len())..]));
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    /// Waits for the interactive prompt.
+    pub fn wait_prompt(&mut self, limit: Duration) -> Result<(), String> {
+        if self.proc.wait_for_output("testpmd> ", limit) {
+            Ok(())
+        } else {
+            Err(format!("no testpmd prompt; its log:\n{}", self.proc.output()))
         }
     }
 
