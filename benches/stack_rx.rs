@@ -52,7 +52,7 @@ fn generator(sock: &PathBuf, limit: Duration, interactive: bool) -> TestPmd {
             "--burst=32".into(),
             "--rxd=1024".into(),
             "--txd=1024".into(),
-                        "--total-num-mbufs=16384".into(),
+            "--total-num-mbufs=16384".into(),
         ])
         .args(if interactive { vec![] } else { vec!["--stats-period=1".to_string()] })
         .limit(limit)
@@ -68,7 +68,7 @@ fn generator(sock: &PathBuf, limit: Duration, interactive: bool) -> TestPmd {
 }
 
 fn testpmd_rxonly(sock: &PathBuf, warmup: u64, seconds: u64) -> Sample {
-        let mut source = generator(sock, Duration::from_secs(warmup + seconds + 60), false);
+    let mut source = generator(sock, Duration::from_secs(warmup + seconds + 60), false);
     let mut rx = TestPmdBuilder::new("0,1", 0)
         .vdev(&format!("net_virtio_user0,path={},queues=1,queue_size={RING}", sock.display()))
         .args(
@@ -142,7 +142,7 @@ fn spate_sink(sock: &PathBuf, warmup: u64, seconds: u64, checksum_offload: bool)
                 }
             }
         })
-                .expect("spawn");
+        .expect("spawn");
     source.command("start", "packet forwarding - ports=").expect("start the source");
     std::thread::sleep(Duration::from_secs(warmup));
     let (busy0, _) = stack.lcore_load(0);
@@ -155,7 +155,7 @@ fn spate_sink(sock: &PathBuf, warmup: u64, seconds: u64, checksum_offload: bool)
     let secs = t0.elapsed().as_secs_f64();
     let sample = Sample { pps: (n1 - n0) as f64 / secs, cycles: (busy1 - busy0) as f64 / (n1 - n0).max(1) as f64 };
 
-        // Reconcile: stop the source (the link stays up), let spate drain,
+    // Reconcile: stop the source (the link stays up), let spate drain,
     // compare totals.
     let out = source.command("stop", "Done.").expect("stop the source");
     let sent = FwdStats::parse(&out).map(|s| s.tx).unwrap_or(0);
@@ -164,7 +164,7 @@ fn spate_sink(sock: &PathBuf, warmup: u64, seconds: u64, checksum_offload: bool)
         last = stack.counters()[Counter::RxFrames];
         std::thread::sleep(Duration::from_millis(200));
     }
-        running.stop();
+    running.stop();
     let _ = source.command("quit", "Bye");
     let c = stack.counters();
     let port_rx = stack.port_stats()[0].1.ipackets;

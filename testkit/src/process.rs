@@ -27,7 +27,7 @@ pub struct Proc {
 impl Proc {
     /// Starts `program args...` with stdout and stderr to `log`, ended by
     /// `timeout` after `limit`.
-        pub fn spawn(name: &str, program: &str, args: &[String], log: &Path, limit: Duration) -> std::io::Result<Proc> {
+    pub fn spawn(name: &str, program: &str, args: &[String], log: &Path, limit: Duration) -> std::io::Result<Proc> {
         Self::spawn_with(name, program, args, log, limit, false)
     }
 
@@ -56,7 +56,7 @@ impl Proc {
         let secs = limit.as_secs().max(1).to_string();
         let child = Command::new("setpriv")
             .args(["--pdeathsig", "KILL", "timeout", "-k", "5", &secs, "setpriv", "--pdeathsig", "KILL", program])
-                        .args(args)
+            .args(args)
             .stdin(if interactive { Stdio::piped() } else { Stdio::null() })
             .stdout(out)
             .stderr(err)

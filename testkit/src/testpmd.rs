@@ -16,7 +16,7 @@ pub struct TestPmdBuilder {
     vdevs: Vec<String>,
     hugepages: bool,
     memory_mb: u32,
-        app_args: Vec<String>,
+    app_args: Vec<String>,
     limit: Duration,
     interactive: bool,
 }
@@ -30,7 +30,7 @@ impl TestPmdBuilder {
             vdevs: Vec::new(),
             hugepages: true,
             memory_mb: 512,
-                        app_args: Vec::new(),
+            app_args: Vec::new(),
             limit: Duration::from_secs(300),
             interactive: false,
         }
@@ -54,7 +54,7 @@ impl TestPmdBuilder {
         self
     }
 
-        /// Runs it interactively (`-i`), driven by [`TestPmd::command`]:
+    /// Runs it interactively (`-i`), driven by [`TestPmd::command`]:
     /// forwarding starts at `start` and `stop` prints exact totals while the
     /// ports stay up.
     pub fn interactive(mut self) -> Self {
@@ -71,7 +71,7 @@ impl TestPmdBuilder {
     /// Starts it; the log goes to a file under /tmp.
     pub fn spawn(self, role: &str) -> std::io::Result<TestPmd> {
         let prefix = unique(&format!("spate-tpmd-{role}-"));
-                // Line-buffered, so what it prints reaches the log as it happens.
+        // Line-buffered, so what it prints reaches the log as it happens.
         let mut args = vec![
             "-oL".to_string(),
             "dpdk-testpmd".into(),
@@ -94,14 +94,14 @@ impl TestPmdBuilder {
         for v in &self.vdevs {
             args.extend(["--vdev".into(), v.clone()]);
         }
-                args.push("--".into());
+        args.push("--".into());
         if self.interactive {
             args.push("-i".into());
         }
         args.extend(self.app_args.iter().cloned());
         let log = PathBuf::from(format!("/tmp/{prefix}.log"));
         let name = format!("testpmd {role}");
-                let mut proc = if self.interactive {
+        let mut proc = if self.interactive {
             Proc::spawn_interactive(&name, "stdbuf", &args, &log, self.limit)?
         } else {
             Proc::spawn(&name, "stdbuf", &args, &log, self.limit)?
@@ -129,7 +129,7 @@ impl TestPmd {
         }
     }
 
-        /// Sends an interactive command and waits until the output grows by
+    /// Sends an interactive command and waits until the output grows by
     /// `expect` (or 10 s pass).
     pub fn command(&mut self, cmd: &str, expect: &str) -> Result<String, String> {
         let before = self.proc.output().len();
@@ -141,7 +141,10 @@ impl TestPmd {
                 return Ok(out[before..].to_string());
             }
             if std::time::Instant::now() > deadline {
-                return Err(format!("testpmd did not answer {cmd:?} with {expect:?}:\n{}", &out[before.min(out.len())..]));
+                return Err(format!(
+                    "testpmd did not answer {cmd:?} with {expect:?}:\n{}",
+                    &out[before.min(out.len())..]
+                ));
             }
             std::thread::sleep(Duration::from_millis(20));
         }

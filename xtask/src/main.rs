@@ -5,7 +5,7 @@
 //! cargo xtask demo     install what is missing, build, run spate's main job
 //! cargo xtask test     install what the tests need, run the whole suite
 //! cargo xtask setup    only install packages and reserve hugepages
-//! cargo xtask bench    run the benchmarks (see the README)
+//! cargo xtask bench [--quick] [NAME...]   run the benchmarks (see the README)
 //! cargo xtask leftovers  fail if a test left a process, folder or namespace
 //! ```
 
@@ -289,15 +289,29 @@ fn test(args: &[String]) -> Result {
     Ok(())
 }
 
+/// Every benchmark (or those named), each printing its table.
 fn bench(args: &[String]) -> Result {
     setup(true)?;
-    let quick = args.iter().any(|a| a == "--quick");
-    let mut cmd = cargo();
-    cmd.args(["bench", "--bench", "dpdk_forward", "--"]);
-    if quick {
-        cmd.arg("--quick");
+    if !installed("valgrind") {
+        run(Command::new("apt-get")
+            .env("DEBIAN_FRONTEND", "noninteractive")
+            .args(["install", "-y", "-q", "valgrind"]))?;
     }
-    run(&mut cmd)
+    let quick = args.iter().any(|a| a == "--quick");
+    let named: Vec<&String> = args.iter().filter(|a| !a.starts_with("--")).collect();
+    let all = [("dpdk_forward", vec![]), ("stack_rx", vec![]), ("pipeline", vec!["--callgrind"])];
+    for (name, extra) in all {
+        if !named.is_empty() && !named.iter().any(|n| *n == name) {
+            continue;
+        }
+        let mut cmd = cargo();
+        cmd.args(["bench", "--bench", name, "--"]).args(extra);
+        if quick && name != "pipeline" {
+            cmd.arg("--quick");
+        }
+        run(&mut cmd)?;
+    }
+    Ok(())
 }
 
 fn leftovers() -> Result {
