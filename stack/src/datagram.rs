@@ -120,6 +120,28 @@ impl Datagram {
         self.addr(true)
     }
 
+    /// Whether addresses are shown IPv4-mapped.
+    pub(crate) fn is_mapped(&self) -> bool {
+        self.mapped
+    }
+
+    /// The same datagram shown to a socket of another family.
+    pub(crate) fn remap(mut self, v6_socket: bool) -> Datagram {
+        let (ip, _) = self.headers();
+        self.mapped = v6_socket && ip[0] >> 4 == 4;
+        self
+    }
+
+    /// The sender as on the wire (IPv4 not mapped).
+    pub(crate) fn wire_src(&self) -> SocketAddr {
+        crate::socket::normalize(self.src())
+    }
+
+    /// The destination as on the wire (IPv4 not mapped).
+    pub(crate) fn wire_dst(&self) -> SocketAddr {
+        crate::socket::normalize(self.dst())
+    }
+
     /// The address it was sent to (one of ours).
     #[inline]
     pub fn dst(&self) -> SocketAddr {

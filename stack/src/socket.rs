@@ -24,6 +24,9 @@ pub(crate) struct SocketCore {
     pub error: AtomicI32,
     /// The IPv4 ID counter of a connected socket (Linux's `inet_id`).
     pub ident: AtomicU32,
+    /// Bumped after every change of the socket's binding (u64::MAX once
+    /// closed): an lcore holding an older snapshot sees its pick is stale.
+    pub epoch: AtomicU64,
 }
 
 /// Options set before `bind`.
@@ -34,6 +37,7 @@ pub struct SocketBuilder {
     v6only: bool,
     rcvbuf: Option<usize>,
     iface: Option<u16>,
+    incoming_lcore: Option<u32>,
 }
 
 impl SocketBuilder {
@@ -53,6 +57,14 @@ impl SocketBuilder {
     /// The receive buffer in bytes (`SO_RCVBUF`, not doubled as Linux does).
     pub fn recv_buffer_size(mut self, bytes: usize) -> Self {
         self.rcvbuf = Some(bytes);
+        self
+    }
+
+    /// Prefers datagrams polled by the stack's lcore `index`
+    /// (`SO_INCOMING_CPU`): its score gains one point there, and a
+    /// reuseport group gives such a member every flow that lcore receives.
+    pub fn incoming_lcore(mut self, index: u32) -> Self {
+        self.incoming_lcore = Some(index);
         self
     }
 
@@ -90,6 +102,11 @@ impl SocketBuilder {
                 return Err(errno(libc::ENODEV, "no such interface"));
             }
         }
+        if let Some(l) = self.incoming_lcore {
+            if l as usize >= shared.workers {
+                return Err(errno(libc::EINVAL, "no such polling lcore"));
+            }
+        }
         let rcvbuf = self.rcvbuf.unwrap_or(shared.cfg.rcvbuf);
         let id = shared.next_socket_id.fetch_add(1, Ordering::Relaxed);
         let core = Arc::new(SocketCore {
@@ -97,15 +114,19 @@ impl SocketBuilder {
             queue: RxQueue::new(shared.workers, rcvbuf),
             error: AtomicI32::new(0),
             ident: AtomicU32::new(shared.random_u32()),
+            epoch: AtomicU64::new(0),
         });
         let binding = Binding {
             id,
             family,
             local,
+            bound: local.ip(),
             peer: None,
             v6only: self.v6only,
             iface: self.iface,
             reuseport: self.reuseport,
+            incoming_lcore: self.incoming_lcore,
+            epoch: 0,
             sock: core.clone(),
         };
         let local = shared.sockets.bind(binding).map_err(|e| match e {
@@ -203,7 +224,14 @@ impl UdpSocket {
 
     /// Options for a socket before it is bound.
     pub fn builder(stack: &Stack) -> SocketBuilder {
-        SocketBuilder { stack: stack.clone(), reuseport: false, v6only: false, rcvbuf: None, iface: None }
+        SocketBuilder {
+            stack: stack.clone(),
+            reuseport: false,
+            v6only: false,
+            rcvbuf: None,
+            iface: None,
+            incoming_lcore: None,
+        }
     }
 
     fn shared(&self) -> &Shared {
@@ -257,10 +285,23 @@ impl UdpSocket {
         if local.ip().is_unspecified() || local.is_ipv4() != dst.is_ipv4() {
             local.set_ip(route.src);
         }
-        shared.sockets.update(self.core.id, local, Some(dst));
+        self.rebind(local, Some(dst));
         st.local = local;
         st.peer = Some(dst);
         Ok(())
+    }
+
+    /// Publishes a new local address and peer, then tells the lcores the
+    /// old binding is stale.
+    fn rebind(&self, local: SocketAddr, peer: Option<SocketAddr>) {
+        let epoch = self.core.epoch.load(Ordering::Relaxed) + 1;
+        self.shared().sockets.update(self.core.id, local, peer, epoch);
+        self.core.epoch.store(epoch, Ordering::Release);
+    }
+
+    /// This socket's id (what [`LcoreCtx::ready`](crate::LcoreCtx::ready) lists).
+    pub fn id(&self) -> u64 {
+        self.core.id
     }
 
     /// Undoes `connect` (Linux's connect to `AF_UNSPEC`).
@@ -272,7 +313,7 @@ impl UdpSocket {
             st.local.set_ip(any);
         }
         st.peer = None;
-        self.shared().sockets.update(self.core.id, st.local, None);
+        self.rebind(st.local, None);
         Ok(())
     }
 
@@ -549,6 +590,7 @@ impl Drop for UdpSocket {
     fn drop(&mut self) {
         let port = self.state().local.port();
         self.shared().sockets.unbind(self.core.id, port);
+        self.core.epoch.store(u64::MAX, Ordering::Release);
         self.core.queue.close();
     }
 }

@@ -288,7 +288,7 @@ impl Stack {
         let shared = Shared {
             id,
             neigh: NeighTable::new(cfg.neighbor.clone()),
-            sockets: SocketTable::new(seed),
+            sockets: SocketTable::new([seed, os_random(), os_random(), os_random()]),
             ip_id: IpIdGen::new([os_random(), os_random()]),
             stats: StatsRegistry::new(workers),
             load: (0..workers).map(|_| CachePadded::new(LcoreLoad::default())).collect(),

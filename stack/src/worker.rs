@@ -41,6 +41,7 @@ pub struct LcoreCtx<'a> {
     lcore: u32,
     now: Instant,
     stack: &'a Stack,
+    ready: &'a [u64],
 }
 
 impl LcoreCtx<'_> {
@@ -62,6 +63,13 @@ impl LcoreCtx<'_> {
     /// The stack.
     pub fn stack(&self) -> &Stack {
         self.stack
+    }
+
+    /// Ids ([`UdpSocket::id`](crate::UdpSocket::id)) of the sockets this
+    /// lcore queued datagrams to since the callback last ran: an
+    /// application with many sockets reads only these.
+    pub fn ready(&self) -> &[u64] {
+        self.ready
     }
 }
 
@@ -163,9 +171,12 @@ pub(crate) struct Worker<'s> {
     idle_polls: u32,
     counters: &'s CounterBlock,
     /// Datagrams found a socket during this burst: (binding index in the
-    /// snapshot, IPv4?, datagram), queued together after the burst.
-    pub staged: Vec<(u32, bool, Datagram)>,
+    /// snapshot, interface, IPv4?, datagram), queued together after it.
+    pub staged: Vec<(u32, u16, bool, Datagram)>,
     scratch: Vec<Datagram>,
+    /// Sockets this lcore queued datagrams to since the application's
+    /// callback last ran.
+    ready: Vec<u64>,
 }
 
 /// The queue handles a worker polls, per interface.
@@ -199,6 +210,7 @@ impl<'s> Worker<'s> {
             counters: shared.stats.lcore(idx),
             staged: Vec::with_capacity(BURST),
             scratch: Vec::with_capacity(BURST),
+            ready: Vec::with_capacity(64),
         }
     }
 
@@ -305,17 +317,28 @@ impl<'s> Worker<'s> {
         let mut batch = std::mem::take(&mut self.scratch);
         let mut v4 = [false; BURST];
         let mut it = staged.drain(..).peekable();
-        while let Some((index, is_v4, d)) = it.next() {
+        while let Some((index, iface, is_v4, d)) = it.next() {
             v4[0] = is_v4;
             batch.push(d);
-            while let Some((_, is_v4, d)) = it.next_if(|(i, _, _)| *i == index) {
+            while let Some((_, _, is_v4, d)) = it.next_if(|(i, _, _, _)| *i == index) {
                 v4[batch.len()] = is_v4;
                 batch.push(d);
             }
+            let b = self.snapshot.get(index);
+            if b.sock.epoch.load(Ordering::Acquire) != b.epoch {
+                // The socket changed (connected, left its group, closed)
+                // after this snapshot: look again in the current one.
+                self.redeliver(iface, &mut batch);
+                continue;
+            }
             let offered = batch.len();
-            let refusal = self.snapshot.get(index).sock.queue.push_batch(self.idx, &mut batch);
+            let refusal = b.sock.queue.push_batch(self.idx, &mut batch);
+            let id = b.id;
             // What was refused is the tail of the run.
             let accepted = offered - batch.len();
+            if accepted > 0 && self.ready.last() != Some(&id) && !self.ready.contains(&id) {
+                self.ready.push(id);
+            }
             let accepted_v4 = v4[..accepted].iter().filter(|&&f| f).count() as u64;
             self.add(Counter::RxDelivered, accepted as u64);
             self.add(Counter::UdpInDatagrams, accepted_v4);
@@ -338,12 +361,47 @@ impl<'s> Worker<'s> {
         self.scratch = batch;
     }
 
+    /// Delivers datagrams whose socket changed since the lookup, one by one,
+    /// after a fresh lookup in the current snapshot.
+    #[cold]
+    fn redeliver(&mut self, iface: u16, batch: &mut Vec<Datagram>) {
+        self.snapshot = self.shared.sockets.snapshot();
+        self.snap_gen = self.shared.sockets.generation();
+        for d in batch.drain(..) {
+            let v4 = d.src().is_ipv4() || d.is_mapped();
+            let key = crate::lookup::FlowKey::new(&d.wire_src(), &d.wire_dst(), iface).on_lcore(self.idx as u32);
+            let Some((_, b)) = self.snapshot.lookup(&key) else {
+                self.inc(Counter::RxSocketClosed);
+                continue;
+            };
+            let d = d.remap(b.family == crate::lookup::Family::V6);
+            let id = b.id;
+            match b.sock.queue.push(self.idx, d) {
+                Ok(()) => {
+                    if !self.ready.contains(&id) {
+                        self.ready.push(id);
+                    }
+                    self.inc(Counter::RxDelivered);
+                    self.inc(if v4 { Counter::UdpInDatagrams } else { Counter::Udp6InDatagrams });
+                }
+                Err(crate::rx_queue::Refused::Full(_)) => {
+                    self.inc(Counter::RxRcvbufFull);
+                    self.inc(if v4 { Counter::UdpRcvbufErrors } else { Counter::Udp6RcvbufErrors });
+                    self.inc(if v4 { Counter::UdpInErrors } else { Counter::Udp6InErrors });
+                }
+                Err(crate::rx_queue::Refused::Closed(_)) => self.inc(Counter::RxSocketClosed),
+            }
+        }
+    }
+
     /// Calls the application and sends what it sent.
     fn run_app(&mut self, app: &mut dyn FnMut(&mut LcoreCtx<'_>)) -> usize {
         let queue = std::mem::take(&mut self.local);
         LOCAL_TX.with(|l| *l.borrow_mut() = Some(LocalTx { stack_id: self.shared.id, queue }));
-        let mut ctx = LcoreCtx { index: self.idx, lcore: self.lcore, now: self.now, stack: self.stack };
+        let mut ctx =
+            LcoreCtx { index: self.idx, lcore: self.lcore, now: self.now, stack: self.stack, ready: &self.ready };
         app(&mut ctx);
+        self.ready.clear();
         let mut queue = LOCAL_TX.with(|l| l.borrow_mut().take()).map(|l| l.queue).unwrap_or_default();
         let n = queue.len();
         for pkt in queue.drain(..) {

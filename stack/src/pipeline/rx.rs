@@ -237,6 +237,8 @@ impl Worker<'_> {
             dst_port: p.dst_port(),
             v4: at.src.is_ipv4(),
             iface: iface.index,
+            lcore: self.idx as u32,
+            rss_hash: m.rss_hash(),
         };
         let payload = p.len() as usize - udp::HEADER_LEN;
         if let Some((index, b)) = self.snapshot.lookup(&key) {
@@ -250,7 +252,7 @@ impl Worker<'_> {
             let mapped = b.family == Family::V6 && at.src.is_ipv4();
             let d = Datagram::new(m, header_span(at.l3, at.l4), mapped);
             // Queued after the burst, one charge and one lock per socket.
-            self.staged.push((index, at.src.is_ipv4(), d));
+            self.staged.push((index, iface.index, at.src.is_ipv4(), d));
             return None;
         }
         if at.group {

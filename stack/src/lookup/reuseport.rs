@@ -1,0 +1,80 @@
+//! Reuseport groups: sockets bound with `reuseport` to the same address,
+//! port and family share the datagrams, one flow per socket.
+//!
+//! Selection follows Linux's `reuseport_select_sock`: the flow hash
+//! scaled to the group, `(hash * n) >> 32`. It differs in one respect:
+//! connected members are left out before scaling rather than skipped after
+//! it. Linux's skip (since efc6b6f6) hands a connected member's share to
+//! the member after it, so that one gets twice the load; picking among the
+//! unconnected ones keeps every share equal. When members name an incoming
+//! lcore, a datagram looked up on that lcore goes to one of them, so a
+//! group with one socket per lcore keeps each flow on the lcore that
+//! received it.
+
+/// Linux's `reciprocal_scale`: a 32-bit hash mapped onto `0..n`.
+#[inline]
+pub fn reciprocal_scale(hash: u32, n: u32) -> u32 {
+    ((hash as u64 * n as u64) >> 32) as u32
+}
+
+/// A group as a snapshot holds it.
+#[derive(Debug, Clone, Default)]
+pub struct Group {
+    /// Binding indices of the members that are not connected.
+    pub(super) unconnected: Vec<u32>,
+    /// Unconnected members by incoming lcore.
+    pub(super) by_lcore: Vec<(u32, Vec<u32>)>,
+    /// Whether some member is connected (then the pick is re-scored).
+    pub(super) has_conns: bool,
+    /// One past the last binding index of the group's contiguous block.
+    pub(super) end: u32,
+}
+
+impl Group {
+    /// The member for a flow with `hash`, looked up on `lcore`.
+    #[inline]
+    pub fn select(&self, hash: u32, lcore: u32) -> Option<u32> {
+        if !self.by_lcore.is_empty() {
+            if let Some((_, m)) = self.by_lcore.iter().find(|(l, _)| *l == lcore) {
+                return Some(m[reciprocal_scale(hash, m.len() as u32) as usize]);
+            }
+        }
+        if self.unconnected.is_empty() {
+            return None;
+        }
+        Some(self.unconnected[reciprocal_scale(hash, self.unconnected.len() as u32) as usize])
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn reciprocal_scale_spreads_evenly() {
+        assert_eq!(reciprocal_scale(0, 4), 0);
+        assert_eq!(reciprocal_scale(u32::MAX, 4), 3);
+        assert_eq!(reciprocal_scale(0x8000_0000, 4), 2);
+        let mut counts = [0u32; 5];
+        for i in 0..100_000u32 {
+            counts[reciprocal_scale(i.wrapping_mul(2_654_435_761), 5) as usize] += 1;
+        }
+        assert!(counts.iter().all(|&c| (19_000..21_000).contains(&c)), "{counts:?}");
+    }
+
+    #[test]
+    fn incoming_lcore_members_win_on_their_lcore() {
+        let g = Group {
+            unconnected: vec![10, 11],
+            by_lcore: vec![(0, vec![10]), (1, vec![11])],
+            has_conns: false,
+            end: 12,
+        };
+        for h in [0u32, 1 << 31, u32::MAX] {
+            assert_eq!(g.select(h, 0), Some(10));
+            assert_eq!(g.select(h, 1), Some(11));
+        }
+        assert!(g.select(0, 2).is_some(), "other lcores still pick by hash");
+        assert_eq!(Group::default().select(7, 0), None);
+    }
+}

@@ -1,0 +1,314 @@
+//! A snapshot of the socket table, the form lcores read: three tables
+//! over one array of bindings, built whole by the writer and never
+//! changed afterwards.
+//!
+//! - the port table, indexed by the port itself: whether anyone listens,
+//!   where the wildcard-bound sockets are, and how many connected sockets
+//!   the port has (when none, the 4-tuple table is not touched);
+//! - the (address, port) table: the sockets bound to a specific address;
+//! - the 4-tuple table (Linux 6.13's hash4): connected sockets.
+//!
+//! The two hashed tables use a secret key chosen when the stack starts.
+
+use super::reuseport::Group;
+use super::score::{FlowKey, Matcher, compute_score, hash_addr_port, hash_tuple};
+use super::{Binding, Family};
+
+/// An open-addressing table, built once.
+#[derive(Debug)]
+pub(super) struct KeyedTable<K, V> {
+    slots: Box<[Option<(K, V)>]>,
+    mask: usize,
+}
+
+impl<K: Copy + Eq, V: Copy> KeyedTable<K, V> {
+    pub(super) fn build(entries: &[(u64, K, V)]) -> Self {
+        let cap = (entries.len() * 2).max(8).next_power_of_two();
+        let mut slots: Vec<Option<(K, V)>> = vec![None; cap];
+        for &(h, k, v) in entries {
+            let mut i = h as usize & (cap - 1);
+            while slots[i].is_some() {
+                i = (i + 1) & (cap - 1);
+            }
+            slots[i] = Some((k, v));
+        }
+        KeyedTable { slots: slots.into_boxed_slice(), mask: cap - 1 }
+    }
+
+    #[inline]
+    pub(super) fn get(&self, h: u64, key: &K) -> Option<V> {
+        let mut i = h as usize & self.mask;
+        loop {
+            match &self.slots[i] {
+                Some((k, v)) if k == key => return Some(*v),
+                Some(_) => i = (i + 1) & self.mask,
+                None => return None,
+            }
+        }
+    }
+}
+
+/// What the port table knows of one port.
+#[derive(Debug, Clone, Copy, Default)]
+struct PortInfo {
+    wild_lo: u32,
+    wild_hi: u32,
+    connected: u32,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Tuple {
+    local: u128,
+    remote: u128,
+    local_port: u16,
+    remote_port: u16,
+}
+
+/// An immutable view of the socket table.
+#[derive(Debug)]
+pub struct Snapshot<S> {
+    bindings: Vec<Binding<S>>,
+    matchers: Vec<Matcher>,
+    /// Per port: 0, or 1 + its index in `port_info`.
+    ports: Box<[u32]>,
+    port_info: Vec<PortInfo>,
+    addr_port: KeyedTable<(u128, u16), (u32, u32)>,
+    tuples: KeyedTable<Tuple, u32>,
+    groups: Vec<Group>,
+    secret: [u64; 4],
+}
+
+/// Group key: family, v6only, address, port, device.
+type GroupKey = (bool, bool, u128, u16, Option<u16>);
+
+impl<S: Clone> Snapshot<S> {
+    /// An empty table.
+    pub(super) fn empty(secret: [u64; 4]) -> Self {
+        Self::build(&[], secret)
+    }
+
+    /// Lays `all` out: per port, the specifically bound sockets address by
+    /// address, then the wildcard ones; within each, reuseport groups as
+    /// contiguous blocks, unconnected members first.
+    pub(super) fn build(all: &[&Binding<S>], secret: [u64; 4]) -> Self {
+        let mut sorted: Vec<&Binding<S>> = all.to_vec();
+        // A reuseport group returns its pick at once, so the first group
+        // that matches wins: sockets bound to a device come first, then
+        // IPv4 before IPv6 of the same address (the wildcard range counts
+        // as one address), as Linux adds IPv6 reuseport sockets at the tail
+        // of a chain.
+        let key = |b: &Binding<S>| {
+            let unspecified = b.bound.is_unspecified();
+            let addr = if unspecified { 0 } else { super::score::ip_key(&b.bound) };
+            (
+                b.local.port(),
+                unspecified,
+                addr,
+                b.iface.is_none(),
+                b.family,
+                group_key(b),
+                b.reuseport,
+                b.peer.is_some(),
+                b.id,
+            )
+        };
+        sorted.sort_by_key(|b| key(b));
+        let mut snap = Snapshot {
+            bindings: Vec::with_capacity(sorted.len()),
+            matchers: Vec::with_capacity(sorted.len()),
+            ports: vec![0; 65536].into_boxed_slice(),
+            port_info: Vec::new(),
+            addr_port: KeyedTable::build(&[]),
+            tuples: KeyedTable::build(&[]),
+            groups: Vec::new(),
+            secret,
+        };
+        let mut addr_entries = Vec::new();
+        let mut tuple_entries = Vec::new();
+        let mut i = 0;
+        while i < sorted.len() {
+            let port = sorted[i].local.port();
+            let mut info = PortInfo::default();
+            // Specific addresses, one range each.
+            while i < sorted.len() && sorted[i].local.port() == port && !sorted[i].bound.is_unspecified() {
+                let addr = super::score::ip_key(&sorted[i].bound);
+                let lo = snap.bindings.len() as u32;
+                while i < sorted.len()
+                    && sorted[i].local.port() == port
+                    && super::score::ip_key(&sorted[i].bound) == addr
+                    && !sorted[i].bound.is_unspecified()
+                {
+                    i = snap.push_run(&sorted, i, &mut info, &mut tuple_entries);
+                }
+                let hi = snap.bindings.len() as u32;
+                addr_entries.push((hash_addr_port(&secret, addr, port), (addr, port), (lo, hi)));
+            }
+            info.wild_lo = snap.bindings.len() as u32;
+            while i < sorted.len() && sorted[i].local.port() == port {
+                i = snap.push_run(&sorted, i, &mut info, &mut tuple_entries);
+            }
+            info.wild_hi = snap.bindings.len() as u32;
+            snap.port_info.push(info);
+            snap.ports[port as usize] = snap.port_info.len() as u32;
+        }
+        snap.addr_port = KeyedTable::build(&addr_entries);
+        snap.tuples = KeyedTable::build(&tuple_entries);
+        snap
+    }
+
+    /// Pushes the binding at `sorted[i]`, or the whole reuseport group it
+    /// starts; returns the next index.
+    fn push_run(
+        &mut self,
+        sorted: &[&Binding<S>],
+        i: usize,
+        info: &mut PortInfo,
+        tuples: &mut Vec<(u64, Tuple, u32)>,
+    ) -> usize {
+        let first = sorted[i];
+        let mut j = i + 1;
+        if first.reuseport {
+            while j < sorted.len() && sorted[j].reuseport && group_key(sorted[j]) == group_key(first) {
+                j += 1;
+            }
+        }
+        let group_id = if first.reuseport { self.groups.len() as u32 + 1 } else { 0 };
+        let mut group = Group::default();
+        for b in &sorted[i..j] {
+            let index = self.bindings.len() as u32;
+            let mut m = Matcher::of(b);
+            m.group = group_id;
+            if let Some(peer) = b.peer {
+                info.connected += 1;
+                group.has_conns = true;
+                let t = Tuple {
+                    local: m.local,
+                    remote: super::score::ip_key(&peer.ip()),
+                    local_port: b.local.port(),
+                    remote_port: peer.port(),
+                };
+                tuples.push((hash_tuple(&self.secret, t.local, t.local_port, t.remote, t.remote_port), t, index));
+            } else if first.reuseport {
+                group.unconnected.push(index);
+                if let Some(l) = b.incoming_lcore {
+                    match group.by_lcore.iter_mut().find(|(x, _)| *x == l) {
+                        Some((_, v)) => v.push(index),
+                        None => group.by_lcore.push((l, vec![index])),
+                    }
+                }
+            }
+            self.bindings.push((*b).clone());
+            self.matchers.push(m);
+        }
+        if first.reuseport {
+            group.end = self.bindings.len() as u32;
+            self.groups.push(group);
+        }
+        j
+    }
+}
+
+fn group_key<S>(b: &Binding<S>) -> GroupKey {
+    (b.family == Family::V4, b.v6only, super::score::ip_key(&b.bound), b.local.port(), b.iface)
+}
+
+impl<S> Snapshot<S> {
+    /// The socket that receives a datagram with key `k`: its index in this
+    /// snapshot, and its binding.
+    #[inline]
+    pub fn lookup(&self, k: &FlowKey) -> Option<(u32, &Binding<S>)> {
+        let info = match self.ports[k.dst_port as usize] {
+            0 => return None,
+            p => self.port_info[p as usize - 1],
+        };
+        let found = (|| {
+            if info.connected > 0 {
+                let t = Tuple { local: k.dst, remote: k.src, local_port: k.dst_port, remote_port: k.src_port };
+                let h = hash_tuple(&self.secret, t.local, t.local_port, t.remote, t.remote_port);
+                if let Some(i) = self.tuples.get(h, &t) {
+                    if let Some(r) = self.lookup2(i, i + 1, k, false) {
+                        return Some(r);
+                    }
+                }
+            }
+            if let Some((lo, hi)) =
+                self.addr_port.get(hash_addr_port(&self.secret, k.dst, k.dst_port), &(k.dst, k.dst_port))
+            {
+                if let Some(r) = self.lookup2(lo, hi, k, false) {
+                    return Some(r);
+                }
+            }
+            self.lookup2(info.wild_lo, info.wild_hi, k, true)
+        })()?;
+        Some((found, &self.bindings[found as usize]))
+    }
+
+    /// Linux's `udp4_lib_lookup2` over bindings `lo..hi`: the best score
+    /// wins; a reuseport group hands the datagram to the member its flow
+    /// hash picks, and when the group holds connected members that pick is
+    /// scored again, through the same call of `compute_score` (seed 000:
+    /// one call site, so it stays inlined).
+    #[inline]
+    fn lookup2(&self, lo: u32, hi: u32, k: &FlowKey, wildcard: bool) -> Option<u32> {
+        let mut badness = -1;
+        let mut result = None;
+        let mut rescore: Option<u32> = None;
+        let mut i = lo;
+        while i < hi {
+            let scored = rescore.unwrap_or(i);
+            let m = &self.matchers[scored as usize];
+            let score = compute_score(m, k, wildcard);
+            if let Some(pick) = rescore.take() {
+                // The group's pick stands (as in Linux); its score only
+                // raises the bar for what follows the group.
+                badness = badness.max(score);
+                result = Some(pick);
+                i = self.groups[m.group as usize - 1].end;
+                continue;
+            }
+            if score <= badness {
+                i += 1;
+                continue;
+            }
+            badness = score;
+            if m.group == 0 || m.connected() {
+                result = Some(i);
+                i += 1;
+                continue;
+            }
+            let g = &self.groups[m.group as usize - 1];
+            let hash =
+                k.rss_hash.unwrap_or_else(|| hash_tuple(&self.secret, k.dst, k.dst_port, k.src, k.src_port) as u32);
+            match g.select(hash, k.lcore) {
+                None => {
+                    result = Some(i);
+                    i += 1;
+                }
+                Some(pick) if !g.has_conns => return Some(pick),
+                Some(pick) => rescore = Some(pick),
+            }
+        }
+        result
+    }
+
+    /// The binding at `index` (from `lookup`).
+    #[inline]
+    pub fn get(&self, index: u32) -> &Binding<S> {
+        &self.bindings[index as usize]
+    }
+
+    /// Every binding on `port`.
+    pub fn on_port(&self, port: u16) -> impl Iterator<Item = &Binding<S>> {
+        self.bindings.iter().filter(move |b| b.local.port() == port)
+    }
+
+    /// Number of bindings.
+    pub fn len(&self) -> usize {
+        self.bindings.len()
+    }
+
+    /// Whether the table is empty.
+    pub fn is_empty(&self) -> bool {
+        self.bindings.is_empty()
+    }
+}
