@@ -167,10 +167,13 @@ fn run_once(a: &Args) {
             let mut src = src.lock().unwrap().take().expect("one lcore");
             let mut batch = DatagramBatch::with_capacity(64);
             let mut n = 0u64;
+            let first = s[0].id();
             move |ctx: &mut LcoreCtx<'_>| {
                 src.inject();
-                for sock in s.iter() {
-                    if sock.recv_batch(&mut batch, 64).is_ok() {
+                // The sockets this lcore fed (ids are consecutive from the first).
+                for id in ctx.ready() {
+                    let sock = &s[(id - first) as usize];
+                    while sock.recv_batch(&mut batch, 64).is_ok() {
                         for d in batch.iter() {
                             std::hint::black_box(read_every_byte(d.data()));
                         }
@@ -216,6 +219,34 @@ pub fn instructions_per_datagram(extra: &[String], n: u64) -> f64 {
     (two - one) as f64 / n as f64
 }
 
+/// Cycles per datagram, natively, for each argument list: the runs take
+/// turns, five rounds, and each keeps its median.
+fn cycles_per_datagram(runs: &[Vec<String>], datagrams: u64) -> Vec<f64> {
+    let me = std::env::current_exe().expect("own path");
+    let mut rounds = vec![Vec::new(); runs.len()];
+    for _ in 0..5 {
+        for (r, extra) in runs.iter().enumerate() {
+            let out = Command::new(&me)
+                .args(extra)
+                .args(["--datagrams", &datagrams.to_string()])
+                .output()
+                .expect("run the pipeline");
+            assert!(out.status.success(), "pipeline run failed: {}", String::from_utf8_lossy(&out.stderr));
+            let text = String::from_utf8_lossy(&out.stdout);
+            let v: Vec<f64> = text.split_whitespace().filter_map(|w| w.parse().ok()).collect();
+            assert_eq!(v.len(), 2, "expected `datagrams cycles`, got {text:?}");
+            rounds[r].push(v[1] / v[0]);
+        }
+    }
+    rounds
+        .into_iter()
+        .map(|mut r| {
+            r.sort_by(f64::total_cmp);
+            r[r.len() / 2]
+        })
+        .collect()
+}
+
 fn main() {
     let (a, under_callgrind, json) = parse();
     if !under_callgrind {
@@ -225,18 +256,36 @@ fn main() {
     let n = 20_000;
     let mut extra = vec!["--flows".to_string(), a.flows.to_string(), "--sockets".into(), a.sockets.to_string()];
     let stack = instructions_per_datagram(&extra, n);
+    extra[3] = "64".into();
+    let group = instructions_per_datagram(&extra, n);
+    let group_args = extra.clone();
     extra.push("--inject-only".into());
     let floor = instructions_per_datagram(&extra, n);
-    println!("instructions per datagram (callgrind, {} flows, {} socket(s)):", a.flows, a.sockets);
-    println!("| path                                             | instructions |");
-    println!("|--------------------------------------------------|--------------|");
-    println!("| source + rx_burst + read + free (no stack)       | {floor:>12.1} |");
-    println!("| source + spate: RX -> socket -> recv -> read     | {stack:>12.1} |");
-    println!("| spate's own cost                                 | {:>12.1} |", stack - floor);
+    let mut single_args = group_args.clone();
+    single_args[3] = a.sockets.to_string();
+    let cycles = cycles_per_datagram(&[single_args, group_args, extra], 1_000_000);
+    println!("instructions per datagram (callgrind, {} flows):", a.flows);
+    println!("| path | instructions |");
+    println!("|---|---|");
+    println!("| source + rx_burst + read + free (no stack) | {floor:.1} |");
+    println!("| source + spate: RX -> 1 socket -> recv -> read | {stack:.1} |");
+    println!("| source + spate: RX -> 64-member reuseport group -> recv -> read | {group:.1} |");
+    println!("| spate's own cost, 1 socket | {:.1} |", stack - floor);
+    println!("| spate's own cost, 64-member group | {:.1} |", group - floor);
+    println!("| 64-member group / 1 socket (whole path; target <= 1.05) | {:.3} |", group / stack);
+    println!();
+    println!("cycles per datagram (native, median of 5 alternating rounds of 1,000,000):");
+    println!("| path | cycles |");
+    println!("|---|---|");
+    println!("| source + rx_burst + read + free (no stack) | {:.1} |", cycles[2]);
+    println!("| source + spate, 1 socket | {:.1} |", cycles[0]);
+    println!("| source + spate, 64-member group | {:.1} |", cycles[1]);
+    println!("| 64-member group / 1 socket (whole path; target <= 1.05) | {:.3} |", cycles[1] / cycles[0]);
+    println!("| spate's own cost, group / 1 socket | {:.3} |", (cycles[1] - cycles[2]) / (cycles[0] - cycles[2]));
     if let Some(path) = json {
         let body = format!(
-            "{{\"bench\":\"pipeline\",\"flows\":{},\"sockets\":{},\"floor_ir\":{floor:.1},\"stack_ir\":{stack:.1}}}\n",
-            a.flows, a.sockets
+            "{{\"bench\":\"pipeline\",\"flows\":{},\"floor_ir\":{floor:.1},\"stack_ir\":{stack:.1},\"group64_ir\":{group:.1},\"floor_cycles\":{:.1},\"stack_cycles\":{:.1},\"group64_cycles\":{:.1}}}\n",
+            a.flows, cycles[2], cycles[0], cycles[1]
         );
         std::fs::write(path, body).expect("write JSON");
     }

@@ -210,3 +210,37 @@ print('echoed', ok)
     assert_eq!(counter(&c, "Udp.InDatagrams"), 10, "{out}");
     assert_eq!(counter(&c, "Rx.VlanMismatch"), 3, "untagged frames refused: {out}");
 }
+
+/// `spate-echo --sockets 4`: a reuseport group answers flows from many
+/// source ports, and the group shares them.
+#[test]
+fn reuseport_group_answers_many_flows() {
+    let _serial = device_lock();
+    let spate_ns = Netns::new("group");
+    let kernel_ns = Netns::new("grouppeer");
+    veth(&spate_ns, "vA", &kernel_ns, "vB");
+    spate_ns.must(&["ip", "link", "set", "vA", "address", "02:53:50:41:54:45"]);
+    spate_ns.disable_ipv6("vA");
+    kernel_peer(&kernel_ns, "vB");
+    let mut args = echo_args(Some("net_pcap0,iface=vA,phy_mac=1".into()));
+    args.extend(["--sockets".to_string(), "4".into()]);
+    let app = SpateApp::start(&spate_ns, ECHO, &args, "4 sockets in a reuseport group");
+    let flows = 200;
+    kernel_ns.run(move || {
+        for i in 0..flows {
+            let s = UdpSocket::bind("198.18.0.1:0").unwrap();
+            s.set_read_timeout(Some(Duration::from_secs(2))).unwrap();
+            let msg = format!("flow {i}");
+            s.send_to(msg.as_bytes(), "198.18.0.2:7").unwrap();
+            let mut buf = [0u8; 64];
+            let (n, _) = s.recv_from(&mut buf).unwrap_or_else(|e| panic!("flow {i}: {e}"));
+            assert_eq!(&buf[..n], msg.as_bytes());
+        }
+    });
+    let (c, out) = app.stop();
+    assert_eq!(counter(&c, "Udp.InDatagrams"), flows, "{out}");
+    assert_eq!(counter(&c, "Udp.OutDatagrams"), flows, "{out}");
+    let shares: Vec<u64> = (0..4).map(|i| counter(&c, &format!("Sockets.{i}"))).collect();
+    assert_eq!(shares.iter().sum::<u64>(), flows, "{out}");
+    assert!(shares.iter().all(|&n| n >= 20), "every member takes a share of 200 flows: {shares:?}");
+}

@@ -2,7 +2,9 @@
 //! run-to-completion on the polling lcores, each reply in the request's
 //! own mbuf.
 
+use std::collections::HashMap;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use clap::Parser;
@@ -21,6 +23,9 @@ pub struct EchoArgs {
     /// The UDP port to answer on.
     #[arg(long, default_value_t = 7)]
     pub port: u16,
+    /// Serve the port from a reuseport group of this many sockets.
+    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u16).range(1..=1024))]
+    pub sockets: u16,
     /// Seconds between statistics lines (0: none).
     #[arg(long, default_value_t = 1.0)]
     pub interval: f64,
@@ -48,19 +53,30 @@ pub fn main(args: EchoArgs) -> i32 {
 fn run(args: &EchoArgs) -> Result<(), Box<dyn std::error::Error>> {
     let cfg = args.stack.to_config()?;
     let stack = Stack::new(cfg)?;
-    let sock = UdpSocket::builder(&stack).bind(("::", args.port))?;
-    sock.set_nonblocking(true)?;
-    let sockets = Arc::new(vec![sock]);
+    let mut sockets = Vec::new();
+    for _ in 0..args.sockets {
+        let sock = UdpSocket::builder(&stack).reuseport(args.sockets > 1).bind(("::", args.port))?;
+        sock.set_nonblocking(true)?;
+        sockets.push(sock);
+    }
+    let sockets = Arc::new(sockets);
+    let echoed: Arc<Vec<AtomicU64>> = Arc::new((0..sockets.len()).map(|_| AtomicU64::new(0)).collect());
     announce(args, &stack);
     let reporter =
         (args.interval > 0.0).then(|| report::print_every(stack.clone(), Duration::from_secs_f64(args.interval)));
-    let socks = sockets.clone();
+    let (socks, counts) = (sockets.clone(), echoed.clone());
     stack.run(move |_lcore| {
         let socks = socks.clone();
+        let counts = counts.clone();
+        let by_id: HashMap<u64, usize> = socks.iter().enumerate().map(|(i, s)| (s.id(), i)).collect();
         let mut batch = DatagramBatch::with_capacity(BATCH);
-        move |_ctx: &mut LcoreCtx<'_>| {
-            for s in socks.iter() {
-                if s.recv_batch(&mut batch, BATCH).is_ok() {
+        move |ctx: &mut LcoreCtx<'_>| {
+            // Only the sockets this lcore fed: a group of many stays cheap.
+            for id in ctx.ready() {
+                let i = by_id[id];
+                let s = &socks[i];
+                while s.recv_batch(&mut batch, BATCH).is_ok() {
+                    counts[i].fetch_add(batch.len() as u64, Ordering::Relaxed);
                     for d in batch.drain() {
                         let to = d.src();
                         // A full queue drops the reply, as a kernel would.
@@ -74,6 +90,9 @@ fn run(args: &EchoArgs) -> Result<(), Box<dyn std::error::Error>> {
         let _ = r.join();
     }
     println!("{}", report::summary(&stack));
+    let per_socket: Vec<String> =
+        echoed.iter().enumerate().map(|(i, c)| format!("{i}={}", c.load(Ordering::Relaxed))).collect();
+    println!("Sockets: {}", per_socket.join(" "));
     Ok(())
 }
 
@@ -92,11 +111,13 @@ fn announce(args: &EchoArgs, stack: &Stack) {
         )
         .collect();
     println!(
-        "spate-echo: UDP echo on {} (port {}, MAC {}, lcores {:?})",
+        "spate-echo: UDP echo on {} (port {}, MAC {}, lcores {:?}, {} socket{})",
         addrs.join(" and "),
         iface.name,
         iface.mac,
-        stack.lcores()
+        stack.lcores(),
+        args.sockets,
+        if args.sockets == 1 { "" } else { "s in a reuseport group" }
     );
     if args.stack.uses_default_device() {
         println!(

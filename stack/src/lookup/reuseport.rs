@@ -20,14 +20,15 @@ pub fn reciprocal_scale(hash: u32, n: u32) -> u32 {
 /// A group as a snapshot holds it.
 #[derive(Debug, Clone, Default)]
 pub struct Group {
-    /// Binding indices of the members that are not connected.
-    pub(super) unconnected: Vec<u32>,
+    /// Binding index of the first member that is not connected (they are
+    /// contiguous, at the start of the group's block).
+    pub(super) first: u32,
+    /// How many members are not connected.
+    pub(super) unconnected: u32,
     /// Unconnected members by incoming lcore.
     pub(super) by_lcore: Vec<(u32, Vec<u32>)>,
     /// Whether some member is connected (then the pick is re-scored).
     pub(super) has_conns: bool,
-    /// One past the last binding index of the group's contiguous block.
-    pub(super) end: u32,
 }
 
 impl Group {
@@ -39,10 +40,10 @@ impl Group {
                 return Some(m[reciprocal_scale(hash, m.len() as u32) as usize]);
             }
         }
-        if self.unconnected.is_empty() {
+        if self.unconnected == 0 {
             return None;
         }
-        Some(self.unconnected[reciprocal_scale(hash, self.unconnected.len() as u32) as usize])
+        Some(self.first + reciprocal_scale(hash, self.unconnected))
     }
 }
 
@@ -64,12 +65,7 @@ mod tests {
 
     #[test]
     fn incoming_lcore_members_win_on_their_lcore() {
-        let g = Group {
-            unconnected: vec![10, 11],
-            by_lcore: vec![(0, vec![10]), (1, vec![11])],
-            has_conns: false,
-            end: 12,
-        };
+        let g = Group { first: 10, unconnected: 2, by_lcore: vec![(0, vec![10]), (1, vec![11])], has_conns: false };
         for h in [0u32, 1 << 31, u32::MAX] {
             assert_eq!(g.select(h, 0), Some(10));
             assert_eq!(g.select(h, 1), Some(11));

@@ -61,44 +61,81 @@ impl FlowKey {
     }
 }
 
-/// A binding in the form `compute_score` reads: integers only, in one
-/// dense array per snapshot.
+/// Interface or lcore field of a [`Matcher`] that names none.
+const ANY: u32 = u32::MAX;
+
+/// A binding in the form `compute_score` reads: integers only, the family
+/// rules folded into one base score per datagram family, in one dense
+/// array per snapshot.
 #[derive(Debug, Clone, Copy)]
 pub struct Matcher {
-    pub(super) port: u16,
+    /// The bound address ([`ip_key`] form), 0 when bound to the wildcard
+    /// (no datagram is addressed to `::`).
     pub(super) local: u128,
-    pub(super) local_any: bool,
-    pub(super) local_v4: bool,
-    pub(super) family_v4: bool,
-    pub(super) v6only: bool,
-    pub(super) peer: Option<(u128, u16)>,
-    pub(super) iface: Option<u16>,
-    pub(super) incoming_lcore: Option<u32>,
-    /// 0, or 1 + the index of the reuseport group this binding leads.
+    pub(super) peer: u128,
+    pub(super) port: u16,
+    pub(super) peer_port: u16,
+    /// The score for an IPv4 datagram (index 0) and an IPv6 one (1) when
+    /// everything else matches, lcore bonus aside: 2 for the socket's own
+    /// family, 1 for IPv4 into a dual-stack IPv6 socket, +8 when connected
+    /// (peer address and port), +4 when bound to a device; -1 where the
+    /// socket cannot take the family.
+    pub(super) score: [i8; 2],
+    pub(super) connected: bool,
+    pub(super) iface: u32,
+    pub(super) incoming_lcore: u32,
+    /// 0, or 1 + the index of the reuseport group of this binding when the
+    /// binding selects within it (an unconnected member).
     pub(super) group: u32,
+    /// For a group member: one past the group's last binding index, where
+    /// the walk resumes after re-scoring the group's pick.
+    pub(super) group_end: u32,
 }
 
 impl Matcher {
     pub(super) fn of<S>(b: &Binding<S>) -> Matcher {
         let ip = b.local.ip();
+        let v4_local = ip.is_ipv4();
+        let base_v4 = match b.family {
+            Family::V4 => 2,
+            Family::V6 if !b.v6only => 1,
+            Family::V6 => -1,
+        };
+        // An IPv4 address (0.0.0.0 included, also an IPv6 socket's
+        // ::ffff:0.0.0.0) takes no IPv6.
+        let base_v6 = if b.family == Family::V6 && !v4_local { 2 } else { -1 };
+        let (peer, peer_port) = b.peer.map(|p| (ip_key(&p.ip()), p.port())).unwrap_or((0, 0));
+        let bonus = 8 * b.peer.is_some() as i8 + 4 * b.iface.is_some() as i8;
+        let score = |base: i8| if base < 0 { -1 } else { base + bonus };
         Matcher {
+            local: if ip.is_unspecified() { 0 } else { ip_key(&ip) },
+            peer,
             port: b.local.port(),
-            local: ip_key(&ip),
-            local_any: ip.is_unspecified(),
-            local_v4: ip.is_ipv4(),
-            family_v4: b.family == Family::V4,
-            v6only: b.v6only,
-            peer: b.peer.map(|p| (ip_key(&p.ip()), p.port())),
-            iface: b.iface,
-            incoming_lcore: b.incoming_lcore,
+            peer_port,
+            score: [score(base_v4), score(base_v6)],
+            connected: b.peer.is_some(),
+            iface: b.iface.map(u32::from).unwrap_or(ANY),
+            incoming_lcore: b.incoming_lcore.unwrap_or(ANY),
             group: 0,
+            group_end: 0,
         }
     }
 
     /// Whether the binding is connected.
     #[inline]
     pub fn connected(&self) -> bool {
-        self.peer.is_some()
+        self.connected
+    }
+
+    /// Whether a connected binding's 4-tuple is exactly the datagram's
+    /// (Linux's `inet_match`), and the device fits.
+    #[inline]
+    pub fn exact(&self, k: &FlowKey) -> bool {
+        self.connected
+            && self.peer == k.src
+            && self.peer_port == k.src_port
+            && self.local == k.dst
+            && (self.iface == ANY || self.iface == k.iface as u32)
     }
 }
 
@@ -115,43 +152,20 @@ impl Matcher {
 #[cfg_attr(not(feature = "no-inline-score"), inline(always))]
 #[cfg_attr(feature = "no-inline-score", inline(never))]
 pub fn compute_score(m: &Matcher, k: &FlowKey, wildcard: bool) -> i32 {
-    if m.port != k.dst_port {
+    // The bonuses for a connected peer and a device are in `m.score`
+    // already; what is left is to refuse a mismatch.
+    let score = m.score[!k.v4 as usize] as i32;
+    let local = if wildcard { 0 } else { k.dst };
+    if score < 0 || m.port != k.dst_port || m.local != local {
         return -1;
     }
-    let mut score = match (m.family_v4, k.v4) {
-        (true, true) => 2,
-        (false, true) if !m.v6only => 1,
-        (false, false) => 2,
-        _ => return -1,
-    };
-    if wildcard {
-        // 0.0.0.0 (also an IPv6 socket's ::ffff:0.0.0.0) covers IPv4 only;
-        // the family match above already kept IPv4 from v6only sockets.
-        if !m.local_any || (m.local_v4 && !k.v4) {
-            return -1;
-        }
-    } else if m.local != k.dst || m.local_any {
+    if m.connected && (m.peer != k.src || m.peer_port != k.src_port) {
         return -1;
     }
-    if let Some((ip, port)) = m.peer {
-        if ip != k.src {
-            return -1;
-        }
-        score += 4;
-        if port != k.src_port {
-            return -1;
-        }
-        score += 4;
+    if m.iface != ANY && m.iface != k.iface as u32 {
+        return -1;
     }
-    match m.iface {
-        Some(i) if i != k.iface => return -1,
-        Some(_) => score += 4,
-        None => {}
-    }
-    if m.incoming_lcore == Some(k.lcore) {
-        score += 1;
-    }
-    score
+    score + (m.incoming_lcore == k.lcore) as i32
 }
 
 /// A keyed hash: each step multiplies 64-bit words into 128 bits and folds
@@ -163,13 +177,27 @@ pub fn fold_mul(a: u64, b: u64) -> u64 {
     (r as u64) ^ ((r >> 64) as u64)
 }
 
-/// The secret-keyed hash of a 4-tuple.
+/// The secret-keyed hash of a 4-tuple: two independent multiplications
+/// (they run in parallel) over the four 64-bit halves of the addresses,
+/// the ports folded into one of them.
 #[inline]
 pub fn hash_tuple(secret: &[u64; 4], local: u128, local_port: u16, remote: u128, remote_port: u16) -> u64 {
     let ports = ((local_port as u64) << 16) | remote_port as u64;
-    let h = fold_mul(local as u64 ^ secret[0], (local >> 64) as u64 ^ secret[1]);
-    let h = fold_mul(h ^ remote as u64 ^ secret[2], (remote >> 64) as u64 ^ ports ^ secret[3]);
-    fold_mul(h, secret[0] | 1)
+    let a = fold_mul(local as u64 ^ secret[0], remote as u64 ^ secret[1]);
+    let b = fold_mul((local >> 64) as u64 ^ ports ^ secret[2], (remote >> 64) as u64 ^ secret[3]);
+    a ^ b.rotate_left(29)
+}
+
+/// The flow hash a reuseport group spreads flows by, when the port gave
+/// none: one keyed multiplication over the 4-tuple (selection needs an even
+/// spread, the tables need the stronger [`hash_tuple`]).
+#[inline]
+pub fn hash_flow(secret: &[u64; 4], k: &FlowKey) -> u32 {
+    let ports = ((k.src_port as u64) << 16) | k.dst_port as u64;
+    let a = k.src as u64 ^ (k.dst >> 64) as u64 ^ ports ^ secret[0];
+    let b = k.dst as u64 ^ (k.src >> 64) as u64 ^ secret[1];
+    let h = fold_mul(a, b);
+    (h ^ (h >> 32)) as u32
 }
 
 /// The secret-keyed hash of an (address, port).

@@ -53,8 +53,21 @@ impl<K: Copy + Eq, V: Copy> KeyedTable<K, V> {
 struct PortInfo {
     wild_lo: u32,
     wild_hi: u32,
+    /// Connected sockets on the port (the per-slot counter: 0 keeps the
+    /// lookup away from the 4-tuple table).
     connected: u32,
+    /// Where this port's connected sockets are listed in `conn_list`.
+    conn_lo: u32,
+    /// Whether any socket is bound to a specific address on this port.
+    specific: bool,
+    /// One bit per connected peer (address and port, hashed): most
+    /// datagrams from strangers skip the connected sockets on one test.
+    peers: u64,
 }
+
+/// Up to this many connected sockets on a port are compared one by one;
+/// beyond it the 4-tuple table answers.
+const FEW_CONNECTED: u32 = 4;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 struct Tuple {
@@ -70,10 +83,12 @@ pub struct Snapshot<S> {
     bindings: Vec<Binding<S>>,
     matchers: Vec<Matcher>,
     /// Per port: 0, or 1 + its index in `port_info`.
-    ports: Box<[u32]>,
+    ports: Box<[u32; 65536]>,
     port_info: Vec<PortInfo>,
     addr_port: KeyedTable<(u128, u16), (u32, u32)>,
     tuples: KeyedTable<Tuple, u32>,
+    /// Binding indices of connected sockets, port by port.
+    conn_list: Vec<u32>,
     groups: Vec<Group>,
     secret: [u64; 4],
 }
@@ -116,10 +131,11 @@ impl<S: Clone> Snapshot<S> {
         let mut snap = Snapshot {
             bindings: Vec::with_capacity(sorted.len()),
             matchers: Vec::with_capacity(sorted.len()),
-            ports: vec![0; 65536].into_boxed_slice(),
+            ports: vec![0; 65536].into_boxed_slice().try_into().expect("65536 ports"),
             port_info: Vec::new(),
             addr_port: KeyedTable::build(&[]),
             tuples: KeyedTable::build(&[]),
+            conn_list: Vec::new(),
             groups: Vec::new(),
             secret,
         };
@@ -128,7 +144,7 @@ impl<S: Clone> Snapshot<S> {
         let mut i = 0;
         while i < sorted.len() {
             let port = sorted[i].local.port();
-            let mut info = PortInfo::default();
+            let mut info = PortInfo { conn_lo: snap.conn_list.len() as u32, ..PortInfo::default() };
             // Specific addresses, one range each.
             while i < sorted.len() && sorted[i].local.port() == port && !sorted[i].bound.is_unspecified() {
                 let addr = super::score::ip_key(&sorted[i].bound);
@@ -142,6 +158,7 @@ impl<S: Clone> Snapshot<S> {
                 }
                 let hi = snap.bindings.len() as u32;
                 addr_entries.push((hash_addr_port(&secret, addr, port), (addr, port), (lo, hi)));
+                info.specific = true;
             }
             info.wild_lo = snap.bindings.len() as u32;
             while i < sorted.len() && sorted[i].local.port() == port {
@@ -173,13 +190,14 @@ impl<S: Clone> Snapshot<S> {
             }
         }
         let group_id = if first.reuseport { self.groups.len() as u32 + 1 } else { 0 };
-        let mut group = Group::default();
+        let mut group = Group { first: self.bindings.len() as u32, ..Group::default() };
         for b in &sorted[i..j] {
             let index = self.bindings.len() as u32;
             let mut m = Matcher::of(b);
-            m.group = group_id;
             if let Some(peer) = b.peer {
                 info.connected += 1;
+                info.peers |= peer_bit(super::score::ip_key(&peer.ip()), peer.port());
+                self.conn_list.push(index);
                 group.has_conns = true;
                 let t = Tuple {
                     local: m.local,
@@ -189,7 +207,8 @@ impl<S: Clone> Snapshot<S> {
                 };
                 tuples.push((hash_tuple(&self.secret, t.local, t.local_port, t.remote, t.remote_port), t, index));
             } else if first.reuseport {
-                group.unconnected.push(index);
+                m.group = group_id;
+                group.unconnected += 1;
                 if let Some(l) = b.incoming_lcore {
                     match group.by_lcore.iter_mut().find(|(x, _)| *x == l) {
                         Some((_, v)) => v.push(index),
@@ -201,11 +220,21 @@ impl<S: Clone> Snapshot<S> {
             self.matchers.push(m);
         }
         if first.reuseport {
-            group.end = self.bindings.len() as u32;
+            let end = self.bindings.len() as u32;
+            for m in &mut self.matchers[group.first as usize..] {
+                m.group_end = end;
+            }
             self.groups.push(group);
         }
         j
     }
+}
+
+/// The bit of a peer in [`PortInfo::peers`].
+#[inline]
+fn peer_bit(addr: u128, port: u16) -> u64 {
+    let x = (addr as u64 ^ (addr >> 64) as u64 ^ port as u64).wrapping_mul(0x9e37_79b9_7f4a_7c15);
+    1 << (x >> 58)
 }
 
 fn group_key<S>(b: &Binding<S>) -> GroupKey {
@@ -219,41 +248,53 @@ impl<S> Snapshot<S> {
     pub fn lookup(&self, k: &FlowKey) -> Option<(u32, &Binding<S>)> {
         let info = match self.ports[k.dst_port as usize] {
             0 => return None,
-            p => self.port_info[p as usize - 1],
+            p => &self.port_info[p as usize - 1],
         };
-        let found = (|| {
-            if info.connected > 0 {
-                let t = Tuple { local: k.dst, remote: k.src, local_port: k.dst_port, remote_port: k.src_port };
-                let h = hash_tuple(&self.secret, t.local, t.local_port, t.remote, t.remote_port);
-                if let Some(i) = self.tuples.get(h, &t) {
-                    if let Some(r) = self.lookup2(i, i + 1, k, false) {
-                        return Some(r);
-                    }
-                }
+        if info.peers & peer_bit(k.src, k.src_port) != 0 {
+            if let Some(i) = self.connected(info, k) {
+                return Some((i, &self.bindings[i as usize]));
             }
-            if let Some((lo, hi)) =
-                self.addr_port.get(hash_addr_port(&self.secret, k.dst, k.dst_port), &(k.dst, k.dst_port))
-            {
-                if let Some(r) = self.lookup2(lo, hi, k, false) {
-                    return Some(r);
-                }
-            }
-            self.lookup2(info.wild_lo, info.wild_hi, k, true)
-        })()?;
+        }
+        let specific = match info.specific {
+            true => self.addr_port.get(hash_addr_port(&self.secret, k.dst, k.dst_port), &(k.dst, k.dst_port)),
+            false => None,
+        };
+        let found = specific
+            .and_then(|range| self.lookup2(range, false, k))
+            .or_else(|| self.lookup2((info.wild_lo, info.wild_hi), true, k))?;
         Some((found, &self.bindings[found as usize]))
     }
 
-    /// Linux's `udp4_lib_lookup2` over bindings `lo..hi`: the best score
-    /// wins; a reuseport group hands the datagram to the member its flow
-    /// hash picks, and when the group holds connected members that pick is
-    /// scored again, through the same call of `compute_score` (seed 000:
-    /// one call site, so it stays inlined).
-    #[inline]
-    fn lookup2(&self, lo: u32, hi: u32, k: &FlowKey, wildcard: bool) -> Option<u32> {
+    /// The connected socket whose 4-tuple is the datagram's, as Linux's
+    /// `udp4_lib_lookup4` finds it: an exact match (and the device), no
+    /// scoring. A few are compared in turn, more through the 4-tuple table.
+    /// Out of line: only datagrams that pass the peer filter come here, and
+    /// inlined it would cost the common path registers.
+    #[inline(never)]
+    fn connected(&self, info: &PortInfo, k: &FlowKey) -> Option<u32> {
+        let fits = |i: u32| self.matchers[i as usize].exact(k);
+        if info.connected <= FEW_CONNECTED {
+            let lo = info.conn_lo as usize;
+            return self.conn_list[lo..lo + info.connected as usize].iter().copied().find(|&i| fits(i));
+        }
+        let t = Tuple { local: k.dst, remote: k.src, local_port: k.dst_port, remote_port: k.src_port };
+        self.tuples
+            .get(hash_tuple(&self.secret, t.local, t.local_port, t.remote, t.remote_port), &t)
+            .filter(|&i| fits(i))
+    }
+
+    /// Linux's `udp4_lib_lookup2` over one range of sockets: those bound
+    /// to the destination address, or (`wildcard`) those bound to the
+    /// unspecified address. The best score wins; a reuseport group hands
+    /// the datagram to the member its flow hash picks, and when the group
+    /// holds connected members that pick is scored again, through the same
+    /// call of `compute_score` (seed 000: one call site, so it stays
+    /// inlined). Out of line, as in Linux: `lookup` calls it once per range.
+    #[inline(never)]
+    fn lookup2(&self, (mut i, hi): (u32, u32), wildcard: bool, k: &FlowKey) -> Option<u32> {
         let mut badness = -1;
         let mut result = None;
         let mut rescore: Option<u32> = None;
-        let mut i = lo;
         while i < hi {
             let scored = rescore.unwrap_or(i);
             let m = &self.matchers[scored as usize];
@@ -261,9 +302,12 @@ impl<S> Snapshot<S> {
             if let Some(pick) = rescore.take() {
                 // The group's pick stands (as in Linux); its score only
                 // raises the bar for what follows the group.
+                if m.group_end >= hi {
+                    return Some(pick);
+                }
                 badness = badness.max(score);
                 result = Some(pick);
-                i = self.groups[m.group as usize - 1].end;
+                i = m.group_end;
                 continue;
             }
             if score <= badness {
@@ -271,15 +315,13 @@ impl<S> Snapshot<S> {
                 continue;
             }
             badness = score;
-            if m.group == 0 || m.connected() {
+            if m.group == 0 {
                 result = Some(i);
                 i += 1;
                 continue;
             }
             let g = &self.groups[m.group as usize - 1];
-            let hash =
-                k.rss_hash.unwrap_or_else(|| hash_tuple(&self.secret, k.dst, k.dst_port, k.src, k.src_port) as u32);
-            match g.select(hash, k.lcore) {
+            match g.select(self.flow_hash(k), k.lcore) {
                 None => {
                     result = Some(i);
                     i += 1;
@@ -289,6 +331,14 @@ impl<S> Snapshot<S> {
             }
         }
         result
+    }
+
+    /// The flow's hash for a reuseport group: the port's RSS hash, or the
+    /// secret-keyed 4-tuple hash. Out of line on purpose, so the compiler
+    /// does not hoist it into every lookup, groups or not.
+    #[inline(never)]
+    fn flow_hash(&self, k: &FlowKey) -> u32 {
+        k.rss_hash.unwrap_or_else(|| super::score::hash_flow(&self.secret, k))
     }
 
     /// The binding at `index` (from `lookup`).
