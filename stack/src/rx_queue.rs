@@ -4,18 +4,27 @@
 //! reader list that only readers touch. A reader takes datagrams from its
 //! list; when it is empty it splices a whole producer list across in O(1)
 //! (a swap of two `VecDeque`s, the emptied one keeping its capacity), taking
-//! producers in turn so none starves.
+//! producers in turn so none starves. Each side publishes how many items
+//! its list holds, so a poll of an empty queue reads those words and takes
+//! no lock at all, and a splice skips empty producers without touching
+//! their locks.
 //!
-//! Memory accounting follows `udp_rmem_release`: producers charge each
-//! datagram's true size to `rmem` before queueing it and drop it when the
-//! charge would pass `rcvbuf`; the reader gives back what it consumed in
-//! batches, once a quarter of `rcvbuf` is owed or its list ran dry.
+//! Memory accounting follows `udp_rmem_release`, without a shared
+//! read-modify-write counter: each producer adds what it queues to its own
+//! `charged` word (under its own lock, on its own line); the reader adds
+//! what it consumed to one `released` word on its side, in batches, once a
+//! quarter of `rcvbuf` is owed or its list ran dry. The bytes held are
+//! the sum of the charges less the releases. A producer queues the longest
+//! prefix of its burst that fits under `rcvbuf` and drops the rest,
+//! counting the drops on its own line.
 //!
-//! Overshoot: a producer adds its charge and takes it back if the sum
-//! passed `rcvbuf`, so accepted datagrams never hold more than `rcvbuf`; the
-//! counter itself can read up to (producers x largest datagram) too high
-//! for an instant, which makes concurrent producers drop a little early,
-//! never late.
+//! Overshoot: a producer sees every other producer's charges up to that
+//! producer's last unlock, so what can be missing is at most one burst per
+//! other producer still inside its critical section. The bytes held stay
+//! under `rcvbuf + (producers - 1) x (largest burst a producer charges at
+//! once)`; with spate's 32-frame bursts of 2 KiB mbufs that is about 72 KB
+//! per extra lcore. A release seen late makes a producer drop early, never
+//! late.
 
 use std::collections::VecDeque;
 use std::time::Instant as StdInstant;
@@ -23,6 +32,10 @@ use std::time::Instant as StdInstant;
 use crossbeam_utils::CachePadded;
 
 use crate::sync::{AtomicBool, AtomicU64, AtomicUsize, Condvar, Mutex, Ordering, lock};
+
+/// Naps in a row a reader takes on an empty queue before it asks to be
+/// woken (see `RxQueue::set_nap`).
+const EMPTY_NAPS: usize = 2;
 
 /// What a queued item costs against the receive buffer.
 pub trait Truesize {
@@ -39,9 +52,16 @@ pub enum Refused<T> {
     Closed(T),
 }
 
+/// One lcore's side: everything here is written by that lcore, except
+/// that the reader's splice empties `list` and zeroes `queued` under the
+/// same lock.
 struct Producer<T> {
     list: Mutex<VecDeque<T>>,
-    // Counters the producer writes sit in the producer's own line.
+    /// `list.len()`, published for lock-free polls (written under `list`'s lock).
+    queued: AtomicUsize,
+    /// Bytes this producer ever queued (wrapping; written under `list`'s lock).
+    charged: AtomicUsize,
+    /// Datagrams this producer dropped for want of room.
     drops: AtomicU64,
 }
 
@@ -51,15 +71,23 @@ struct Reader<T> {
     owed: usize,
 }
 
-struct Memory {
-    rmem: AtomicUsize,
-    rcvbuf: AtomicUsize,
+/// The readers' side: written by whoever holds `reader`.
+struct ReaderSide<T> {
+    reader: Mutex<Reader<T>>,
+    /// The reader list's length, published for lock-free polls.
+    queued: AtomicUsize,
+    /// Bytes ever given back (wrapping).
+    released: AtomicUsize,
+    /// Naps in a row that found nothing (see `set_nap`).
+    empty_naps: AtomicUsize,
 }
 
 struct Waiters {
     count: AtomicUsize,
     lock: Mutex<()>,
     cv: Condvar,
+    /// Times a producer woke sleeping readers.
+    wakes: AtomicU64,
 }
 
 /// Why `push_batch` left items behind.
@@ -85,21 +113,36 @@ pub enum Wait {
 /// The receive queue.
 pub struct RxQueue<T> {
     producers: Box<[CachePadded<Producer<T>>]>,
-    reader: CachePadded<Mutex<Reader<T>>>,
-    mem: CachePadded<Memory>,
+    readers: CachePadded<ReaderSide<T>>,
     waiters: CachePadded<Waiters>,
+    /// Read by everyone, written when the socket changes: the limit, closed
+    /// and the alert (set by `interrupt`: the next wait returns at once, a
+    /// socket error arrived).
+    rcvbuf: AtomicUsize,
     closed: AtomicBool,
-    // Set by `interrupt`: the next wait returns at once (a socket error arrived).
     alert: AtomicBool,
+    /// A reader finding nothing naps this many ns before it asks to be
+    /// woken (0: it asks at once).
+    nap: AtomicU64,
 }
 
 impl<T> std::fmt::Debug for RxQueue<T> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("RxQueue")
             .field("producers", &self.producers.len())
-            .field("rmem", &self.mem.rmem.load(Ordering::Relaxed))
-            .field("rcvbuf", &self.mem.rcvbuf.load(Ordering::Relaxed))
+            .field("rmem", &self.rmem())
+            .field("rcvbuf", &self.rcvbuf.load(Ordering::Relaxed))
             .finish()
+    }
+}
+
+impl<T> RxQueue<T> {
+    /// Bytes charged now: every producer's charges less the releases. The
+    /// releases are read first, so the difference never goes below zero.
+    pub fn rmem(&self) -> usize {
+        let released = self.readers.released.load(Ordering::Acquire);
+        let charged = self.producers.iter().fold(0usize, |sum, p| sum.wrapping_add(p.charged.load(Ordering::Acquire)));
+        charged.wrapping_sub(released)
     }
 }
 
@@ -108,13 +151,31 @@ impl<T: Truesize> RxQueue<T> {
     pub fn new(producers: usize, rcvbuf: usize) -> Self {
         RxQueue {
             producers: (0..producers.max(1))
-                .map(|_| CachePadded::new(Producer { list: Mutex::new(VecDeque::new()), drops: AtomicU64::new(0) }))
+                .map(|_| {
+                    CachePadded::new(Producer {
+                        list: Mutex::new(VecDeque::new()),
+                        queued: AtomicUsize::new(0),
+                        charged: AtomicUsize::new(0),
+                        drops: AtomicU64::new(0),
+                    })
+                })
                 .collect(),
-            reader: CachePadded::new(Mutex::new(Reader { list: VecDeque::new(), next: 0, owed: 0 })),
-            mem: CachePadded::new(Memory { rmem: AtomicUsize::new(0), rcvbuf: AtomicUsize::new(rcvbuf) }),
-            waiters: CachePadded::new(Waiters { count: AtomicUsize::new(0), lock: Mutex::new(()), cv: Condvar::new() }),
+            readers: CachePadded::new(ReaderSide {
+                reader: Mutex::new(Reader { list: VecDeque::new(), next: 0, owed: 0 }),
+                queued: AtomicUsize::new(0),
+                released: AtomicUsize::new(0),
+                empty_naps: AtomicUsize::new(0),
+            }),
+            waiters: CachePadded::new(Waiters {
+                count: AtomicUsize::new(0),
+                lock: Mutex::new(()),
+                cv: Condvar::new(),
+                wakes: AtomicU64::new(0),
+            }),
+            rcvbuf: AtomicUsize::new(rcvbuf),
             closed: AtomicBool::new(false),
             alert: AtomicBool::new(false),
+            nap: AtomicU64::new(0),
         }
     }
 
@@ -129,74 +190,111 @@ impl<T: Truesize> RxQueue<T> {
     /// Queues `item` from producer `p` (its lcore index).
     #[inline]
     pub fn push(&self, p: usize, item: T) -> Result<(), Refused<T>> {
+        let producer = &self.producers[p];
+        let size = item.truesize();
+        let mut list = lock(&producer.list);
+        // Under the lock: `close` drains this list after setting the flag,
+        // so an item is either refused here or drained there.
         if self.closed.load(Ordering::Acquire) {
             return Err(Refused::Closed(item));
         }
-        let producer = &self.producers[p];
-        let size = item.truesize();
-        let rcvbuf = self.mem.rcvbuf.load(Ordering::Relaxed);
-        let before = self.mem.rmem.fetch_add(size, Ordering::Relaxed);
-        if before + size > rcvbuf {
-            self.mem.rmem.fetch_sub(size, Ordering::Relaxed);
+        if size > self.room() {
+            drop(list);
             producer.drops.fetch_add(1, Ordering::Relaxed);
             return Err(Refused::Full(item));
         }
-        lock(&producer.list).push_back(item);
-        // SeqCst pairs with the reader's registration in `wait`: either the
-        // reader sees the item, or we see the reader and wake it.
-        if self.waiters.count.load(Ordering::SeqCst) > 0 {
-            let _g = lock(&self.waiters.lock);
-            self.waiters.cv.notify_all();
-        }
+        list.push_back(item);
+        Self::publish(producer, &list, size);
+        drop(list);
+        self.wake();
         Ok(())
     }
 
-    /// Queues every item of `batch` from producer `p` with one charge and
-    /// one lock. What does not fit, or everything if the queue is closed,
-    /// stays in `batch` and the error says why.
+    /// Queues the longest prefix of `batch` that fits from producer `p`,
+    /// under one lock; the rest, or everything if the queue is closed, stays
+    /// in `batch` and the error says why.
     #[inline]
     pub fn push_batch(&self, p: usize, batch: &mut Vec<T>) -> Result<(), Refusal> {
         if batch.is_empty() {
             return Ok(());
         }
+        let producer = &self.producers[p];
+        let mut list = lock(&producer.list);
+        // Under the lock, as in `push`.
         if self.closed.load(Ordering::Acquire) {
             return Err(Refusal::Closed);
         }
-        let producer = &self.producers[p];
-        let rcvbuf = self.mem.rcvbuf.load(Ordering::Relaxed);
-        let total: usize = batch.iter().map(Truesize::truesize).sum();
-        let before = self.mem.rmem.fetch_add(total, Ordering::Relaxed);
+        let room = self.room();
+        let mut size: usize = batch.iter().map(Truesize::truesize).sum();
         let mut taken = batch.len();
-        if before + total > rcvbuf {
-            // Take back the charge; keep the longest prefix that fits.
-            self.mem.rmem.fetch_sub(total, Ordering::Relaxed);
-            let mut room = rcvbuf.saturating_sub(self.mem.rmem.load(Ordering::Relaxed));
-            let mut size = 0;
-            taken = 0;
+        if size > room {
+            (size, taken) = (0, 0);
             for item in batch.iter() {
                 let s = item.truesize();
-                if s > room {
+                if size + s > room {
                     break;
                 }
-                room -= s;
                 size += s;
                 taken += 1;
             }
-            let now = self.mem.rmem.fetch_add(size, Ordering::Relaxed);
-            if now + size > rcvbuf {
-                self.mem.rmem.fetch_sub(size, Ordering::Relaxed);
-                taken = 0;
-            }
-            producer.drops.fetch_add((batch.len() - taken) as u64, Ordering::Relaxed);
         }
         if taken > 0 {
-            lock(&producer.list).extend(batch.drain(..taken));
-            if self.waiters.count.load(Ordering::SeqCst) > 0 {
-                let _g = lock(&self.waiters.lock);
-                self.waiters.cv.notify_all();
-            }
+            list.extend(batch.drain(..taken));
+            Self::publish(producer, &list, size);
         }
-        if batch.is_empty() { Ok(()) } else { Err(Refusal::Full) }
+        drop(list);
+        if taken > 0 {
+            self.wake();
+        }
+        if batch.is_empty() {
+            return Ok(());
+        }
+        producer.drops.fetch_add(batch.len() as u64, Ordering::Relaxed);
+        Err(Refusal::Full)
+    }
+
+    /// Bytes a producer may still queue.
+    #[inline]
+    fn room(&self) -> usize {
+        self.rcvbuf.load(Ordering::Relaxed).saturating_sub(self.rmem())
+    }
+
+    /// After queueing `size` bytes: the producer's charge and its length,
+    /// stored by the lock holder (no read-modify-write).
+    #[inline]
+    fn publish(producer: &Producer<T>, list: &VecDeque<T>, size: usize) {
+        producer.charged.store(producer.charged.load(Ordering::Relaxed).wrapping_add(size), Ordering::Release);
+        producer.queued.store(list.len(), Ordering::Release);
+    }
+
+    /// Wakes blocked readers, if there are any.
+    #[inline]
+    fn wake(&self) {
+        // SeqCst pairs with the reader's registration in `wait`: either the
+        // reader sees the item, or we see the reader and wake it.
+        if self.waiters.count.load(Ordering::SeqCst) > 0 {
+            let _g = lock(&self.waiters.lock);
+            self.waiters.cv.notify_all();
+            self.waiters.wakes.fetch_add(1, Ordering::Relaxed);
+        }
+    }
+
+    /// Times a producer woke sleeping readers (each one system call): none
+    /// while readers are awake, however much arrives.
+    pub fn wakeups(&self) -> u64 {
+        self.waiters.wakes.load(Ordering::Relaxed)
+    }
+
+    /// Lets a reader that finds the queue empty nap for `nap` before it
+    /// looks again, up to `EMPTY_NAPS` times in a row, instead of asking to
+    /// be woken; it registers for a wake-up only when the naps found
+    /// nothing (`None`, the default: at once). While datagrams stream in,
+    /// every nap finds some, and the polling lcores never make the system
+    /// call that wakes a sleeping thread (in a VM that call interrupts the
+    /// other vCPU and costs microseconds). The price is latency: a datagram
+    /// that arrives during a nap waits for its end.
+    pub fn set_nap(&self, nap: Option<std::time::Duration>) {
+        self.nap.store(nap.map_or(0, |d| d.as_nanos().max(1) as u64), Ordering::Relaxed);
     }
 
     /// Takes the oldest datagram of the reader list, splicing a producer
@@ -226,31 +324,46 @@ impl<T: Truesize> RxQueue<T> {
         }
     }
 
+    /// Whether the published lengths say every list is empty: a poll of an
+    /// empty queue reads them and takes no lock. A length that is a moment
+    /// old only delays a non-blocking poll; `wait` looks under the locks.
+    #[inline]
+    fn looks_empty(&self) -> bool {
+        self.readers.queued.load(Ordering::Acquire) == 0
+            && self.producers.iter().all(|p| p.queued.load(Ordering::Acquire) == 0)
+    }
+
     fn try_pop(&self) -> Option<T> {
-        let mut r = lock(&self.reader);
+        if self.looks_empty() {
+            return None;
+        }
+        let mut r = lock(&self.readers.reader);
         if r.list.is_empty() {
             self.splice(&mut r);
         }
-        let item = r.list.pop_front()?;
-        self.consumed(&mut r, item.truesize());
-        Some(item)
+        let item = r.list.pop_front();
+        if let Some(item) = &item {
+            self.consumed(&mut r, item.truesize());
+        }
+        item
     }
 
     fn try_pop_batch(&self, out: &mut Vec<T>, max: usize) -> usize {
-        let mut r = lock(&self.reader);
+        if max == 0 || self.looks_empty() {
+            return 0;
+        }
+        let mut r = lock(&self.readers.reader);
         let mut n = 0;
         let mut size = 0;
         while n < max {
             if r.list.is_empty() && !self.splice(&mut r) {
                 break;
             }
-            match r.list.pop_front() {
-                Some(item) => {
-                    size += item.truesize();
-                    out.push(item);
-                    n += 1;
-                }
-                None => break,
+            while n < max {
+                let Some(item) = r.list.pop_front() else { break };
+                size += item.truesize();
+                out.push(item);
+                n += 1;
             }
         }
         if n > 0 {
@@ -259,14 +372,20 @@ impl<T: Truesize> RxQueue<T> {
         n
     }
 
-    /// Swaps the next non-empty producer list into the (empty) reader list.
+    /// Swaps the next non-empty producer list into the (empty) reader list;
+    /// producers whose published length is zero are passed over unlocked.
     fn splice(&self, r: &mut Reader<T>) -> bool {
         let n = self.producers.len();
         for i in 0..n {
             let idx = (r.next + i) % n;
-            let mut list = lock(&self.producers[idx].list);
+            let p = &self.producers[idx];
+            if p.queued.load(Ordering::Acquire) == 0 {
+                continue;
+            }
+            let mut list = lock(&p.list);
             if !list.is_empty() {
                 std::mem::swap(&mut r.list, &mut *list);
+                p.queued.store(0, Ordering::Release);
                 r.next = (idx + 1) % n;
                 return true;
             }
@@ -274,20 +393,46 @@ impl<T: Truesize> RxQueue<T> {
         false
     }
 
-    /// Gives back consumed memory in batches.
+    /// Publishes the reader list's length and gives back consumed memory in
+    /// batches.
     fn consumed(&self, r: &mut Reader<T>, size: usize) {
-        r.owed += size;
-        let threshold = self.mem.rcvbuf.load(Ordering::Relaxed) / 4;
-        if r.owed >= threshold || r.list.is_empty() {
-            self.mem.rmem.fetch_sub(r.owed, Ordering::Relaxed);
-            r.owed = 0;
+        let side = &self.readers;
+        side.queued.store(r.list.len(), Ordering::Release);
+        if side.empty_naps.load(Ordering::Relaxed) != 0 {
+            side.empty_naps.store(0, Ordering::Relaxed);
         }
+        r.owed += size;
+        let threshold = self.rcvbuf.load(Ordering::Relaxed) / 4;
+        if r.owed >= threshold || r.list.is_empty() {
+            self.release(r);
+        }
+    }
+
+    /// Gives back everything the reader owes (the lock holder writes).
+    fn release(&self, r: &mut Reader<T>) {
+        let released = &self.readers.released;
+        released.store(released.load(Ordering::Relaxed).wrapping_add(r.owed), Ordering::Release);
+        r.owed = 0;
     }
 
     /// Blocks as `wait` allows; false when the caller should stop trying.
     fn wait(&self, wait: Wait) -> bool {
         if wait == Wait::No || self.closed.load(Ordering::Acquire) || self.alert.swap(false, Ordering::SeqCst) {
             return false;
+        }
+        let nap = self.nap.load(Ordering::Relaxed);
+        let naps = &self.readers.empty_naps;
+        if nap > 0 && naps.load(Ordering::Relaxed) < EMPTY_NAPS {
+            let mut until = StdInstant::now() + std::time::Duration::from_nanos(nap);
+            if let Wait::Until(deadline) = wait {
+                if StdInstant::now() >= deadline {
+                    return false;
+                }
+                until = until.min(deadline);
+            }
+            naps.store(naps.load(Ordering::Relaxed) + 1, Ordering::Relaxed);
+            std::thread::sleep(until.saturating_duration_since(StdInstant::now()));
+            return true;
         }
         let w = &self.waiters;
         let mut g = lock(&w.lock);
@@ -325,21 +470,27 @@ impl<T: Truesize> RxQueue<T> {
         !timed_out && !self.closed.load(Ordering::Acquire) && !self.alert.swap(false, Ordering::SeqCst)
     }
 
-    /// Whether anything is queued (looks at producer lists: not for the fast path).
+    /// Whether anything is queued, looked at under the locks (the blocking
+    /// path's check; polls use the published lengths).
     pub fn has_data(&self) -> bool {
-        !lock(&self.reader).list.is_empty() || self.producers.iter().any(|p| !lock(&p.list).is_empty())
+        !lock(&self.readers.reader).list.is_empty() || self.producers.iter().any(|p| !lock(&p.list).is_empty())
     }
 
     /// Closes the queue: later pushes are refused, waiters wake, and what
-    /// was queued is dropped (freeing its mbufs).
+    /// was queued is dropped (freeing its mbufs) and given back.
     pub fn close(&self) {
         self.closed.store(true, Ordering::SeqCst);
-        let mut dropped: VecDeque<T> = std::mem::take(&mut lock(&self.reader).list);
+        let mut r = lock(&self.readers.reader);
+        let mut dropped: VecDeque<T> = std::mem::take(&mut r.list);
         for p in self.producers.iter() {
-            dropped.extend(lock(&p.list).drain(..));
+            let mut list = lock(&p.list);
+            dropped.extend(list.drain(..));
+            p.queued.store(0, Ordering::Release);
         }
-        let size: usize = dropped.iter().map(Truesize::truesize).sum();
-        self.mem.rmem.fetch_sub(size.min(self.rmem()), Ordering::Relaxed);
+        r.owed += dropped.iter().map(Truesize::truesize).sum::<usize>();
+        self.readers.queued.store(0, Ordering::Release);
+        self.release(&mut r);
+        drop(r);
         drop(dropped);
         let _g = lock(&self.waiters.lock);
         self.waiters.cv.notify_all();
@@ -350,19 +501,14 @@ impl<T: Truesize> RxQueue<T> {
         self.closed.load(Ordering::Acquire)
     }
 
-    /// Bytes charged now.
-    pub fn rmem(&self) -> usize {
-        self.mem.rmem.load(Ordering::Relaxed)
-    }
-
     /// The limit.
     pub fn rcvbuf(&self) -> usize {
-        self.mem.rcvbuf.load(Ordering::Relaxed)
+        self.rcvbuf.load(Ordering::Relaxed)
     }
 
     /// Sets the limit.
     pub fn set_rcvbuf(&self, bytes: usize) {
-        self.mem.rcvbuf.store(bytes, Ordering::Relaxed);
+        self.rcvbuf.store(bytes, Ordering::Relaxed);
     }
 
     /// Drops counted by producer `p`.
@@ -460,6 +606,28 @@ mod tests {
         assert_eq!(first, Some(D(1, 10)));
         assert_eq!(second, None);
         assert!(matches!(q.push(0, D(2, 10)), Err(Refused::Closed(_))));
+    }
+
+    #[test]
+    fn an_awake_reader_costs_no_wakeups() {
+        let q = Arc::new(RxQueue::new(1, 1 << 20));
+        for i in 0..1000 {
+            q.push(0, D(i, 10)).unwrap();
+        }
+        let mut out = Vec::with_capacity(1000);
+        assert_eq!(q.pop_batch(&mut out, 1000, Wait::Forever), 1000);
+        assert_eq!(q.wakeups(), 0, "nobody slept, nobody was woken");
+        let q2 = q.clone();
+        let t = std::thread::spawn(move || q2.pop(Wait::Forever));
+        // Bounded wait until the reader sleeps (it registers before it does).
+        let deadline = StdInstant::now() + Duration::from_secs(10);
+        while q.waiters.count.load(Ordering::SeqCst) == 0 {
+            assert!(StdInstant::now() < deadline, "the reader never blocked");
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        q.push(0, D(7, 1)).unwrap();
+        assert_eq!(t.join().unwrap(), Some(D(7, 1)));
+        assert_eq!(q.wakeups(), 1, "one sleeping reader, one wake-up");
     }
 
     #[test]

@@ -287,7 +287,8 @@ impl Drop for Child {
 fn test(args: &[String]) -> Result {
     setup(true)?;
     let before = leftover_report();
-    let result = run(cargo().args(["test", "--workspace"]).args(args)).and_then(|()| inline_check());
+    let result =
+        run(cargo().args(["test", "--workspace"]).args(args)).and_then(|()| loom()).and_then(|()| inline_check());
     let after = leftover_report();
     let new: Vec<&String> = after.iter().filter(|l| !before.contains(l)).collect();
     result?;
@@ -299,6 +300,20 @@ fn test(args: &[String]) -> Result {
     }
     eprintln!("no process, socket, DPDK folder or namespace left behind");
     Ok(())
+}
+
+/// The receive queue's loom models: the production code built with
+/// `--cfg loom`, in a target directory of its own so the normal build is
+/// not invalidated.
+fn loom() -> Result {
+    run(cargo().env("RUSTFLAGS", "--cfg loom").env("CARGO_TARGET_DIR", root().join("target/loom")).args([
+        "test",
+        "-p",
+        "spate-stack",
+        "--test",
+        "loom_rx_queue",
+        "--release",
+    ]))
 }
 
 /// Every benchmark (or those named), each printing its table.
