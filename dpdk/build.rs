@@ -58,6 +58,7 @@ fn main() {
         .allowlist_function("rte_socket_.*")
         .allowlist_function("rte_thread_register")
         .allowlist_function("rte_thread_unregister")
+        .allowlist_function("rte_thread_unregister")
         .allowlist_function("rte_pktmbuf_pool_create")
         .allowlist_function("rte_pktmbuf_free_bulk")
         .allowlist_function("rte_mempool_.*")

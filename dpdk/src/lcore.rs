@@ -68,6 +68,15 @@ pub fn register_thread() -> Result<u32> {
     current().ok_or_else(|| Error::Lcore { lcore: u32::MAX, what: "registered but no lcore id".into() })
 }
 
+/// Gives back the lcore id `register_thread` gave the calling thread. What
+/// its mempool caches hold stays there, counted as available, for the next
+/// thread that gets the id.
+pub fn unregister_thread() {
+    // SAFETY: unregisters the calling thread only; a no-op for threads the
+    // EAL did not register.
+    unsafe { sys::rte_thread_unregister() }
+}
+
 type Job = Box<dyn FnOnce() -> i32 + Send + 'static>;
 
 /// A closure running on a worker lcore; `join` waits for its return value.

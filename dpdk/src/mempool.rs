@@ -139,11 +139,15 @@ impl Mempool {
         &self.name
     }
 
-    /// Bytes of data room per mbuf after the headroom.
-    pub fn data_room(&self) -> u16 {
+    /// Bytes of buffer per mbuf, headroom included (each mbuf's `buf_len`).
+    pub fn buf_len(&self) -> u16 {
         // SAFETY: the pool is a packet pool, created by rte_pktmbuf_pool_create.
-        let room = unsafe { sys::spate_pktmbuf_data_room_size(self.raw.as_ptr()) };
-        room - sys::RTE_PKTMBUF_HEADROOM as u16
+        unsafe { sys::spate_pktmbuf_data_room_size(self.raw.as_ptr()) }
+    }
+
+    /// Bytes of packet data an mbuf holds after its headroom.
+    pub fn data_room(&self) -> u16 {
+        self.buf_len() - sys::RTE_PKTMBUF_HEADROOM as u16
     }
 
     /// The raw pool pointer, for other `spate-dpdk` modules.

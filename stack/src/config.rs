@@ -235,6 +235,20 @@ pub struct StackConfig {
     pub stop_on_signal: bool,
     /// Send gratuitous ARP / unsolicited NA when the stack starts.
     pub announce: bool,
+    /// A reader blocked in `recv` on an empty queue naps this many µs
+    /// (twice at most) before it asks a polling lcore to wake it; 0, the
+    /// default, asks at once, as Linux does. While datagrams stream in, the
+    /// naps find them and no lcore makes the wake-up system call, which in
+    /// a VM interrupts the reader's vCPU and costs the lcore microseconds;
+    /// a datagram that arrives during a nap waits for its end (the timer
+    /// slack included, about 50 µs more).
+    pub reader_nap_us: u32,
+    /// Derive the secrets of the stack's keyed hashes (socket tables,
+    /// reuseport selection, IPv4 IDs) from this seed instead of the OS's
+    /// randomness, so that which flow lands on which socket repeats from run
+    /// to run. For benchmarks and tests: a secret others can guess lets a
+    /// remote sender aim every flow at one bucket.
+    pub hash_seed: Option<u64>,
 }
 
 impl Default for StackConfig {
@@ -257,6 +271,8 @@ impl Default for StackConfig {
             eal_args: Vec::new(),
             stop_on_signal: true,
             announce: true,
+            reader_nap_us: 0,
+            hash_seed: None,
         }
     }
 }

@@ -36,7 +36,7 @@ impl Datagram {
     /// header `headers` bytes before it.
     #[inline]
     pub(crate) fn new(mbuf: Mbuf, headers: u16, mapped: bool) -> Datagram {
-        let truesize = (mbuf.buf_len() + std::mem::size_of::<Datagram>()) as u32;
+        let truesize = truesize_of(mbuf.buf_len()) as u32;
         Datagram { mbuf, truesize, headers, mapped }
     }
 
@@ -165,6 +165,12 @@ impl Truesize for Datagram {
     fn truesize(&self) -> usize {
         self.truesize as usize
     }
+}
+
+/// The charge of a datagram whose mbufs' buffers add up to `buf_len` bytes.
+#[inline]
+pub(crate) fn truesize_of(buf_len: usize) -> usize {
+    buf_len + std::mem::size_of::<Datagram>()
 }
 
 /// Where the payload starts, seen from the IP header, for

@@ -7,6 +7,7 @@
 #![deny(unsafe_code)]
 #![warn(missing_docs)]
 
+mod app_thread;
 pub mod config;
 pub mod datagram;
 pub mod error;

@@ -109,9 +109,11 @@ impl SocketBuilder {
         }
         let rcvbuf = self.rcvbuf.unwrap_or(shared.cfg.rcvbuf);
         let id = shared.next_socket_id.fetch_add(1, Ordering::Relaxed);
+        let queue = RxQueue::new(shared.workers, rcvbuf);
+        queue.set_nap((shared.cfg.reader_nap_us > 0).then(|| Duration::from_micros(shared.cfg.reader_nap_us as u64)));
         let core = Arc::new(SocketCore {
             id,
-            queue: RxQueue::new(shared.workers, rcvbuf),
+            queue,
             error: AtomicI32::new(0),
             ident: AtomicU32::new(shared.random_u32()),
             epoch: AtomicU64::new(0),
@@ -370,6 +372,12 @@ impl UdpSocket {
         Ok(self.core.queue.rcvbuf())
     }
 
+    /// Times the polling lcores woke a reader sleeping in `recv` on this
+    /// socket (each a system call; none while readers keep up awake).
+    pub fn reader_wakeups(&self) -> u64 {
+        self.core.queue.wakeups()
+    }
+
     /// Datagrams this socket's queue refused for lack of room.
     pub fn rcvbuf_drops(&self) -> u64 {
         self.core.queue.total_drops()
@@ -413,6 +421,7 @@ impl UdpSocket {
 
     /// Receives one datagram; bytes beyond `buf` are cut off.
     pub fn recv_from(&self, buf: &mut [u8]) -> io::Result<(usize, SocketAddr)> {
+        crate::app_thread::enter();
         self.pending_error()?;
         let d = self
             .core
@@ -430,6 +439,7 @@ impl UdpSocket {
 
     /// Receives one datagram without copying it.
     pub fn recv_datagram(&self) -> io::Result<Datagram> {
+        crate::app_thread::enter();
         self.pending_error()?;
         self.core
             .queue
@@ -441,6 +451,7 @@ impl UdpSocket {
     /// (as the socket's mode says) only for the first. Allocates nothing
     /// while `out` has capacity; clearing `out` frees the mbufs in bulk.
     pub fn recv_batch(&self, out: &mut DatagramBatch, max: usize) -> io::Result<usize> {
+        crate::app_thread::enter();
         self.pending_error()?;
         match self.core.queue.pop_batch(out.vec(), max, self.wait_mode()) {
             0 if max > 0 => Err(self.pending_error().err().unwrap_or_else(|| self.no_data())),
@@ -450,6 +461,7 @@ impl UdpSocket {
 
     /// A send buffer of `len` bytes (contents unspecified) to fill in place.
     pub fn alloc_send_buf(&self, len: usize) -> io::Result<SendBuf> {
+        crate::app_thread::enter();
         let shared = self.shared();
         let room = shared.pool.data_room() as usize - MAX_HEADERS;
         if len > room {

@@ -84,13 +84,37 @@ impl Shared {
         self.running.load(Ordering::Acquire)
     }
 
-    /// A random number (xorshift over a seed from the OS).
+    /// A random number (xorshift over a seed from the OS, or from
+    /// `StackConfig::hash_seed`).
     pub fn random_u32(&self) -> u32 {
         let mut s = self.rng.lock().unwrap_or_else(|p| p.into_inner());
         *s ^= *s << 13;
         *s ^= *s >> 7;
         *s ^= *s << 17;
         (*s >> 16) as u32
+    }
+}
+
+/// Where the keyed hashes' secrets come from: the OS, or a seed
+/// (`StackConfig::hash_seed`) stretched with splitmix64.
+struct Secrets(Option<u64>);
+
+impl Secrets {
+    fn new(seed: Option<u64>) -> Secrets {
+        Secrets(seed)
+    }
+
+    fn next(&mut self) -> u64 {
+        match &mut self.0 {
+            None => os_random(),
+            Some(state) => {
+                *state = state.wrapping_add(0x9e37_79b9_7f4a_7c15);
+                let mut z = *state;
+                z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+                z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+                (z ^ (z >> 31)) | 1
+            }
+        }
     }
 }
 
@@ -283,13 +307,13 @@ impl Stack {
             );
             ports.push(port);
         }
-        let seed = os_random();
+        let mut secrets = Secrets::new(cfg.hash_seed);
         let routes = Routes::new(&ifaces, &cfg.gateways);
         let shared = Shared {
             id,
             neigh: NeighTable::new(cfg.neighbor.clone()),
-            sockets: SocketTable::new([seed, os_random(), os_random(), os_random()]),
-            ip_id: IpIdGen::new([os_random(), os_random()]),
+            sockets: SocketTable::new([secrets.next(), secrets.next(), secrets.next(), secrets.next()]),
+            ip_id: IpIdGen::new([secrets.next(), secrets.next()]),
             stats: StatsRegistry::new(workers),
             load: (0..workers).map(|_| CachePadded::new(LcoreLoad::default())).collect(),
             inbox: (0..workers).map(|_| CachePadded::new(ArrayQueue::new(INBOX))).collect(),
@@ -300,7 +324,7 @@ impl Stack {
             next_tx_worker: AtomicUsize::new(0),
             stop: AtomicBool::new(false),
             running: AtomicBool::new(false),
-            rng: Mutex::new(seed),
+            rng: Mutex::new(secrets.next()),
             queues: Mutex::new(queues.into_iter().map(Some).collect()),
             ports,
             routes,
@@ -355,6 +379,14 @@ impl Stack {
     /// The packet pool (for leak checks: its in-use count).
     pub fn mempool(&self) -> &Arc<Mempool> {
         &self.shared.pool
+    }
+
+    /// What a datagram in one mbuf is charged against a receive buffer:
+    /// the mbuf's whole buffer and the datagram's own bytes, as Linux
+    /// charges an skb's truesize. A receive buffer of `n` times this holds
+    /// `n` such datagrams.
+    pub fn datagram_truesize(&self) -> usize {
+        crate::datagram::truesize_of(self.shared.pool.buf_len() as usize)
     }
 
     /// Neighbour entries known.
