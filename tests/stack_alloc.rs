@@ -125,6 +125,44 @@ fn no_heap_allocation_per_datagram() {
     let rtc = measure(&mut peer, &frames);
     running.stop();
 
+    // A reuseport group of four: the 16 flows interleave in every burst,
+    // so the lcore sorts bursts by socket and feeds several queues.
+    let group: Arc<Vec<UdpSocket>> = Arc::new(
+        (0..4)
+            .map(|_| {
+                let s = UdpSocket::builder(&stack).reuseport(true).bind("0.0.0.0:9").unwrap();
+                s.set_nonblocking(true).unwrap();
+                s
+            })
+            .collect(),
+    );
+    let to_group: Vec<Vec<u8>> =
+        (0..16).map(|i| udp_frame(mac, false, 41000 + i, 9, &vec![i as u8; 64 + 50 * i as usize])).collect();
+    let per_socket: Arc<Vec<AtomicU64>> = Arc::new((0..4).map(|_| AtomicU64::new(0)).collect());
+    let (g, counts) = (group.clone(), per_socket.clone());
+    let running = stack
+        .spawn(move |_| {
+            let (g, counts) = (g.clone(), counts.clone());
+            let mut batch = DatagramBatch::with_capacity(32);
+            move |ctx: &mut LcoreCtx<'_>| {
+                for id in ctx.ready() {
+                    let Some(at) = g.iter().position(|s| s.id() == *id) else { continue };
+                    let s = &g[at];
+                    while let Ok(n) = s.recv_batch(&mut batch, 32) {
+                        counts[at].fetch_add(n as u64, Ordering::Relaxed);
+                        for d in batch.drain() {
+                            let to = d.src();
+                            let _ = s.send_buf_to(d.into_send_buf(), to);
+                        }
+                    }
+                }
+            }
+        })
+        .unwrap();
+    let grouped = measure(&mut peer, &to_group);
+    running.stop();
+    let served = per_socket.iter().filter(|n| n.load(Ordering::Relaxed) > 0).count();
+
     // Thread mode: an application thread copies each datagram out and back.
     sock.set_nonblocking(false).unwrap();
     sock.set_read_timeout(Some(Duration::from_millis(100))).unwrap();
@@ -145,5 +183,7 @@ fn no_heap_allocation_per_datagram() {
     running.stop();
 
     assert_eq!(rtc, 0, "heap allocations over {MEASURED} datagrams, run-to-completion");
+    assert!(served >= 2, "the group's flows spread over {served} socket(s)");
+    assert_eq!(grouped, 0, "heap allocations over {MEASURED} datagrams, reuseport group of 4");
     assert_eq!(threaded, 0, "heap allocations over {MEASURED} datagrams, application thread");
 }

@@ -94,3 +94,70 @@ fn arp_udp_and_port_unreachable_over_a_wire_pair() {
     drop(peer);
     assert_eq!(stack.mempool().in_use(), 0);
 }
+
+/// A reader that does not keep up: the socket's receive buffer holds ten
+/// datagrams, fifty arrive, and the forty refused are counted exactly (per
+/// socket, in Udp and in Rx); the ten queued come out in order, and once
+/// read there is room again.
+#[test]
+fn slow_reader_overflow_counts_drops_and_keeps_order() {
+    let _serial = device_lock();
+    shared_eal(Memory::Auto);
+    let (mut peer, spate_port, _a) = WirePeer::new(1023);
+    let cfg = StackConfig {
+        lcores: "1".into(),
+        ports: vec![PortSpec::new(&spate_port).addr("198.18.0.2/24").unwrap()],
+        mempool_size: 2047,
+        idle_sleep_us: 50,
+        stop_on_signal: false,
+        announce: false,
+        ..StackConfig::default()
+    };
+    let stack = Stack::new(cfg).unwrap();
+    let spate_mac = stack.interfaces()[0].mac;
+    let truesize = stack.datagram_truesize();
+    let sock = UdpSocket::builder(&stack).recv_buffer_size(10 * truesize).bind("0.0.0.0:9").unwrap();
+    sock.set_nonblocking(true).unwrap();
+    let running = stack.spawn_polling().unwrap();
+
+    for seq in 0..50u32 {
+        peer.send(&udp_frame(spate_mac, false, 40000, 9, &seq.to_be_bytes()));
+    }
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    let settled = || {
+        let c = stack.counters();
+        c[Counter::UdpInDatagrams] + c[Counter::UdpRcvbufErrors] == 50
+    };
+    while !settled() {
+        assert!(std::time::Instant::now() < deadline, "{}", stack.counters().render_nonzero());
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    let c = stack.counters();
+    assert_eq!(c[Counter::UdpInDatagrams], 10);
+    assert_eq!(c[Counter::UdpRcvbufErrors], 40);
+    assert_eq!(c[Counter::UdpInErrors], 40, "Linux counts a full buffer in InErrors too");
+    assert_eq!(c[Counter::RxRcvbufFull], 40);
+    assert_eq!(sock.rcvbuf_drops(), 40);
+
+    let mut buf = [0u8; 16];
+    let got: Vec<u32> = std::iter::from_fn(|| {
+        let n = sock.recv(&mut buf).ok()?;
+        Some(u32::from_be_bytes(buf[..n].try_into().unwrap()))
+    })
+    .collect();
+    assert_eq!(got, (0..10).collect::<Vec<_>>(), "the first ten, in order");
+    assert_eq!(sock.recv(&mut buf).unwrap_err().kind(), std::io::ErrorKind::WouldBlock);
+
+    // Read, so there is room: the next one is taken.
+    sock.set_nonblocking(false).unwrap();
+    sock.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+    peer.send(&udp_frame(spate_mac, false, 40000, 9, &50u32.to_be_bytes()));
+    let n = sock.recv(&mut buf).unwrap();
+    assert_eq!(&buf[..n], &50u32.to_be_bytes());
+
+    running.stop();
+    assert_eq!(stack.counters().unaccounted_frames(), 0);
+    drop(sock);
+    drop(peer);
+    assert_eq!(stack.mempool().in_use(), 0, "mbufs leaked");
+}
