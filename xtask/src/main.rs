@@ -331,6 +331,7 @@ fn bench(args: &[String]) -> Result {
         ("stack_rx", vec![]),
         ("pipeline", vec!["--callgrind"]),
         ("lookup", vec!["--callgrind"]),
+        ("rx_queue", vec![]),
     ];
     for (name, extra) in all {
         if !named.is_empty() && !named.iter().any(|n| *n == name) {
