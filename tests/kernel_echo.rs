@@ -26,27 +26,17 @@ struct Sent {
     v6: u64,
 }
 
-fn echo_args(device: Option<String>) -> Vec<String> {
+/// spate-echo's arguments; `lcores` "1" leaves the EAL main lcore 0 idle
+/// and the calling thread waiting for the polling lcore.
+fn echo_args(device: Option<String>, lcores: &str) -> Vec<String> {
     let mut a = vec![];
     if let Some(d) = device {
         a.extend(["--vdev".to_string(), d]);
     }
+    a.extend(["--lcores".to_string(), lcores.to_string()]);
     a.extend(
-        [
-            "--ip",
-            "198.18.0.2/24",
-            "--ip6",
-            "fd00::2/64",
-            "--lcores",
-            "0",
-            "--idle-sleep",
-            "20",
-            "--interval",
-            "0.5",
-            "--mbufs",
-            "4095",
-        ]
-        .map(String::from),
+        ["--ip", "198.18.0.2/24", "--ip6", "fd00::2/64", "--idle-sleep", "20", "--interval", "0.5", "--mbufs", "4095"]
+            .map(String::from),
     );
     a
 }
@@ -99,15 +89,15 @@ fn run(mode: Mode) {
             spate_ns.must(&["ip", "link", "set", "vA", "address", "02:53:50:41:54:45"]);
             spate_ns.disable_ipv6("vA");
             kernel_peer(&kernel_ns, "vB");
-            let dev = match mode {
-                Mode::Pcap => "net_pcap0,iface=vA,phy_mac=1",
-                _ => "net_af_packet0,iface=vA",
+            let (dev, lcores) = match mode {
+                Mode::Pcap => ("net_pcap0,iface=vA,phy_mac=1", "0"),
+                _ => ("net_af_packet0,iface=vA", "1"),
             };
-            let app = SpateApp::start(&spate_ns, ECHO, &echo_args(Some(dev.into())), "UDP echo on");
+            let app = SpateApp::start(&spate_ns, ECHO, &echo_args(Some(dev.into()), lcores), "UDP echo on");
             (app, Some(kernel_ns))
         }
         Mode::Tap => {
-            let app = SpateApp::start(&spate_ns, ECHO, &echo_args(None), "UDP echo on");
+            let app = SpateApp::start(&spate_ns, ECHO, &echo_args(None, "0"), "UDP echo on");
             kernel_peer(&spate_ns, "spate0");
             (app, None)
         }
@@ -222,7 +212,7 @@ fn reuseport_group_answers_many_flows() {
     spate_ns.must(&["ip", "link", "set", "vA", "address", "02:53:50:41:54:45"]);
     spate_ns.disable_ipv6("vA");
     kernel_peer(&kernel_ns, "vB");
-    let mut args = echo_args(Some("net_pcap0,iface=vA,phy_mac=1".into()));
+    let mut args = echo_args(Some("net_pcap0,iface=vA,phy_mac=1".into()), "0");
     args.extend(["--sockets".to_string(), "4".into()]);
     let app = SpateApp::start(&spate_ns, ECHO, &args, "4 sockets in a reuseport group");
     let flows = 200;

@@ -461,8 +461,11 @@ impl Stack {
             let mut h = app(idx);
             w.run(&mut h);
             self.give_back(idx, w.into_queues());
+            // This lcore stopped (a signal, `stop`): the others follow.
+            self.stop();
         }
-        self.stop();
+        // Without a local lcore the calling thread waits here until the
+        // lcores stop on their own (a signal, `stop` from another thread).
         for j in joins {
             j.join();
         }
