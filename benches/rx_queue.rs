@@ -25,8 +25,8 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Instant;
 
 use crossbeam::queue::{ArrayQueue, SegQueue};
+use spate_dpdk::lcore::set_affinity;
 use spate_stack::rx_queue::{RxQueue, Truesize, Wait};
-use spate_testkit::pin_current_thread;
 
 const CAPACITY: usize = 8192;
 const TRUESIZE: usize = 2240;
@@ -216,13 +216,13 @@ fn threaded(q: &dyn Queue, producers: usize, per_producer: u64) -> f64 {
             let stop = &stop;
             s.spawn(move || {
                 if producers == 1 {
-                    let _ = pin_current_thread(1);
+                    let _ = set_affinity(&[1]);
                 }
                 produce(q, p, per_producer, stop);
             });
         }
         if producers == 1 {
-            let _ = pin_current_thread(0);
+            let _ = set_affinity(&[0]);
         }
         let sum = consume(q, per_producer * producers as u64);
         stop.store(true, Ordering::Relaxed);
@@ -236,7 +236,7 @@ fn threaded(q: &dyn Queue, producers: usize, per_producer: u64) -> f64 {
 
 /// Items per second through one thread: push a burst, read it back.
 fn one_core(q: &dyn Queue, n: u64) -> f64 {
-    let _ = pin_current_thread(0);
+    let _ = set_affinity(&[0]);
     let mut burst: Vec<Item> = Vec::with_capacity(BURST);
     let mut out: Vec<Item> = Vec::with_capacity(BURST);
     let start = Instant::now();

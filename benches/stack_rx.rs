@@ -220,7 +220,7 @@ fn spate_thread_sink(sock: &PathBuf, warmup: u64, seconds: u64) -> (ThreadSample
     let marks: Arc<[AtomicU64; 4]> = Arc::new(Default::default());
     let (s, ph, mk) = (sockt.clone(), phase.clone(), marks.clone());
     let reader = std::thread::spawn(move || {
-        let _ = spate_testkit::pin_current_thread(0);
+        let _ = spate_dpdk::lcore::set_affinity(&[0]);
         let mut batch = DatagramBatch::with_capacity(64);
         let (mut n, mut sum, mut seen) = (0u64, 0u64, 0u64);
         loop {
@@ -238,7 +238,7 @@ fn spate_thread_sink(sock: &PathBuf, warmup: u64, seconds: u64) -> (ThreadSample
                 }
                 let at = 2 * (p as usize - 1);
                 mk[at].store(n, Ordering::Relaxed);
-                mk[at + 1].store(spate_testkit::thread_cpu_ns(), Ordering::Release);
+                mk[at + 1].store(spate_dpdk::lcore::thread_cpu_ns(), Ordering::Release);
                 seen = p;
             }
         }

@@ -62,8 +62,8 @@ fn run(args: &EchoArgs) -> Result<(), Box<dyn std::error::Error>> {
     let sockets = Arc::new(sockets);
     let echoed: Arc<Vec<AtomicU64>> = Arc::new((0..sockets.len()).map(|_| AtomicU64::new(0)).collect());
     announce(args, &stack);
-    let reporter =
-        (args.interval > 0.0).then(|| report::print_every(stack.clone(), Duration::from_secs_f64(args.interval)));
+    let reporter = (args.interval > 0.0)
+        .then(|| report::print_every(stack.clone(), Duration::from_secs_f64(args.interval), report::line));
     let (socks, counts) = (sockets.clone(), echoed.clone());
     stack.run(move |_lcore| {
         let socks = socks.clone();

@@ -4,4 +4,8 @@
 
 pub mod cli;
 pub mod echo;
+pub mod flood;
+pub mod iperf;
+pub mod relay;
 pub mod report;
+pub mod sink;

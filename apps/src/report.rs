@@ -9,10 +9,16 @@ use spate_stack::{Counter, Counters, Stack};
 /// Rates between two samples.
 #[derive(Debug, Clone)]
 pub struct Sample {
-    at: Instant,
-    counters: Counters,
-    ports: Vec<(String, PortStats)>,
-    mbufs_in_use: u32,
+    /// When it was taken.
+    pub at: Instant,
+    /// The stack's counters.
+    pub counters: Counters,
+    /// Each port's name and counters.
+    pub ports: Vec<(String, PortStats)>,
+    /// Mbufs out of the pool.
+    pub mbufs_in_use: u32,
+    /// Busy TSC cycles of all polling lcores (iterations that found work).
+    pub busy_cycles: u64,
 }
 
 impl Sample {
@@ -23,6 +29,7 @@ impl Sample {
             counters: stack.counters(),
             ports: stack.port_stats(),
             mbufs_in_use: stack.mempool().in_use(),
+            busy_cycles: (0..stack.lcores().len()).map(|i| stack.lcore_load(i).0).sum(),
         }
     }
 }
@@ -60,6 +67,11 @@ pub fn line(prev: &Sample, now: &Sample) -> String {
 
 /// The non-zero drop counters as `Group.Name=n` words.
 pub fn drops(c: &Counters) -> String {
+    drop_counts(c).iter().map(|(k, v)| format!("{k}={v}")).collect::<Vec<_>>().join(" ")
+}
+
+/// The non-zero drop counters, named `Group.Name`.
+pub fn drop_counts(c: &Counters) -> Vec<(String, u64)> {
     let mut out = Vec::new();
     for (k, v) in c.iter() {
         let is_drop = matches!(
@@ -94,10 +106,10 @@ pub fn drops(c: &Counters) -> String {
                 | Counter::NeighQueueDrops
         );
         if is_drop && v > 0 {
-            out.push(format!("{}.{}={v}", k.group(), k.name()));
+            out.push((format!("{}.{}", k.group(), k.name()), v));
         }
     }
-    out.join(" ")
+    out
 }
 
 /// The final summary: port counters and every non-zero stack counter.
@@ -115,8 +127,12 @@ pub fn summary(stack: &Stack) -> String {
     out
 }
 
-/// Prints a line every `interval` until the stack stops polling.
-pub fn print_every(stack: Stack, interval: Duration) -> std::thread::JoinHandle<()> {
+/// Prints `format(previous sample, this sample)` every `interval` until the
+/// stack stops polling.
+pub fn print_every<F>(stack: Stack, interval: Duration, mut format: F) -> std::thread::JoinHandle<()>
+where
+    F: FnMut(&Sample, &Sample) -> String + Send + 'static,
+{
     std::thread::spawn(move || {
         let _ = spate_dpdk::lcore::unpin_current_thread();
         // Wait until the lcores run, then report while they do.
@@ -135,7 +151,7 @@ pub fn print_every(stack: Stack, interval: Duration) -> std::thread::JoinHandle<
                 std::thread::sleep(step.min(interval));
             }
             let now = Sample::take(&stack);
-            println!("{}", line(&prev, &now));
+            println!("{}", format(&prev, &now));
             prev = now;
         }
     })

@@ -174,6 +174,43 @@ pub fn unpin_current_thread() -> std::io::Result<()> {
     set_affinity(&(0..n).collect::<Vec<_>>())
 }
 
+/// CPU time the calling thread has used, in nanoseconds.
+pub fn thread_cpu_ns() -> u64 {
+    let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
+    // SAFETY: clock_gettime writes one timespec we own.
+    let ret = unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut ts) };
+    debug_assert_eq!(ret, 0, "CLOCK_THREAD_CPUTIME_ID exists on Linux");
+    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
+}
+
+/// A thread's CPU-time clock, readable from any thread of the process
+/// while that thread lives.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ThreadClock(libc::clockid_t);
+
+impl ThreadClock {
+    /// The calling thread's clock.
+    pub fn current() -> std::io::Result<ThreadClock> {
+        let mut id: libc::clockid_t = 0;
+        // SAFETY: pthread_self is the calling thread; the id is written to a
+        // local we own.
+        let ret = unsafe { libc::pthread_getcpuclockid(libc::pthread_self(), &mut id) };
+        if ret != 0 {
+            return Err(std::io::Error::from_raw_os_error(ret));
+        }
+        Ok(ThreadClock(id))
+    }
+
+    /// CPU time the thread has used, in nanoseconds; `None` once it exited.
+    pub fn ns(&self) -> Option<u64> {
+        let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
+        // SAFETY: clock_gettime writes one timespec we own; a stale clock id
+        // fails with EINVAL rather than touching memory.
+        let ret = unsafe { libc::clock_gettime(self.0, &mut ts) };
+        (ret == 0).then(|| ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64)
+    }
+}
+
 /// The time-stamp counter.
 #[inline]
 pub fn tsc() -> u64 {

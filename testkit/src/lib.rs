@@ -18,5 +18,4 @@ pub use netns::{Netns, kernel_peer, veth};
 pub use process::Proc;
 pub use spate::{SpateApp, counter, parse_counters};
 pub use testpmd::{FwdStats, TestPmd, TestPmdBuilder};
-pub use unsafe_libc::{pin_current_thread, thread_cpu_ns};
 pub use wire_peer::{Rng, WirePeer};

@@ -82,13 +82,16 @@ impl Netns {
     /// Runs `f` on a thread that lives in this namespace (for kernel
     /// sockets on the peer side) and returns its result.
     pub fn run<T: Send + 'static>(&self, f: impl FnOnce() -> T + Send + 'static) -> T {
+        self.thread(f).join().unwrap_or_else(|e| std::panic::resume_unwind(e))
+    }
+
+    /// Starts `f` on a thread that lives in this namespace.
+    pub fn thread<T: Send + 'static>(&self, f: impl FnOnce() -> T + Send + 'static) -> std::thread::JoinHandle<T> {
         let path = self.path();
         std::thread::spawn(move || {
             crate::unsafe_libc::enter_netns(&path).expect("setns into the test namespace");
             f()
         })
-        .join()
-        .unwrap_or_else(|e| std::panic::resume_unwind(e))
     }
 
     /// Disables IPv6 on an interface (the side spate drives, so the kernel
