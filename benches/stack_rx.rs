@@ -8,17 +8,16 @@
 //!
 //! `cargo bench --bench stack_rx -- [--quick] [--rounds N] [--seconds S] [--json PATH]`
 
-use std::path::PathBuf;
+use std::path::Path;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use spate_stack::{Counter, DatagramBatch, LcoreCtx, PortSpec, Stack, StackConfig, UdpSocket};
-use spate_testkit::testpmd::pps_samples;
-use spate_testkit::{FwdStats, TestPmd, TestPmdBuilder, unique, unique_socket_path};
+use spate_testkit::testpmd::{SPATE_MAC, rxonly, txonly_source};
+use spate_testkit::{FwdStats, TestPmd, unique, unique_socket_path};
 
 const RING: u16 = 1024;
-const SPATE_MAC: &str = "02:53:50:41:54:45";
 
 #[derive(Debug, Clone, Copy, Default)]
 struct Sample {
@@ -34,69 +33,16 @@ struct Reconciliation {
     drops: u64,
 }
 
-/// The txonly source. Interactive, it sends from `start` to `stop` and
-/// then reports the exact count while the link stays up.
-fn generator(sock: &PathBuf, limit: Duration, interactive: bool) -> TestPmd {
-    let _ = std::fs::remove_file(sock);
-    let b = TestPmdBuilder::new("0,1", 1);
-    let b = if interactive { b.interactive() } else { b };
-    let mut g = b
-        .vdev(&format!("net_vhost0,iface={},queues=1", sock.display()))
-        .args([
-            "--forward-mode=txonly".to_string(),
-            "--txpkts=64".into(),
-            format!("--eth-peer=0,{SPATE_MAC}"),
-            "--tx-ip=198.18.0.1,198.18.0.2".into(),
-            "--tx-udp=9,9".into(),
-            "--nb-cores=1".into(),
-            "--burst=32".into(),
-            "--rxd=1024".into(),
-            "--txd=1024".into(),
-            "--total-num-mbufs=16384".into(),
-        ])
-        .args(if interactive { vec![] } else { vec!["--stats-period=1".to_string()] })
-        .limit(limit)
-        .spawn("gen")
-        .expect("start the generator");
-    g.proc.remove_on_drop(sock);
-    if interactive {
-        g.wait_prompt(Duration::from_secs(30)).expect("generator prompt");
-    } else {
-        g.wait_started(Duration::from_secs(30)).expect("generator starts");
-    }
-    g
+/// The 64-byte txonly source.
+fn generator(sock: &Path, limit: Duration, interactive: bool) -> TestPmd {
+    txonly_source(sock, 64, limit, interactive)
 }
 
-fn testpmd_rxonly(sock: &PathBuf, warmup: u64, seconds: u64) -> Sample {
+fn testpmd_rxonly(sock: &Path, warmup: u64, seconds: u64) -> Sample {
     let mut source = generator(sock, Duration::from_secs(warmup + seconds + 60), false);
-    let mut rx = TestPmdBuilder::new("0,1", 0)
-        .vdev(&format!("net_virtio_user0,path={},queues=1,queue_size={RING}", sock.display()))
-        .args(
-            [
-                "--forward-mode=rxonly",
-                "--record-core-cycles",
-                "--nb-cores=1",
-                "--burst=32",
-                "--rxd=1024",
-                "--txd=1024",
-                "--total-num-mbufs=16384",
-                "--stats-period=1",
-            ]
-            .map(String::from),
-        )
-        .limit(Duration::from_secs(warmup + seconds + 60))
-        .spawn("rxonly")
-        .expect("start testpmd rxonly");
-    rx.wait_started(Duration::from_secs(30)).expect("rxonly starts");
-    std::thread::sleep(Duration::from_secs(warmup + seconds));
-    let out = rx.finish();
+    let r = rxonly(sock, RING, warmup, seconds);
     source.finish();
-    let stats = FwdStats::parse(&out).unwrap_or_else(|| panic!("no rxonly stats:\n{out}"));
-    let samples: Vec<u64> = pps_samples(&out, "Rx").into_iter().skip(warmup as usize).filter(|&v| v > 0).collect();
-    Sample {
-        pps: samples.iter().sum::<u64>() as f64 / samples.len().max(1) as f64,
-        cycles: stats.cycles_per_packet.expect("--record-core-cycles"),
-    }
+    Sample { pps: r.pps, cycles: r.cycles }
 }
 
 /// spate on the vhost-user pair, polling lcore 1.
@@ -144,7 +90,7 @@ fn reconcile(source: &mut TestPmd, stack: &Stack) -> Reconciliation {
     }
 }
 
-fn spate_sink(sock: &PathBuf, warmup: u64, seconds: u64, checksum_offload: bool) -> (Sample, Reconciliation) {
+fn spate_sink(sock: &Path, warmup: u64, seconds: u64, checksum_offload: bool) -> (Sample, Reconciliation) {
     let mut source = generator(sock, Duration::from_secs(warmup + seconds + 60), true);
     let stack = spate_stack(sock, checksum_offload, 16383, 0);
     let sockt = Arc::new(UdpSocket::builder(&stack).recv_buffer_size(4 << 20).bind("0.0.0.0:9").unwrap());
@@ -206,7 +152,7 @@ struct ThreadSample {
 /// The sink as an application thread: the lcore polls and queues, a thread
 /// pinned to the other CPU (the generator's) blocks in `recv_batch`, reads
 /// every byte, and measures its own CPU time.
-fn spate_thread_sink(sock: &PathBuf, warmup: u64, seconds: u64) -> (ThreadSample, Reconciliation) {
+fn spate_thread_sink(sock: &Path, warmup: u64, seconds: u64) -> (ThreadSample, Reconciliation) {
     let mut source = generator(sock, Duration::from_secs(warmup + seconds + 60), true);
     // Room for 60,000 datagrams: the reader shares its CPU with the
     // generator and is off it for a scheduler slice at a time.

@@ -95,9 +95,19 @@ impl LcoreJoin {
     }
 
     /// Waits for the closure and returns its value (-1 if it panicked).
+    /// The caller sleeps while it waits: `rte_eal_wait_lcore` alone spins,
+    /// and a caller on a CPU shared with other work would take it away.
     pub fn join(mut self) -> i32 {
         self.joined = true;
-        // SAFETY: waits for a job launched on a valid worker lcore.
+        self.wait()
+    }
+
+    fn wait(&self) -> i32 {
+        // SAFETY: reads the state of a valid worker lcore.
+        while unsafe { sys::rte_eal_get_lcore_state(self.lcore) } == sys::RUNNING {
+            std::thread::sleep(std::time::Duration::from_millis(1));
+        }
+        // SAFETY: collects the return value of the finished job.
         unsafe { sys::rte_eal_wait_lcore(self.lcore) }
     }
 }
@@ -105,8 +115,7 @@ impl LcoreJoin {
 impl Drop for LcoreJoin {
     fn drop(&mut self) {
         if !self.joined {
-            // SAFETY: as in join.
-            unsafe { sys::rte_eal_wait_lcore(self.lcore) };
+            self.wait();
         }
     }
 }

@@ -18,4 +18,5 @@ pub use netns::{Netns, kernel_peer, veth};
 pub use process::Proc;
 pub use spate::{SpateApp, counter, parse_counters};
 pub use testpmd::{FwdStats, TestPmd, TestPmdBuilder};
+pub use unsafe_libc::{recvmmsg, set_recv_buffer};
 pub use wire_peer::{Rng, WirePeer};

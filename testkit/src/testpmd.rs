@@ -1,6 +1,6 @@
 //! `dpdk-testpmd` as a peer and as the reference a benchmark compares with.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use crate::names::unique;
@@ -19,6 +19,7 @@ pub struct TestPmdBuilder {
     app_args: Vec<String>,
     limit: Duration,
     interactive: bool,
+    netns: Option<String>,
 }
 
 impl TestPmdBuilder {
@@ -33,7 +34,15 @@ impl TestPmdBuilder {
             app_args: Vec::new(),
             limit: Duration::from_secs(300),
             interactive: false,
+            netns: None,
         }
+    }
+
+    /// Runs it inside network namespace `ns` (for `net_tap`, whose device
+    /// appears where testpmd runs).
+    pub fn in_netns(mut self, ns: &crate::Netns) -> Self {
+        self.netns = Some(ns.name().to_string());
+        self
     }
 
     /// Adds a `--vdev`.
@@ -72,7 +81,11 @@ impl TestPmdBuilder {
     pub fn spawn(self, role: &str) -> std::io::Result<TestPmd> {
         let prefix = unique(&format!("spate-tpmd-{role}-"));
         // Line-buffered, so what it prints reaches the log as it happens.
-        let mut args = vec![
+        let mut args = match &self.netns {
+            Some(ns) => vec!["netns".to_string(), "exec".into(), ns.clone(), "stdbuf".into()],
+            None => Vec::new(),
+        };
+        args.extend([
             "-oL".to_string(),
             "dpdk-testpmd".into(),
             "-l".to_string(),
@@ -85,7 +98,7 @@ impl TestPmdBuilder {
             prefix.clone(),
             "-m".into(),
             self.memory_mb.to_string(),
-        ];
+        ]);
         if self.hugepages {
             args.extend(["--in-memory".into(), "--single-file-segments".into()]);
         } else {
@@ -101,10 +114,11 @@ impl TestPmdBuilder {
         args.extend(self.app_args.iter().cloned());
         let log = PathBuf::from(format!("/tmp/{prefix}.log"));
         let name = format!("testpmd {role}");
+        let program = if self.netns.is_some() { "ip" } else { "stdbuf" };
         let mut proc = if self.interactive {
-            Proc::spawn_interactive(&name, "stdbuf", &args, &log, self.limit)?
+            Proc::spawn_interactive(&name, program, &args, &log, self.limit)?
         } else {
-            Proc::spawn(&name, "stdbuf", &args, &log, self.limit)?
+            Proc::spawn(&name, program, &args, &log, self.limit)?
         };
         proc.remove_on_drop(format!("/var/run/dpdk/{prefix}"));
         Ok(TestPmd { proc, prefix })
@@ -169,6 +183,92 @@ impl TestPmd {
     pub fn prefix(&self) -> &str {
         &self.prefix
     }
+}
+
+/// The MAC spate's benchmarks give the receiving side.
+pub const SPATE_MAC: &str = "02:53:50:41:54:45";
+
+/// dpdk-testpmd `txonly` serving `net_vhost` at `sock`: UDP frames of
+/// `frame` bytes from 198.18.0.1:9 to 198.18.0.2:9 and [`SPATE_MAC`], one
+/// forwarding core on CPU 0 (main lcore 1). Interactive, it sends from
+/// `start` to `stop` and then reports the exact count while the link stays
+/// up; otherwise it starts at once and prints rates every second.
+pub fn txonly_source(sock: &Path, frame: usize, limit: Duration, interactive: bool) -> TestPmd {
+    let _ = std::fs::remove_file(sock);
+    let b = TestPmdBuilder::new("0,1", 1);
+    let b = if interactive { b.interactive() } else { b };
+    let mut g = b
+        .vdev(&format!("net_vhost0,iface={},queues=1", sock.display()))
+        .args([
+            "--forward-mode=txonly".to_string(),
+            format!("--txpkts={frame}"),
+            format!("--eth-peer=0,{SPATE_MAC}"),
+            "--tx-ip=198.18.0.1,198.18.0.2".into(),
+            "--tx-udp=9,9".into(),
+            "--nb-cores=1".into(),
+            "--burst=32".into(),
+            "--rxd=1024".into(),
+            "--txd=1024".into(),
+            "--total-num-mbufs=16384".into(),
+        ])
+        .args(if interactive { vec![] } else { vec!["--stats-period=1".to_string()] })
+        .limit(limit)
+        .spawn("gen")
+        .expect("start the txonly source");
+    g.proc.remove_on_drop(sock);
+    if interactive {
+        g.wait_prompt(Duration::from_secs(30)).expect("source prompt");
+    } else {
+        g.wait_started(Duration::from_secs(30)).expect("source starts");
+    }
+    g
+}
+
+/// dpdk-testpmd `rxonly --record-core-cycles` as the `net_virtio_user`
+/// client of `sock` (ring of `ring` descriptors, forwarding on CPU 1) for
+/// `warmup + seconds`: its mean Rx-pps after the warm-up, its cycles per
+/// packet and the TSC rate it counted them with. The ceiling spate is
+/// measured against.
+pub fn rxonly(sock: &Path, ring: u16, warmup: u64, seconds: u64) -> RxOnly {
+    let mut rx = TestPmdBuilder::new("0,1", 0)
+        .vdev(&format!("net_virtio_user0,path={},queues=1,queue_size={ring}", sock.display()))
+        .args(
+            [
+                "--forward-mode=rxonly",
+                "--record-core-cycles",
+                "--nb-cores=1",
+                "--burst=32",
+                "--rxd=1024",
+                "--txd=1024",
+                "--total-num-mbufs=16384",
+                "--stats-period=1",
+            ]
+            .map(String::from),
+        )
+        .limit(Duration::from_secs(warmup + seconds + 60))
+        .spawn("rxonly")
+        .expect("start testpmd rxonly");
+    rx.wait_started(Duration::from_secs(30)).expect("rxonly starts");
+    std::thread::sleep(Duration::from_secs(warmup + seconds));
+    let out = rx.finish();
+    let stats = FwdStats::parse(&out).unwrap_or_else(|| panic!("no rxonly stats:\n{out}"));
+    let samples: Vec<u64> = pps_samples(&out, "Rx").into_iter().skip(warmup as usize).filter(|&v| v > 0).collect();
+    RxOnly {
+        pps: samples.iter().sum::<u64>() as f64 / samples.len().max(1) as f64,
+        cycles: stats.cycles_per_packet.expect("--record-core-cycles"),
+        hz: stats.mhz.map(|m| m * 1e6),
+    }
+}
+
+/// What [`rxonly`] measured.
+#[derive(Debug, Clone, Copy)]
+pub struct RxOnly {
+    /// Packets per second received.
+    pub pps: f64,
+    /// Busy cycles per packet.
+    pub cycles: f64,
+    /// The TSC rate testpmd reported.
+    pub hz: Option<f64>,
 }
 
 /// What testpmd printed in its final forward statistics.

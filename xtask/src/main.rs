@@ -26,6 +26,8 @@ const TEST_PACKAGES: &[&str] = &[
     "iputils-ping",
     "binutils",
     "valgrind",
+    // The pps harness labels its plot with this font.
+    "fonts-dejavu-core",
 ];
 const HUGEPAGES_2M: u32 = 1024;
 const HUGEPAGE_SYSFS: &str = "/sys/kernel/mm/hugepages/hugepages-2048kB/nr_hugepages";
@@ -332,6 +334,7 @@ fn bench(args: &[String]) -> Result {
         ("pipeline", vec!["--callgrind"]),
         ("lookup", vec!["--callgrind"]),
         ("rx_queue", vec![]),
+        ("pps", vec![]),
     ];
     for (name, extra) in all {
         if !named.is_empty() && !named.iter().any(|n| *n == name) {
