@@ -5,7 +5,7 @@ use std::net::IpAddr;
 use std::path::PathBuf;
 
 use clap::Args;
-use spate_stack::config::{Cidr, PortSpec, StackConfig};
+use spate_stack::config::{Cidr, PortSpec, StackConfig, VXLAN_PORT, VxlanSpec};
 
 /// The MAC of the default TAP device ("SPATE" in ASCII after 02).
 pub const DEFAULT_MAC: &str = "02:53:50:41:54:45";
@@ -52,6 +52,13 @@ pub struct StackArgs {
     /// Mbufs in the packet pool.
     #[arg(long, value_name = "N")]
     pub mbufs: Option<u32>,
+    /// A VXLAN tunnel: `VNI@ADDR` to the remote endpoint on port 4789, or
+    /// `VNI@ADDR:PORT` / `VNI@[ADDR6]:PORT` for another port.
+    #[arg(long, value_name = "VNI@ADDR", value_parser = parse_vxlan)]
+    pub vxlan: Option<(u32, std::net::SocketAddr)>,
+    /// An address of the tunnel's inner interface (repeatable).
+    #[arg(long = "inner-ip", value_name = "ADDR/PREFIX", requires = "vxlan")]
+    pub inner_ips: Vec<Cidr>,
     /// EAL arguments, passed through unchanged (after `--`).
     #[arg(last = true, value_name = "EAL ARGS")]
     pub eal: Vec<String>,
@@ -105,6 +112,17 @@ impl StackArgs {
         if let Some(n) = self.mbufs {
             cfg.mempool_size = n;
         }
+        if let Some((vni, remote)) = self.vxlan {
+            if self.inner_ips.is_empty() {
+                return Err(spate_stack::Error::Config("--vxlan needs an --inner-ip".into()));
+            }
+            let mut t = VxlanSpec::new(vni, remote.ip());
+            t.remote_port = remote.port();
+            for c in &self.inner_ips {
+                if c.addr.is_ipv4() { t.ipv4.push(*c) } else { t.ipv6.push(*c) }
+            }
+            cfg.vxlan.push(t);
+        }
         cfg.eal_args.extend(self.eal.iter().cloned());
         Ok(cfg)
     }
@@ -113,4 +131,34 @@ impl StackArgs {
 /// Sets up logging: `RUST_LOG`, `info` by default.
 pub fn init_logging() {
     let _ = env_logger::Builder::from_env(env_logger::Env::default().default_filter_or("info")).try_init();
+}
+
+/// `VNI@ADDR`, `VNI@ADDR:PORT` or `VNI@[ADDR6]:PORT`.
+fn parse_vxlan(s: &str) -> Result<(u32, std::net::SocketAddr), String> {
+    let (vni, at) = s.split_once('@').ok_or_else(|| format!("{s:?} is not VNI@ADDR"))?;
+    let vni: u32 = vni.parse().map_err(|_| format!("{vni:?} is not a VNI"))?;
+    if vni >= 1 << 24 {
+        return Err(format!("VNI {vni} does not fit 24 bits"));
+    }
+    let remote = match at.parse::<std::net::SocketAddr>() {
+        Ok(a) => a,
+        Err(_) => std::net::SocketAddr::new(at.parse().map_err(|_| format!("{at:?} is not an address"))?, VXLAN_PORT),
+    };
+    Ok((vni, remote))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::parse_vxlan;
+
+    #[test]
+    fn vxlan_specs() {
+        assert_eq!(parse_vxlan("42@198.18.0.1"), Ok((42, "198.18.0.1:4789".parse().unwrap())));
+        assert_eq!(parse_vxlan("7@198.18.0.1:4790"), Ok((7, "198.18.0.1:4790".parse().unwrap())));
+        assert_eq!(parse_vxlan("7@[fd00::1]:4790"), Ok((7, "[fd00::1]:4790".parse().unwrap())));
+        assert_eq!(parse_vxlan("7@fd00::1"), Ok((7, "[fd00::1]:4789".parse().unwrap())));
+        assert!(parse_vxlan("16777216@198.18.0.1").is_err());
+        assert!(parse_vxlan("42").is_err());
+        assert!(parse_vxlan("x@198.18.0.1").is_err());
+    }
 }

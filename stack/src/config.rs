@@ -118,6 +118,65 @@ fn yes() -> bool {
     true
 }
 
+/// The IANA port of VXLAN (RFC 7348).
+pub const VXLAN_PORT: u16 = 4789;
+
+fn vxlan_port() -> u16 {
+    VXLAN_PORT
+}
+
+/// A VXLAN tunnel endpoint (RFC 7348): an inner interface whose Ethernet
+/// frames travel in UDP to and from `remote`, with addresses of its own.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct VxlanSpec {
+    /// The VXLAN network identifier (24 bits).
+    pub vni: u32,
+    /// The remote tunnel endpoint (reached through the ports' routes).
+    pub remote: IpAddr,
+    /// The remote's UDP port.
+    #[serde(default = "vxlan_port")]
+    pub remote_port: u16,
+    /// The UDP port spate receives VXLAN on.
+    #[serde(default = "vxlan_port")]
+    pub local_port: u16,
+    /// IPv4 addresses on the inner interface.
+    #[serde(default)]
+    pub ipv4: Vec<Cidr>,
+    /// IPv6 addresses on the inner interface (a link-local one is added).
+    #[serde(default)]
+    pub ipv6: Vec<Cidr>,
+    /// The inner interface's MAC (default: a local one made from the VNI).
+    #[serde(default)]
+    pub mac: Option<MacAddr>,
+    /// The inner MTU (default: the outer one less VXLAN's 50 bytes over
+    /// IPv4, 70 over IPv6).
+    #[serde(default)]
+    pub mtu: Option<u16>,
+}
+
+impl VxlanSpec {
+    /// A tunnel `vni` to `remote` on the standard port, no addresses yet.
+    pub fn new(vni: u32, remote: IpAddr) -> VxlanSpec {
+        VxlanSpec {
+            vni,
+            remote,
+            remote_port: VXLAN_PORT,
+            local_port: VXLAN_PORT,
+            ipv4: Vec::new(),
+            ipv6: Vec::new(),
+            mac: None,
+            mtu: None,
+        }
+    }
+
+    /// The inner MAC: the configured one, or 02:56:58:xx:xx:xx (`V`, `X`,
+    /// then the VNI).
+    pub fn inner_mac(&self) -> MacAddr {
+        self.mac.unwrap_or(MacAddr([0x02, 0x56, 0x58, (self.vni >> 16) as u8, (self.vni >> 8) as u8, self.vni as u8]))
+    }
+}
+
 impl PortSpec {
     /// A port on `device`, with no addresses yet.
     pub fn new(device: &str) -> PortSpec {
@@ -235,6 +294,8 @@ pub struct StackConfig {
     pub stop_on_signal: bool,
     /// Send gratuitous ARP / unsolicited NA when the stack starts.
     pub announce: bool,
+    /// VXLAN tunnel endpoints, each an inner interface.
+    pub vxlan: Vec<VxlanSpec>,
     /// A reader blocked in `recv` on an empty queue naps this many µs
     /// (twice at most) before it asks a polling lcore to wake it; 0, the
     /// default, asks at once, as Linux does. While datagrams stream in, the
@@ -271,6 +332,7 @@ impl Default for StackConfig {
             eal_args: Vec::new(),
             stop_on_signal: true,
             announce: true,
+            vxlan: Vec::new(),
             reader_nap_us: 0,
             hash_seed: None,
         }
@@ -331,6 +393,23 @@ impl StackConfig {
         }
         if self.rcvbuf < 4096 {
             return Err(Error::Config("rcvbuf below 4096 bytes".into()));
+        }
+        for (i, t) in self.vxlan.iter().enumerate() {
+            if t.vni >= 1 << 24 {
+                return Err(Error::Config(format!("VXLAN {i}: VNI {} does not fit 24 bits", t.vni)));
+            }
+            if t.ipv4.is_empty() && t.ipv6.is_empty() {
+                return Err(Error::Config(format!("VXLAN {i} (VNI {}) has no inner address", t.vni)));
+            }
+            if t.remote.is_unspecified() || t.remote.is_multicast() {
+                return Err(Error::Config(format!("VXLAN {i}: remote {} must be a unicast address", t.remote)));
+            }
+            if self.vxlan[..i].iter().any(|o| o.vni == t.vni && o.local_port == t.local_port) {
+                return Err(Error::Config(format!("VXLAN VNI {} on port {} twice", t.vni, t.local_port)));
+            }
+            if t.mtu.is_some_and(|m| m < 576) {
+                return Err(Error::Config(format!("VXLAN {i}: inner MTU below 576")));
+            }
         }
         Ok(())
     }

@@ -19,17 +19,26 @@ use crate::wire::{get_u16, udp};
 /// are one segment, so [`data`](Self::data) is the whole payload. Larger
 /// ones, reassembled from fragments, are chains: use
 /// [`segments`](Self::segments) or [`copy_to`](Self::copy_to).
+///
+/// A socket with UDP GRO on may receive one datagram made of several that
+/// arrived back to back from one sender: each a segment of
+/// [`gso_size`](Self::gso_size) bytes, the last one possibly shorter, as
+/// Linux's `UDP_GRO` delivers them.
 #[derive(Debug)]
 pub struct Datagram {
     mbuf: Mbuf,
     /// What it costs against the receive buffer (kept, so queueing does not
     /// read the mbuf again).
     truesize: u32,
-    /// Bytes from the start of the IP header to the payload.
+    /// Bytes from the start of the IP header to the payload; the top bit
+    /// set when addresses are shown as IPv6 (an IPv6 socket receiving IPv4).
     headers: u16,
-    /// Addresses shown as IPv6 (an IPv6 socket receiving IPv4).
-    mapped: bool,
+    /// Segment size of a coalesced datagram (UDP GRO); 0 for a plain one.
+    gso: u16,
 }
+
+/// The bit of `Datagram::headers` that says "mapped".
+const MAPPED: u16 = 1 << 15;
 
 impl Datagram {
     /// Wraps an mbuf whose data is exactly the UDP payload, with the IP
@@ -37,7 +46,28 @@ impl Datagram {
     #[inline]
     pub(crate) fn new(mbuf: Mbuf, headers: u16, mapped: bool) -> Datagram {
         let truesize = truesize_of(mbuf.buf_len()) as u32;
-        Datagram { mbuf, truesize, headers, mapped }
+        Datagram { mbuf, truesize, headers: headers | if mapped { MAPPED } else { 0 }, gso: 0 }
+    }
+
+    /// Appends the next segment of a coalesced datagram (UDP GRO): `m`
+    /// holds its payload, `gso_size` is the train's segment size.
+    #[inline]
+    pub(crate) fn append_segment(&mut self, m: Mbuf, gso_size: u16) -> bool {
+        let buf = m.buf_len();
+        if self.mbuf.chain(m).is_err() {
+            return false;
+        }
+        self.truesize += buf as u32;
+        self.gso = gso_size;
+        true
+    }
+
+    /// The segment size when this datagram coalesces several (UDP GRO):
+    /// every segment is this long but the last, which may be shorter.
+    /// `None` for a datagram as it arrived.
+    #[inline]
+    pub fn gso_size(&self) -> Option<usize> {
+        (self.gso != 0).then_some(self.gso as usize)
     }
 
     /// The payload of the first segment (all of it for a contiguous datagram).
@@ -95,7 +125,7 @@ impl Datagram {
     #[inline]
     fn headers(&self) -> (&[u8], &[u8]) {
         let room = self.mbuf.headroom_bytes();
-        let ip = &room[room.len() - self.headers as usize..];
+        let ip = &room[room.len() - (self.headers & !MAPPED) as usize..];
         (ip, &room[room.len() - udp::HEADER_LEN..])
     }
 
@@ -106,7 +136,7 @@ impl Datagram {
         let addr = if ip[0] >> 4 == 4 {
             let at = if source { 12 } else { 16 };
             let a = Ipv4Addr::new(ip[at], ip[at + 1], ip[at + 2], ip[at + 3]);
-            if self.mapped { IpAddr::V6(a.to_ipv6_mapped()) } else { IpAddr::V4(a) }
+            if self.is_mapped() { IpAddr::V6(a.to_ipv6_mapped()) } else { IpAddr::V4(a) }
         } else {
             let at = if source { 8 } else { 24 };
             IpAddr::V6(Ipv6Addr::from(<[u8; 16]>::try_from(&ip[at..at + 16]).expect("16 bytes")))
@@ -122,13 +152,14 @@ impl Datagram {
 
     /// Whether addresses are shown IPv4-mapped.
     pub(crate) fn is_mapped(&self) -> bool {
-        self.mapped
+        self.headers & MAPPED != 0
     }
 
     /// The same datagram shown to a socket of another family.
     pub(crate) fn remap(mut self, v6_socket: bool) -> Datagram {
         let (ip, _) = self.headers();
-        self.mapped = v6_socket && ip[0] >> 4 == 4;
+        let mapped = v6_socket && ip[0] >> 4 == 4;
+        self.headers = (self.headers & !MAPPED) | if mapped { MAPPED } else { 0 };
         self
     }
 

@@ -1,16 +1,17 @@
 //! Interfaces: a port with its MAC, MTU, VLAN, addresses and offloads.
 
-use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
 
 use crate::config::{Cidr, is_link_local};
 use crate::wire::{MacAddr, ipv6};
 
-/// One port as the stack sees it. Immutable once the stack is built.
+/// One interface as the stack sees it: a port, or the inner side of a
+/// tunnel. Immutable once the stack is built.
 #[derive(Debug, Clone)]
 pub struct Interface {
-    /// Index among the stack's interfaces.
+    /// Index among the stack's interfaces (ports first, then tunnels).
     pub index: u16,
-    /// DPDK port id.
+    /// DPDK port id (`u16::MAX` for a tunnel).
     pub port_id: u16,
     /// DPDK port name.
     pub name: String,
@@ -33,6 +34,66 @@ pub struct Interface {
     pub rx_checksum: bool,
     /// The port computes IPv4/UDP checksums on transmit.
     pub tx_checksum: bool,
+    /// For a tunnel's inner interface: where its frames go.
+    pub tunnel: Option<Tunnel>,
+}
+
+/// The outer side of a VXLAN inner interface.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Tunnel {
+    /// VXLAN network identifier.
+    pub vni: u32,
+    /// The remote endpoint.
+    pub remote: SocketAddr,
+    /// The UDP port spate receives on.
+    pub local_port: u16,
+    /// The interface the outer packets leave by.
+    pub outer: u16,
+    /// The outer source address.
+    pub local: IpAddr,
+}
+
+impl Interface {
+    /// An interface with `ipv4` and `ipv6` (a link-local address from the
+    /// MAC is put first when there is IPv6).
+    #[allow(clippy::too_many_arguments)]
+    pub fn new(
+        index: u16,
+        port_id: u16,
+        name: String,
+        mac: MacAddr,
+        mtu: u16,
+        vlan: Option<u16>,
+        ipv4: &[Cidr],
+        ipv6: &[Cidr],
+    ) -> Interface {
+        let mut v6 = Vec::new();
+        if !ipv6.is_empty() {
+            v6.push(Cidr { addr: IpAddr::V6(ipv6::link_local_from_mac(&mac)), prefix_len: 64 });
+        }
+        v6.extend(ipv6.iter().copied());
+        Interface {
+            index,
+            port_id,
+            name,
+            mac,
+            mtu,
+            vlan,
+            ipv4: ipv4.to_vec(),
+            ipv4_addrs: ipv4
+                .iter()
+                .filter_map(|c| match c.addr {
+                    IpAddr::V4(a) => Some(a),
+                    _ => None,
+                })
+                .collect(),
+            ipv4_broadcast: ipv4.iter().filter_map(|c| c.broadcast()).collect(),
+            ipv6: v6,
+            rx_checksum: false,
+            tx_checksum: false,
+            tunnel: None,
+        }
+    }
 }
 
 impl Interface {

@@ -77,23 +77,18 @@ mod tests {
 
     fn iface() -> Interface {
         let mac = MacAddr([2, 0x53, 0x50, 0x41, 0x54, 0x45]);
-        Interface {
-            index: 0,
-            port_id: 0,
-            name: "p".into(),
+        let ifc = Interface::new(
+            0,
+            0,
+            "p".into(),
             mac,
-            mtu: 1500,
-            vlan: None,
-            ipv4: vec!["198.18.0.2/24".parse().unwrap()],
-            ipv4_addrs: vec!["198.18.0.2".parse().unwrap()],
-            ipv4_broadcast: vec!["198.18.0.255".parse().unwrap()],
-            ipv6: vec![
-                crate::config::Cidr { addr: IpAddr::V6(crate::wire::ipv6::link_local_from_mac(&mac)), prefix_len: 64 },
-                "fd00::2/64".parse().unwrap(),
-            ],
-            rx_checksum: false,
-            tx_checksum: false,
-        }
+            1500,
+            None,
+            &["198.18.0.2/24".parse().unwrap()],
+            &["fd00::2/64".parse().unwrap()],
+        );
+        assert_eq!(ifc.ipv6[0].addr, IpAddr::V6(crate::wire::ipv6::link_local_from_mac(&mac)), "link-local first");
+        ifc
     }
 
     #[test]

@@ -9,7 +9,7 @@ use std::time::{Duration, Instant as StdInstant};
 
 use crate::datagram::{Datagram, DatagramBatch, SendBuf};
 use crate::lookup::{BindError, Binding, Family};
-use crate::pipeline::tx::{MAX_HEADERS, TxPacket, UdpHeaders, push_udp_ip};
+use crate::pipeline::tx::{MAX_HEADERS, MAX_UDP_PAYLOAD_V4, MAX_UDP_PAYLOAD_V6, TxPacket, UdpHeaders, push_udp_ip};
 use crate::rx_queue::{RxQueue, Wait};
 use crate::stack::{Shared, Stack};
 use crate::stats::Counter;
@@ -27,6 +27,12 @@ pub(crate) struct SocketCore {
     /// Bumped after every change of the socket's binding (u64::MAX once
     /// closed): an lcore holding an older snapshot sees its pick is stale.
     pub epoch: AtomicU64,
+    /// UDP GRO: the socket takes coalesced datagrams (read by the lcores
+    /// only while the GRO stage runs, beside `epoch` on one line).
+    pub gro: AtomicBool,
+    /// The tunnel interface this socket terminates (a VXLAN endpoint the
+    /// stack made); `None` for an application's socket.
+    pub tunnel: Option<u16>,
 }
 
 /// Options set before `bind`.
@@ -117,6 +123,8 @@ impl SocketBuilder {
             error: AtomicI32::new(0),
             ident: AtomicU32::new(shared.random_u32()),
             epoch: AtomicU64::new(0),
+            gro: AtomicBool::new(false),
+            tunnel: None,
         });
         let binding = Binding {
             id,
@@ -146,6 +154,7 @@ impl SocketBuilder {
             read_timeout: AtomicU64::new(0),
             write_timeout: Mutex::new(None),
             tx_worker,
+            gso_size: AtomicU32::new(0),
         })
     }
 }
@@ -177,7 +186,13 @@ pub struct UdpSocket {
     read_timeout: AtomicU64,
     write_timeout: Mutex<Option<Duration>>,
     tx_worker: usize,
+    /// `UDP_SEGMENT`: 0 for none.
+    gso_size: AtomicU32,
 }
+
+/// Segments one UDP GSO send may make at most (Linux raised
+/// `UDP_MAX_SEGMENTS` from 64 to 128 in 6.9).
+pub const GSO_MAX_SEGMENTS: usize = 128;
 
 pub(crate) fn errno(code: i32, what: &'static str) -> io::Error {
     let kind = io::Error::from_raw_os_error(code).kind();
@@ -372,6 +387,27 @@ impl UdpSocket {
         Ok(self.core.queue.rcvbuf())
     }
 
+    /// Turns UDP GRO on or off (Linux's `UDP_GRO`): with it on, datagrams
+    /// that arrive back to back in one burst from one sender, all of one
+    /// size but the last, come as one [`Datagram`] of up to 64 segments
+    /// with [`gso_size`](Datagram::gso_size) set; `recv_from` copies them
+    /// out as one payload. While any socket has it on (or a tunnel is
+    /// registered) the lcores run the GRO stage for every UDP datagram.
+    pub fn set_gro(&self, on: bool) -> io::Result<()> {
+        let shared = self.shared();
+        if on && !self.core.gro.swap(true, Ordering::AcqRel) {
+            shared.gro_users.fetch_add(1, Ordering::AcqRel);
+        } else if !on && self.core.gro.swap(false, Ordering::AcqRel) {
+            shared.gro_users.fetch_sub(1, Ordering::AcqRel);
+        }
+        Ok(())
+    }
+
+    /// Whether UDP GRO is on.
+    pub fn gro(&self) -> io::Result<bool> {
+        Ok(self.core.gro.load(Ordering::Acquire))
+    }
+
     /// Times the polling lcores woke a reader sleeping in `recv` on this
     /// socket (each a system call; none while readers keep up awake).
     pub fn reader_wakeups(&self) -> u64 {
@@ -482,6 +518,9 @@ impl UdpSocket {
     pub fn send_to(&self, buf: &[u8], addr: impl ToSocketAddrs) -> io::Result<usize> {
         let addr = addr.to_socket_addrs()?.next().ok_or_else(|| errno(libc::EINVAL, "no address"))?;
         let dst = self.destination(addr)?;
+        if let Some(seg) = self.segment_size()?.filter(|s| buf.len() > *s as usize) {
+            return self.send_segments(buf, seg as usize, dst);
+        }
         let sb = self.copy_in(buf)?;
         self.send_prepared(sb, dst)?;
         Ok(buf.len())
@@ -490,8 +529,91 @@ impl UdpSocket {
     /// Sends `buf` to the connected peer.
     pub fn send(&self, buf: &[u8]) -> io::Result<usize> {
         let peer = self.state().peer.ok_or_else(|| errno(libc::EDESTADDRREQ, "not connected"))?;
+        if let Some(seg) = self.segment_size()?.filter(|s| buf.len() > *s as usize) {
+            return self.send_segments(buf, seg as usize, peer);
+        }
         let sb = self.copy_in(buf)?;
         self.send_prepared(sb, peer)?;
+        Ok(buf.len())
+    }
+
+    /// Sends `buf` to `addr` as datagrams of `segment` bytes each (the last
+    /// one possibly shorter), in one call: Linux's UDP GSO (`UDP_SEGMENT`),
+    /// segmented in software. Errors as Linux gives them: a segment that
+    /// does not fit the path MTU with its headers is `EMSGSIZE`, as is a
+    /// payload longer than one IP datagram could carry; a segment size of
+    /// 0, or more than [`GSO_MAX_SEGMENTS`] segments, is `EINVAL`. Returns
+    /// `buf.len()`.
+    pub fn send_to_segmented(&self, buf: &[u8], segment: usize, addr: impl ToSocketAddrs) -> io::Result<usize> {
+        let addr = addr.to_socket_addrs()?.next().ok_or_else(|| errno(libc::EINVAL, "no address"))?;
+        let dst = self.destination(addr)?;
+        self.send_segments(buf, segment, dst)
+    }
+
+    /// Sets a segment size for every later `send` and `send_to` longer than
+    /// it (Linux's `UDP_SEGMENT` socket option); `None` turns it off.
+    pub fn set_segment_size(&self, segment: Option<u16>) -> io::Result<()> {
+        if segment == Some(0) {
+            return Err(errno(libc::EINVAL, "segment size 0"));
+        }
+        self.gso_size.store(segment.unwrap_or(0) as u32, Ordering::Relaxed);
+        Ok(())
+    }
+
+    /// The segment size set with [`set_segment_size`](Self::set_segment_size).
+    pub fn segment_size(&self) -> io::Result<Option<u16>> {
+        Ok(match self.gso_size.load(Ordering::Relaxed) {
+            0 => None,
+            n => Some(n as u16),
+        })
+    }
+
+    fn send_segments(&self, buf: &[u8], segment: usize, dst: SocketAddr) -> io::Result<usize> {
+        crate::app_thread::enter();
+        self.pending_error()?;
+        if segment == 0 {
+            return Err(errno(libc::EINVAL, "segment size 0"));
+        }
+        let shared = self.shared();
+        let v4 = dst.is_ipv4();
+        let st = self.state();
+        let bound_ip = Some(st.local.ip()).filter(|ip| !ip.is_unspecified() && ip.is_ipv4() == v4);
+        let Some(route) = shared.route(&dst.ip(), bound_ip.as_ref()) else {
+            let c = if v4 { Counter::IpOutNoRoutes } else { Counter::Ip6OutNoRoutes };
+            shared.stats.shared().add_shared(c, 1);
+            return Err(errno(libc::ENETUNREACH, "no route"));
+        };
+        let ip_hdr = if v4 { ipv4::HEADER_LEN } else { ipv6::HEADER_LEN };
+        let max_payload = if v4 { MAX_UDP_PAYLOAD_V4 } else { MAX_UDP_PAYLOAD_V6 };
+        if segment + udp::HEADER_LEN + ip_hdr > route.mtu as usize {
+            return Err(errno(libc::EMSGSIZE, "segment larger than the path MTU allows"));
+        }
+        if buf.len() > max_payload {
+            return Err(errno(libc::EMSGSIZE, "longer than one IP datagram"));
+        }
+        let count = buf.len().div_ceil(segment).max(1);
+        if count > GSO_MAX_SEGMENTS {
+            return Err(errno(libc::EINVAL, "more segments than UDP GSO allows"));
+        }
+        // Every mbuf first: all the segments go, or none.
+        let mut mbufs: spate_dpdk::Burst<GSO_MAX_SEGMENTS> = spate_dpdk::Burst::new();
+        shared.pool.alloc_bulk(&mut mbufs, count).map_err(|_| self.mem_error())?;
+        let src = SocketAddr::new(route.src, st.local.port());
+        let connected = st.peer == Some(dst);
+        let first_ident = match src.ip() {
+            IpAddr::V4(_) if connected => self.core.ident.fetch_add(count as u32, Ordering::Relaxed) as u16,
+            _ => 0,
+        };
+        let iface = &shared.ifaces[route.iface as usize];
+        for (i, mut m) in mbufs.drain().enumerate() {
+            let chunk = &buf[(i * segment).min(buf.len())..((i + 1) * segment).min(buf.len())];
+            let room = m.append(chunk.len()).map_err(|_| errno(libc::EMSGSIZE, "segment longer than one mbuf"))?;
+            room.copy_from_slice(chunk);
+            let ident = if connected { first_ident.wrapping_add(i as u16) } else { 0 };
+            let headers = UdpHeaders { src, dst, ident, dont_frag: true, ttl: 64, zero_checksum: false };
+            push_udp_ip(&mut m, &headers, iface).map_err(|e| io::Error::new(io::ErrorKind::InvalidInput, e))?;
+            self.submit(TxPacket { mbuf: m, iface: route.iface, next_hop: route.next_hop }, v4)?;
+        }
         Ok(buf.len())
     }
 
@@ -539,7 +661,7 @@ impl UdpSocket {
             _ => 0,
         };
         buf.mbuf.set_ol_flags(0);
-        let headers = UdpHeaders { src, dst, ident, dont_frag: true, ttl: 64 };
+        let headers = UdpHeaders { src, dst, ident, dont_frag: true, ttl: 64, zero_checksum: false };
         let iface = &shared.ifaces[route.iface as usize];
         push_udp_ip(&mut buf.mbuf, &headers, iface).map_err(|e| io::Error::new(io::ErrorKind::InvalidInput, e))?;
         self.submit(TxPacket { mbuf: buf.mbuf, iface: route.iface, next_hop: route.next_hop }, v4)
@@ -604,5 +726,10 @@ impl Drop for UdpSocket {
         self.shared().sockets.unbind(self.core.id, port);
         self.core.epoch.store(u64::MAX, Ordering::Release);
         self.core.queue.close();
+        // After the unbind: no snapshot that still holds this socket is
+        // read with the GRO stage off because of it.
+        if self.core.gro.swap(false, Ordering::AcqRel) {
+            self.shared().gro_users.fetch_sub(1, Ordering::AcqRel);
+        }
     }
 }

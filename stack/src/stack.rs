@@ -9,7 +9,7 @@ use crossbeam::queue::ArrayQueue;
 use crossbeam_utils::CachePadded;
 use spate_dpdk::{Eal, EalBuilder, Memory, Mempool, MempoolConfig, Port, PortConfig, PortStats, lcore};
 
-use crate::config::{Cidr, Hugepages, StackConfig, mac_from_device, parse_lcores};
+use crate::config::{Hugepages, StackConfig, mac_from_device, parse_lcores};
 use crate::error::{Error, Result};
 use crate::iface::Interface;
 use crate::ip_id::IpIdGen;
@@ -49,6 +49,9 @@ pub(crate) struct Shared {
     pub clock: Clock,
     pub next_socket_id: AtomicU64,
     pub next_tx_worker: AtomicUsize,
+    /// Sockets with UDP GRO on and registered tunnels: while zero, the
+    /// lcores skip the GRO stage (one load per burst).
+    pub gro_users: CachePadded<AtomicUsize>,
     stop: AtomicBool,
     running: AtomicBool,
     rng: Mutex<u64>,
@@ -263,32 +266,19 @@ impl Stack {
                 (spate_dpdk::sys::RTE_ETH_RX_OFFLOAD_IPV4_CKSUM | spate_dpdk::sys::RTE_ETH_RX_OFFLOAD_UDP_CKSUM) as u64;
             let tx_sum =
                 (spate_dpdk::sys::RTE_ETH_TX_OFFLOAD_IPV4_CKSUM | spate_dpdk::sys::RTE_ETH_TX_OFFLOAD_UDP_CKSUM) as u64;
-            let mut ipv6 = Vec::new();
-            if !spec.ipv6.is_empty() {
-                ipv6.push(Cidr { addr: IpAddr::V6(crate::wire::ipv6::link_local_from_mac(&mac)), prefix_len: 64 });
-            }
-            ipv6.extend(spec.ipv6.iter().copied());
-            ifaces.push(Interface {
-                index: index as u16,
-                port_id: port.id(),
-                name: port.name().to_string(),
+            let mut ifc = Interface::new(
+                index as u16,
+                port.id(),
+                port.name().to_string(),
                 mac,
                 mtu,
-                vlan: spec.vlan,
-                ipv4: spec.ipv4.clone(),
-                ipv4_addrs: spec
-                    .ipv4
-                    .iter()
-                    .filter_map(|c| match c.addr {
-                        IpAddr::V4(a) => Some(a),
-                        _ => None,
-                    })
-                    .collect(),
-                ipv4_broadcast: spec.ipv4.iter().filter_map(|c| c.broadcast()).collect(),
-                ipv6,
-                rx_checksum: rx_flags & rx_sum == rx_sum,
-                tx_checksum: tx_flags & tx_sum == tx_sum,
-            });
+                spec.vlan,
+                &spec.ipv4,
+                &spec.ipv6,
+            );
+            ifc.rx_checksum = rx_flags & rx_sum == rx_sum;
+            ifc.tx_checksum = tx_flags & tx_sum == tx_sum;
+            ifaces.push(ifc);
             for (w, q) in queues.iter_mut().enumerate() {
                 q.rx.push((index as u16, port.rx_queue(w as u16)?));
                 q.tx.push(port.tx_queue(w as u16)?);
@@ -308,6 +298,10 @@ impl Stack {
             ports.push(port);
         }
         let mut secrets = Secrets::new(cfg.hash_seed);
+        let outer_routes = Routes::new(&ifaces, &cfg.gateways);
+        for spec in &cfg.vxlan {
+            ifaces.push(crate::pipeline::vxlan::inner_interface(spec, ifaces.len() as u16, &ifaces, &outer_routes)?);
+        }
         let routes = Routes::new(&ifaces, &cfg.gateways);
         let shared = Shared {
             id,
@@ -322,6 +316,7 @@ impl Stack {
             clock: Clock::new(),
             next_socket_id: AtomicU64::new(1),
             next_tx_worker: AtomicUsize::new(0),
+            gro_users: CachePadded::new(AtomicUsize::new(0)),
             stop: AtomicBool::new(false),
             running: AtomicBool::new(false),
             rng: Mutex::new(secrets.next()),
@@ -332,6 +327,7 @@ impl Stack {
             cfg,
             pool,
         };
+        crate::pipeline::vxlan::register_endpoints(&shared)?;
         Ok(Stack { shared: Arc::new(shared) })
     }
 

@@ -67,6 +67,13 @@ counters! {
     RxIpv6ExtErrors = "Rx"."Ipv6ExtErrors": "IPv6 packets whose extension headers are malformed, too many, or ask for routing.";
     RxIpv6Fragments = "Rx"."Ipv6Fragments": "IPv6 fragments (not reassembled yet).";
     RxIpv6UnknownProto = "Rx"."Ipv6UnknownProto": "IPv6 packets of a protocol spate does not speak.";
+    RxGroMerged = "Rx"."GroMerged": "UDP datagrams merged into the one before them (UDP GRO): delivered as its segments.";
+    RxVxlanErrors = "Rx"."VxlanErrors": "VXLAN packets with a bad header, an unknown VNI or an inner frame too short.";
+
+    GroLookups = "Gro"."Lookups": "UDP datagrams the GRO stage looked up (only while a tunnel or a GRO socket exists).";
+    GroCoalesced = "Gro"."Coalesced": "Datagrams of more than one segment delivered to GRO sockets.";
+    VxlanInPackets = "Vxlan"."InPackets": "VXLAN packets decapsulated.";
+    VxlanOutPackets = "Vxlan"."OutPackets": "Frames encapsulated into VXLAN.";
 
     TxFrames = "Tx"."Frames": "Frames handed to ports.";
     TxRingFull = "Tx"."RingFull": "Frames dropped because a TX ring stayed full through the retries.";
@@ -301,7 +308,12 @@ impl Counters {
                 c.group() == "Rx"
                     && !matches!(
                         c,
-                        Counter::RxFrames | Counter::RxDelivered | Counter::RxIcmp | Counter::RxArp | Counter::RxNd
+                        Counter::RxFrames
+                            | Counter::RxDelivered
+                            | Counter::RxGroMerged
+                            | Counter::RxIcmp
+                            | Counter::RxArp
+                            | Counter::RxNd
                     )
             })
             .map(|&c| self[c])

@@ -177,6 +177,14 @@ pub(crate) struct Worker<'s> {
     /// Sockets this lcore queued datagrams to since the application's
     /// callback last ran.
     ready: Vec<u64>,
+    /// Whether this burst runs the GRO stage (a tunnel or a GRO socket
+    /// exists): read once per burst.
+    pub gro_active: bool,
+    /// Frames taken from the ports so far (a GRO train grows only from one
+    /// frame to the very next).
+    pub frame_no: u64,
+    /// The coalesced datagram this burst may still grow (UDP GRO).
+    pub train: Option<crate::pipeline::gro::Train>,
 }
 
 /// The queue handles a worker polls, per interface.
@@ -211,6 +219,9 @@ impl<'s> Worker<'s> {
             staged: Vec::with_capacity(BURST),
             scratch: Vec::with_capacity(BURST),
             ready: Vec::with_capacity(64),
+            gro_active: false,
+            frame_no: 0,
+            train: None,
         }
     }
 
@@ -280,6 +291,9 @@ impl<'s> Worker<'s> {
             self.snapshot = self.shared.sockets.snapshot();
             self.snap_gen = g;
         }
+        // After the snapshot: a tunnel or GRO socket in it was counted
+        // before it was published.
+        self.gro_active = self.shared.gro_users.load(Ordering::Acquire) != 0;
         self.memo.sync(self.shared.neigh.generation());
         let mut total = 0;
         let mut burst: Burst<BURST> = Burst::new();
@@ -297,10 +311,12 @@ impl<'s> Worker<'s> {
                 m.prefetch_data();
             }
             for m in burst.drain() {
+                self.frame_no += 1;
                 if let Some(outcome) = self.rx_frame(iface, m) {
                     self.inc(outcome);
                 }
             }
+            self.train = None;
             self.deliver_staged();
         }
         total

@@ -85,20 +85,16 @@ pub(crate) mod tests {
     use crate::wire::fixtures::{ARP_REQUEST, hex};
 
     pub(crate) fn iface() -> Interface {
-        Interface {
-            index: 0,
-            port_id: 0,
-            name: "t".into(),
-            mac: MacAddr([2, 0x53, 0x50, 0x41, 0x54, 0x45]),
-            mtu: 1500,
-            vlan: None,
-            ipv4: vec!["198.18.0.2/24".parse().unwrap()],
-            ipv4_addrs: vec!["198.18.0.2".parse().unwrap()],
-            ipv4_broadcast: vec!["198.18.0.255".parse().unwrap()],
-            ipv6: vec!["fd00::2/64".parse().unwrap()],
-            rx_checksum: false,
-            tx_checksum: false,
-        }
+        Interface::new(
+            0,
+            0,
+            "t".into(),
+            MacAddr([2, 0x53, 0x50, 0x41, 0x54, 0x45]),
+            1500,
+            None,
+            &["198.18.0.2/24".parse().unwrap()],
+            &["fd00::2/64".parse().unwrap()],
+        )
     }
 
     #[test]

@@ -6,7 +6,12 @@
 //! -> classify (Ethernet, ARP, IPv4, IPv6, ICMP, UDP; malformed, truncated,
 //! wrong-checksum and not-for-us frames are dropped and counted) -> socket
 //! lookup -> the socket's receive queue, or ICMP port unreachable. The GRO
-//! stage and fragment reassembly slot in between classification and lookup.
+//! stage runs only while a tunnel or a GRO socket exists (one load per
+//! burst decides): its lookup finds the socket once and hands it on, to
+//! the tunnel's decapsulation ([`vxlan`]), to [`gro`] coalescing, or to
+//! the queue as usual.
 
+pub mod gro;
 pub mod rx;
 pub mod tx;
+pub mod vxlan;

@@ -8,6 +8,7 @@ use crate::datagram::{Datagram, header_span};
 use crate::iface::Interface;
 use crate::lookup::{Family, FlowKey, ip_key};
 use crate::neigh;
+use crate::pipeline::gro::Flow;
 use crate::stats::Counter;
 use crate::wire::{WireError, arp, ethernet, ip_proto, ipv4, ipv6, udp};
 use crate::worker::Worker;
@@ -241,7 +242,20 @@ impl Worker<'_> {
             rss_hash: m.rss_hash(),
         };
         let payload = p.len() as usize - udp::HEADER_LEN;
+        let (src_port, dst_port) = (key.src_port, key.dst_port);
         if let Some((index, b)) = self.snapshot.lookup(&key) {
+            let mapped = b.family == Family::V6 && at.src.is_ipv4();
+            // The GRO stage: its lookup was this one.
+            let (tunnel, coalesce) = match self.gro_active {
+                true => (b.sock.tunnel, b.sock.gro.load(std::sync::atomic::Ordering::Relaxed)),
+                false => (None, false),
+            };
+            if self.gro_active {
+                self.inc(Counter::GroLookups);
+                if let Some(port) = tunnel {
+                    return self.rx_vxlan(port, m, at);
+                }
+            }
             // Leave only the payload in the mbuf: the headers stay in the
             // headroom, where the datagram reads its addresses from.
             let after = m.pkt_len() - (at.l4 + udp::HEADER_LEN + payload);
@@ -249,7 +263,16 @@ impl Worker<'_> {
                 self.inc(c.in_errors);
                 return Some(Counter::RxUdpErrors);
             }
-            let mapped = b.family == Family::V6 && at.src.is_ipv4();
+            if self.gro_active {
+                let flow = Flow { src: at.src, src_port, dst: at.dst, dst_port };
+                if coalesce {
+                    m = match self.gro_merge(index, &flow, m, payload) {
+                        Ok(()) => return Some(Counter::RxGroMerged),
+                        Err(m) => m,
+                    };
+                }
+                self.gro_open(coalesce, index, flow, payload);
+            }
             let d = Datagram::new(m, header_span(at.l3, at.l4), mapped);
             // Queued after the burst, one charge and one lock per socket.
             self.staged.push((index, iface.index, at.src.is_ipv4(), d));

@@ -45,6 +45,8 @@ pub struct UdpHeaders {
     pub dont_frag: bool,
     /// TTL or hop limit.
     pub ttl: u8,
+    /// Leave the UDP checksum zero (IPv4 only: tunnels do, RFC 7348).
+    pub zero_checksum: bool,
 }
 
 /// Writes UDP and IP headers in front of the payload in `m`.
@@ -62,15 +64,21 @@ pub fn push_udp_ip(m: &mut Mbuf, h: &UdpHeaders, iface: &Interface) -> Result<()
     }
     let pseudo = udp::pseudo_header(&src, &dst, udp_len as u16);
     let offload = iface.tx_checksum;
-    let data_sum = if offload { 0 } else { checksum::sum_segments(m.segment_data()) };
+    let zero = h.zero_checksum && v4;
+    let data_sum = if offload || zero { 0 } else { checksum::sum_segments(m.segment_data()) };
     let repr = udp::Repr { src_port: h.src.port(), dst_port: h.dst.port(), payload_len: payload_len as u16 };
     {
         let hdr = m.prepend(udp::HEADER_LEN).map_err(|_| "no headroom")?;
         repr.emit(hdr, 0);
         // The port wants the pseudo-header sum in the field; software puts
         // the final checksum there.
-        let c =
-            if offload { checksum::fold(pseudo) } else { udp::finish_checksum(pseudo, data_sum + checksum::sum(hdr)) };
+        let c = if zero {
+            0
+        } else if offload {
+            checksum::fold(pseudo)
+        } else {
+            udp::finish_checksum(pseudo, data_sum + checksum::sum(hdr))
+        };
         hdr[6..8].copy_from_slice(&c.to_be_bytes());
     }
     match (src, dst) {
@@ -89,7 +97,8 @@ pub fn push_udp_ip(m: &mut Mbuf, h: &UdpHeaders, iface: &Interface) -> Result<()
             };
             ip.emit(m.prepend(ipv4::HEADER_LEN).map_err(|_| "no headroom")?, offload);
             if offload {
-                m.set_ol_flags(m.ol_flags() | tx_flags::IPV4 | tx_flags::IP_CKSUM | tx_flags::UDP_CKSUM);
+                let udp_flag = if zero { 0 } else { tx_flags::UDP_CKSUM };
+                m.set_ol_flags(m.ol_flags() | tx_flags::IPV4 | tx_flags::IP_CKSUM | udp_flag);
             }
         }
         (IpAddr::V6(s), IpAddr::V6(d)) => {
@@ -183,6 +192,10 @@ impl Worker<'_> {
     pub(crate) fn send_frame(&mut self, iface: u16, mut m: Mbuf, dst: MacAddr, ethertype: u16) {
         let ifc = &self.shared.ifaces[iface as usize];
         if push_ethernet(&mut m, ifc, dst, ethertype).is_err() {
+            return;
+        }
+        if let Some(t) = ifc.tunnel {
+            self.vxlan_encap(t, m);
             return;
         }
         let i = iface as usize;

@@ -1,0 +1,244 @@
+//! VXLAN (RFC 7348): an inner interface whose Ethernet frames travel in
+//! UDP between spate and a remote tunnel endpoint.
+//!
+//! Receive: the endpoint is a socket-table entry on the tunnel's UDP port
+//! (4789 by default) that the GRO stage recognises; it checks the 8-byte
+//! VXLAN header (the I flag, a VNI spate has), cuts the outer headers off
+//! and hands the inner frame to the inner interface's receive path as if
+//! a port had received it, so its ARP, ICMP, UDP sockets and GRO work as on
+//! any interface. Transmit: a frame leaving the inner interface gets the
+//! VXLAN header, UDP (source port from a hash of the inner headers, so
+//! flows spread; checksum zero over IPv4, computed over IPv6) and the outer
+//! IP header, and goes out of the outer interface like any packet of
+//! spate's, its next hop resolved there.
+
+use std::net::{IpAddr, SocketAddr};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicI32, AtomicU32, AtomicU64, Ordering};
+
+use spate_dpdk::Mbuf;
+
+use crate::config::VxlanSpec;
+use crate::error::{Error, Result};
+use crate::iface::{Interface, Tunnel};
+use crate::lookup::{Binding, Family};
+use crate::pipeline::rx::UdpInFrame;
+use crate::pipeline::tx::{TxPacket, UdpHeaders, push_udp_ip};
+use crate::route::Routes;
+use crate::rx_queue::RxQueue;
+use crate::socket::SocketCore;
+use crate::stack::Shared;
+use crate::stats::Counter;
+use crate::wire::{ethernet, ipv4, ipv6, udp};
+use crate::worker::Worker;
+
+/// Bytes of the VXLAN header.
+pub const HEADER_LEN: usize = 8;
+/// The I flag: the VNI is valid.
+const FLAG_VNI: u8 = 0x08;
+
+/// What VXLAN adds in front of an inner frame over IPv4 (over IPv6: 70).
+pub const OVERHEAD_V4: u16 = (ethernet::HEADER_LEN + ipv4::HEADER_LEN + udp::HEADER_LEN + HEADER_LEN) as u16;
+
+/// The inner interface of tunnel `spec`, at `index`; its outer interface is
+/// the one `routes` picks for the remote.
+pub(crate) fn inner_interface(
+    spec: &VxlanSpec,
+    index: u16,
+    ifaces: &[Interface],
+    routes: &Routes,
+) -> Result<Interface> {
+    let route = routes
+        .lookup(ifaces, &spec.remote, None)
+        .ok_or_else(|| Error::Config(format!("VXLAN VNI {}: no route to the remote {}", spec.vni, spec.remote)))?;
+    let overhead = OVERHEAD_V4 + if spec.remote.is_ipv4() { 0 } else { (ipv6::HEADER_LEN - ipv4::HEADER_LEN) as u16 };
+    let outer_mtu = ifaces[route.iface as usize].mtu;
+    let mtu = spec.mtu.unwrap_or(outer_mtu.saturating_sub(overhead));
+    if mtu + overhead > outer_mtu {
+        return Err(Error::Config(format!(
+            "VXLAN VNI {}: inner MTU {mtu} + {overhead} bytes of tunnel exceed the outer MTU {outer_mtu}",
+            spec.vni
+        )));
+    }
+    let mut ifc = Interface::new(
+        index,
+        u16::MAX,
+        format!("vxlan{}", spec.vni),
+        spec.inner_mac(),
+        mtu,
+        None,
+        &spec.ipv4,
+        &spec.ipv6,
+    );
+    ifc.tunnel = Some(Tunnel {
+        vni: spec.vni,
+        remote: SocketAddr::new(spec.remote, spec.remote_port),
+        local_port: spec.local_port,
+        outer: route.iface,
+        local: route.src,
+    });
+    log::info!(
+        "spate: interface {index} is VXLAN VNI {} to {} via interface {} (MTU {mtu}), {}",
+        spec.vni,
+        SocketAddr::new(spec.remote, spec.remote_port),
+        route.iface,
+        ifc.ipv4.iter().chain(&ifc.ipv6).map(|c| c.to_string()).collect::<Vec<_>>().join(" ")
+    );
+    Ok(ifc)
+}
+
+/// Registers one endpoint per tunnel port and family in the socket table,
+/// each counted among the GRO stage's users for the stack's lifetime.
+pub(crate) fn register_endpoints(shared: &Shared) -> Result<()> {
+    let mut done: Vec<(bool, u16)> = Vec::new();
+    for t in shared.ifaces.iter().filter_map(|i| i.tunnel) {
+        let v4 = t.remote.is_ipv4();
+        if done.contains(&(v4, t.local_port)) {
+            continue;
+        }
+        done.push((v4, t.local_port));
+        let id = shared.next_socket_id.fetch_add(1, Ordering::Relaxed);
+        let core = Arc::new(SocketCore {
+            id,
+            queue: RxQueue::new(shared.workers, 4096),
+            error: AtomicI32::new(0),
+            ident: AtomicU32::new(0),
+            epoch: AtomicU64::new(0),
+            gro: AtomicBool::new(false),
+            tunnel: Some(t.local_port),
+        });
+        let any: IpAddr = if v4 { IpAddr::from([0u8; 4]) } else { IpAddr::from([0u16; 8]) };
+        // Counted before it is published: a burst that sees the endpoint
+        // runs the GRO stage.
+        shared.gro_users.fetch_add(1, Ordering::AcqRel);
+        shared
+            .sockets
+            .bind(Binding {
+                id,
+                family: if v4 { Family::V4 } else { Family::V6 },
+                local: SocketAddr::new(any, t.local_port),
+                bound: any,
+                peer: None,
+                v6only: true,
+                iface: None,
+                reuseport: false,
+                incoming_lcore: None,
+                epoch: 0,
+                sock: core,
+            })
+            .map_err(|_| Error::Config(format!("VXLAN port {} is taken", t.local_port)))?;
+    }
+    Ok(())
+}
+
+impl Worker<'_> {
+    /// A datagram for a tunnel endpoint on UDP port `port`: its inner frame
+    /// goes to the inner interface of its VNI.
+    pub(crate) fn rx_vxlan(&mut self, port: u16, mut m: Mbuf, at: UdpInFrame) -> Option<Counter> {
+        let start = at.l4 + udp::HEADER_LEN;
+        let inner_at = start + HEADER_LEN;
+        let data = m.data();
+        if at.end < inner_at + ethernet::HEADER_LEN || data[start] & FLAG_VNI == 0 {
+            return Some(Counter::RxVxlanErrors);
+        }
+        let vni = u32::from_be_bytes([0, data[start + 4], data[start + 5], data[start + 6]]);
+        let Some(inner) = self
+            .shared
+            .ifaces
+            .iter()
+            .find(|i| {
+                i.tunnel.is_some_and(|t| t.vni == vni && t.local_port == port && t.remote.is_ipv4() == at.src.is_ipv4())
+            })
+            .map(|i| i.index)
+        else {
+            return Some(Counter::RxVxlanErrors);
+        };
+        if m.adj(inner_at).is_err() {
+            return Some(Counter::RxVxlanErrors);
+        }
+        // The port's checksum verdicts and hash were about the outer
+        // headers.
+        m.set_ol_flags(0);
+        self.inc(Counter::VxlanInPackets);
+        self.rx_frame(inner, m)
+    }
+
+    /// Sends frame `m` of inner interface `ifc` to its tunnel's remote.
+    pub(crate) fn vxlan_encap(&mut self, t: Tunnel, mut m: Mbuf) {
+        let sport = source_port(m.data());
+        let Ok(h) = m.prepend(HEADER_LEN) else {
+            self.inc(Counter::TxNoMbuf);
+            return;
+        };
+        h.copy_from_slice(&[FLAG_VNI, 0, 0, 0, (t.vni >> 16) as u8, (t.vni >> 8) as u8, t.vni as u8, 0]);
+        let v4 = t.local.is_ipv4();
+        let ident = match (t.local, t.remote.ip()) {
+            (IpAddr::V4(s), IpAddr::V4(d)) => self.shared.ip_id.reserve(s, d, crate::wire::ip_proto::UDP, 1),
+            _ => 0,
+        };
+        let headers = UdpHeaders {
+            src: SocketAddr::new(t.local, sport),
+            dst: t.remote,
+            ident,
+            dont_frag: false,
+            ttl: 64,
+            zero_checksum: v4,
+        };
+        let outer = &self.shared.ifaces[t.outer as usize];
+        m.set_ol_flags(0);
+        if push_udp_ip(&mut m, &headers, outer).is_err() {
+            self.inc(Counter::TxNoMbuf);
+            return;
+        }
+        let Some(route) = self.shared.route(&t.remote.ip(), Some(&t.local)) else {
+            self.inc(Counter::TxNoRoute);
+            return;
+        };
+        self.inc(Counter::VxlanOutPackets);
+        self.transmit(TxPacket { mbuf: m, iface: route.iface, next_hop: route.next_hop });
+    }
+}
+
+/// The outer UDP source port of an inner frame: a hash of what names its
+/// flow (MACs, EtherType, IP addresses and protocol, the first four bytes
+/// after an IPv4 header without options or after the IPv6 header: the
+/// ports of UDP and TCP) mapped onto 32768..=60999, Linux's ephemeral
+/// range. An inner flow keeps its port; flows spread over paths.
+fn source_port(frame: &[u8]) -> u16 {
+    let field = |from: usize, to: usize| frame.get(from..to.min(frame.len())).unwrap_or(&[]);
+    let ethertype = field(12, 14);
+    let parts: [&[u8]; 4] = match ethertype {
+        [0x08, 0x00] => [field(0, 14), field(23, 24), field(26, 34), field(34, 38)],
+        [0x86, 0xdd] => [field(0, 14), field(20, 21), field(22, 54), field(54, 58)],
+        _ => [field(0, 14), &[], &[], &[]],
+    };
+    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+    for b in parts.iter().flat_map(|p| p.iter()) {
+        h = (h ^ *b as u64).wrapping_mul(0x0100_0000_01b3);
+    }
+    32768 + (h % (60999 - 32768 + 1)) as u16
+}
+
+#[cfg(test)]
+mod tests {
+    use super::source_port;
+
+    #[test]
+    fn a_flow_keeps_its_source_port() {
+        let mut a = vec![0u8; 64];
+        a[12..14].copy_from_slice(&[0x08, 0x00]);
+        a[23] = 17;
+        a[26..34].copy_from_slice(&[198, 19, 0, 1, 198, 19, 0, 2]);
+        a[34..38].copy_from_slice(&[0x9c, 0x40, 0, 7]);
+        let mut b = a.clone();
+        b[18..20].copy_from_slice(&[0x12, 0x34]); // another IP ID
+        b[24..26].copy_from_slice(&[0xab, 0xcd]); // another header checksum
+        b[50] = 99; // other payload
+        assert_eq!(source_port(&a), source_port(&b));
+        let mut c = a.clone();
+        c[35] = 0x41; // another source port
+        assert_ne!(source_port(&a), source_port(&c));
+        assert!((32768..=60999).contains(&source_port(&a)));
+        assert!((32768..=60999).contains(&source_port(&[1, 2, 3])));
+    }
+}

@@ -1,0 +1,293 @@
+//! UDP GRO and the GRO stage's registry, over an in-memory wire pair.
+//!
+//! Every generated burst (up to 32 frames: three flows, payloads of 0 to
+//! 300 bytes, bad checksums, ARP and unknown EtherTypes in between) goes to
+//! spate twice in one `tx_burst` each: to a socket with UDP GRO on, then to
+//! a plain one. The GRO socket's datagrams, cut at their `gso_size`, are
+//! exactly what the plain socket received, in order; and each coalesced
+//! datagram is what the rules make of the burst (consecutive frames of one
+//! flow, one size but a shorter last, at most 64, nothing in between).
+
+use std::net::SocketAddr;
+use std::sync::{Mutex, OnceLock};
+use std::time::{Duration, Instant};
+
+use proptest::prelude::*;
+use spate_dpdk::{Burst, Memory};
+use spate_stack::wire::{MacAddr, ethernet};
+use spate_stack::{Counter, Datagram, DatagramBatch, PortSpec, Stack, StackConfig, UdpSocket};
+use spate_testkit::wire_peer::{PEER_IP, eth, udp_frame};
+use spate_testkit::{WirePeer, device_lock, shared_eal};
+
+const GRO_PORT: u16 = 9;
+const PLAIN_PORT: u16 = 10;
+
+/// One frame of a generated burst.
+#[derive(Debug, Clone)]
+enum Item {
+    Udp { flow: u16, len: usize, bad_checksum: bool },
+    Arp,
+    Junk,
+}
+
+fn item() -> impl Strategy<Value = Item> {
+    prop_oneof![
+        8 => (0u16..3, prop_oneof![3 => Just(100usize), 1 => 0usize..300], prop::bool::weighted(0.1))
+            .prop_map(|(flow, len, bad_checksum)| Item::Udp { flow, len, bad_checksum }),
+        1 => Just(Item::Arp),
+        1 => Just(Item::Junk),
+    ]
+}
+
+/// A payload that says which frame of the burst it was.
+fn payload(pos: usize, len: usize) -> Vec<u8> {
+    (0..len).map(|i| if i == 0 { pos as u8 } else { (pos * 31 + i * 7) as u8 }).collect()
+}
+
+fn frames(mac: MacAddr, items: &[Item], dst_port: u16) -> Vec<Vec<u8>> {
+    items
+        .iter()
+        .enumerate()
+        .map(|(pos, it)| match it {
+            Item::Udp { flow, len, bad_checksum } => {
+                let mut f = udp_frame(mac, false, 40000 + flow, dst_port, &payload(pos, *len));
+                if *bad_checksum {
+                    let at = 14 + 20 + 6;
+                    f[at] ^= 0x5a;
+                    if f[at] == 0 && f[at + 1] == 0 {
+                        f[at + 1] = 1; // zero means "no checksum" over IPv4
+                    }
+                }
+                f
+            }
+            // An ARP reply nobody asked for: handled, changes nothing.
+            Item::Arp => {
+                let mut body = vec![0u8; 28];
+                body[..8].copy_from_slice(&[0, 1, 8, 0, 6, 4, 0, 2]);
+                body[14..18].copy_from_slice(&PEER_IP.octets());
+                eth(mac, ethernet::ethertype::ARP, &body)
+            }
+            Item::Junk => eth(mac, 0x88b5, &[0u8; 46]),
+        })
+        .collect()
+}
+
+/// What GRO makes of a burst: per coalesced datagram, its flow and the
+/// burst positions of its segments.
+fn expected(items: &[Item]) -> Vec<(u16, Vec<usize>)> {
+    let mut out: Vec<(u16, Vec<usize>)> = Vec::new();
+    // (index in out, segment size, closed, last position)
+    let mut open: Option<(usize, usize, bool, usize)> = None;
+    for (pos, it) in items.iter().enumerate() {
+        match it {
+            Item::Udp { flow, len, bad_checksum: false } => {
+                if let Some((at, seg, closed, last)) = open {
+                    let (f, segs) = &out[at];
+                    if *f == *flow && last + 1 == pos && !closed && segs.len() < 64 && *len > 0 && *len <= seg {
+                        out[at].1.push(pos);
+                        open = Some((at, seg, *len < seg, pos));
+                        continue;
+                    }
+                }
+                out.push((*flow, vec![pos]));
+                open = (*len > 0).then_some((out.len() - 1, *len, false, pos));
+            }
+            _ => open = None,
+        }
+    }
+    out
+}
+
+struct Rig {
+    peer: WirePeer,
+    _port: spate_dpdk::Port,
+    mac: MacAddr,
+    stack: Stack,
+    gro: UdpSocket,
+    plain: UdpSocket,
+    _running: spate_stack::Running,
+}
+
+fn rig() -> &'static Mutex<Rig> {
+    static RIG: OnceLock<Mutex<Rig>> = OnceLock::new();
+    RIG.get_or_init(|| {
+        shared_eal(Memory::Auto);
+        let (peer, port, spate_side) = WirePeer::new(8191);
+        let cfg = StackConfig {
+            lcores: "1".into(),
+            ports: vec![PortSpec::new(&port).addr("198.18.0.2/24").unwrap()],
+            stop_on_signal: false,
+            announce: false,
+            ..StackConfig::default()
+        };
+        let stack = Stack::new(cfg).unwrap();
+        let mac = stack.interfaces()[0].mac;
+        let gro = UdpSocket::builder(&stack).recv_buffer_size(8 << 20).bind(("0.0.0.0", GRO_PORT)).unwrap();
+        gro.set_gro(true).unwrap();
+        let plain = UdpSocket::builder(&stack).recv_buffer_size(8 << 20).bind(("0.0.0.0", PLAIN_PORT)).unwrap();
+        for s in [&gro, &plain] {
+            s.set_nonblocking(true).unwrap();
+        }
+        let running = stack.spawn_polling().unwrap();
+        Mutex::new(Rig { peer, _port: spate_side, mac, stack, gro, plain, _running: running })
+    })
+}
+
+/// Sends `frames` in one burst.
+fn send_burst(peer: &mut WirePeer, frames: &[Vec<u8>]) {
+    let mut b: Burst = Burst::new();
+    for f in frames {
+        b.push(peer.mbuf(f)).unwrap();
+    }
+    let n = b.len();
+    assert_eq!(peer.send_burst(&mut b), n, "the ring took the whole burst");
+}
+
+/// Takes `want` datagrams from `s`.
+fn take(s: &UdpSocket, want: usize) -> Vec<Datagram> {
+    let mut out = Vec::new();
+    let mut batch = DatagramBatch::with_capacity(64);
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while out.len() < want {
+        assert!(Instant::now() < deadline, "got {} of {want} datagrams", out.len());
+        if s.recv_batch(&mut batch, 64).is_ok() {
+            out.extend(batch.drain());
+        } else {
+            std::thread::sleep(Duration::from_micros(200));
+        }
+    }
+    assert!(s.recv_batch(&mut batch, 64).is_err(), "no more than expected");
+    out
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 96, .. ProptestConfig::default() })]
+
+    #[test]
+    fn gro_delivers_what_a_plain_socket_gets(items in prop::collection::vec(item(), 1..=32)) {
+        let _serial = device_lock();
+        let mut rig = rig().lock().unwrap_or_else(|p| p.into_inner());
+        let Rig { peer, mac, gro, plain, .. } = &mut *rig;
+        let want = expected(&items);
+        let plain_count = items.iter().filter(|i| matches!(i, Item::Udp { bad_checksum: false, .. })).count();
+        send_burst(peer, &frames(*mac, &items, GRO_PORT));
+        let coalesced = take(gro, want.len());
+        send_burst(peer, &frames(*mac, &items, PLAIN_PORT));
+        let singles = take(plain, plain_count);
+
+        // The bytes: segments of the GRO socket's datagrams, in order, are
+        // the plain socket's datagrams.
+        let mut cut: Vec<(SocketAddr, Vec<u8>)> = Vec::new();
+        for d in &coalesced {
+            let bytes = d.to_vec();
+            match d.gso_size() {
+                None => cut.push((d.src(), bytes)),
+                Some(seg) => {
+                    prop_assert!(seg > 0);
+                    for c in bytes.chunks(seg) {
+                        cut.push((d.src(), c.to_vec()));
+                    }
+                }
+            }
+        }
+        let plain_seen: Vec<(SocketAddr, Vec<u8>)> = singles.iter().map(|d| (d.src(), d.to_vec())).collect();
+        prop_assert_eq!(&cut, &plain_seen);
+
+        // The shape: the datagrams the rules make.
+        prop_assert_eq!(coalesced.len(), want.len());
+        for (d, (flow, positions)) in coalesced.iter().zip(&want) {
+            prop_assert_eq!(d.src().port(), 40000 + flow);
+            let lens: Vec<usize> = positions.iter().map(|&p| match &items[p] { Item::Udp { len, .. } => *len, _ => 0 }).collect();
+            prop_assert_eq!(d.len(), lens.iter().sum::<usize>());
+            if positions.len() == 1 {
+                prop_assert_eq!(d.gso_size(), None);
+            } else {
+                prop_assert_eq!(d.gso_size(), Some(lens[0]));
+                prop_assert!(lens[..lens.len() - 1].iter().all(|&l| l == lens[0]));
+                prop_assert!(positions.len() <= 64);
+            }
+            for (seg, &p) in d.to_vec().chunks(lens[0].max(1)).zip(positions) {
+                if !seg.is_empty() {
+                    prop_assert_eq!(seg[0], p as u8, "segment from burst position {}", p);
+                }
+            }
+        }
+    }
+}
+
+/// The registry: no GRO-stage lookups while nothing asks for the stage,
+/// one per UDP datagram while a GRO socket exists, none again after.
+#[test]
+fn gro_stage_runs_only_while_someone_needs_it() {
+    let _serial = device_lock();
+    let mut rig = rig().lock().unwrap_or_else(|p| p.into_inner());
+    let Rig { peer, mac, stack, gro, plain, .. } = &mut *rig;
+    gro.set_gro(false).unwrap();
+    let burst: Vec<Vec<u8>> = (0..20).map(|i| udp_frame(*mac, false, 41000, PLAIN_PORT, &[i as u8; 50])).collect();
+    let lookups = |stack: &Stack| stack.counters()[Counter::GroLookups];
+
+    let before = lookups(stack);
+    send_burst(peer, &burst);
+    take(plain, 20);
+    assert_eq!(lookups(stack), before, "no GRO socket, no tunnel: the stage is skipped");
+
+    gro.set_gro(true).unwrap();
+    send_burst(peer, &burst);
+    take(plain, 20);
+    assert_eq!(lookups(stack), before + 20, "one lookup per UDP datagram while a GRO socket exists");
+
+    gro.set_gro(false).unwrap();
+    send_burst(peer, &burst);
+    take(plain, 20);
+    assert_eq!(lookups(stack), before + 20, "skipped again once the last one went");
+
+    // A socket that closes with GRO on gives its registration back.
+    let other = UdpSocket::bind(stack, ("0.0.0.0", 11)).unwrap();
+    other.set_gro(true).unwrap();
+    send_burst(peer, &burst);
+    take(plain, 20);
+    assert_eq!(lookups(stack), before + 40);
+    drop(other);
+    send_burst(peer, &burst);
+    take(plain, 20);
+    assert_eq!(lookups(stack), before + 40, "closing the last GRO socket ends the stage");
+    gro.set_gro(true).unwrap();
+}
+
+/// A registered tunnel keeps the stage on for every UDP datagram, from
+/// the start.
+#[test]
+fn a_tunnel_keeps_the_stage_on() {
+    let _serial = device_lock();
+    shared_eal(Memory::Auto);
+    let (mut peer, port, _spate_side) = WirePeer::new(4095);
+    let mut cfg = StackConfig {
+        lcores: "1".into(),
+        ports: vec![PortSpec::new(&port).addr("198.18.0.2/24").unwrap()],
+        stop_on_signal: false,
+        announce: false,
+        ..StackConfig::default()
+    };
+    let mut tunnel = spate_stack::config::VxlanSpec::new(42, PEER_IP.into());
+    tunnel.ipv4.push("198.19.0.2/24".parse().unwrap());
+    cfg.vxlan.push(tunnel);
+    let stack = Stack::new(cfg).unwrap();
+    assert_eq!(stack.interfaces().len(), 2, "the port and the tunnel's inner interface");
+    let mac = stack.interfaces()[0].mac;
+    let plain = UdpSocket::bind(&stack, ("0.0.0.0", PLAIN_PORT)).unwrap();
+    plain.set_nonblocking(true).unwrap();
+    let running = stack.spawn_polling().unwrap();
+    let burst: Vec<Vec<u8>> = (0..20).map(|i| udp_frame(mac, false, 41000, PLAIN_PORT, &[i as u8; 50])).collect();
+    send_burst(&mut peer, &burst);
+    take(&plain, 20);
+    assert_eq!(stack.counters()[Counter::GroLookups], 20, "one lookup per UDP datagram");
+    // A datagram to the tunnel port that is not VXLAN is counted, not delivered.
+    send_burst(&mut peer, &[udp_frame(mac, false, 41000, 4789, &[0u8; 30])]);
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while stack.counters()[Counter::RxVxlanErrors] == 0 {
+        assert!(Instant::now() < deadline, "{}", stack.counters().render_nonzero());
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    running.stop();
+    assert_eq!(stack.counters().unaccounted_frames(), 0);
+}
