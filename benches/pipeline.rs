@@ -15,15 +15,16 @@
 //! `--inject-only` measures the source and a bare rx_burst + free loop
 //! without the stack, the floor the stack's cost is read against.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
 use spate_dpdk::{Burst, EalBuilder, Memory, Mempool, MempoolConfig, Port, PortConfig, RxQueue, TxQueue};
+use spate_stack::config::VxlanSpec;
 use spate_stack::wire::MacAddr;
 use spate_stack::{DatagramBatch, LcoreCtx, PortSpec, Stack, StackConfig, UdpSocket};
-use spate_testkit::wire_peer::udp_frame;
+use spate_testkit::wire_peer::{PEER_IP, PEER_MAC, eth, udp_frame};
 
 const SPATE_MAC: MacAddr = MacAddr([0x02, 0x53, 0x50, 0x41, 0x54, 0x45]);
 
@@ -34,6 +35,10 @@ struct Source {
     frames: Vec<Vec<u8>>,
     sent: u64,
     target: u64,
+    /// Frames spate sent, ARP requests aside.
+    wire: u64,
+    /// The answer to spate's ARP request for the peer.
+    arp_reply: Vec<u8>,
 }
 
 impl Source {
@@ -54,11 +59,24 @@ impl Source {
         self.sent += self.tx.tx_burst(&mut b) as u64;
     }
 
-    /// Frees what the stack sent back (nothing, for a sink).
+    /// Frees what the stack sent, answering its ARP request for the peer.
     fn drain(&mut self) {
         let mut b: Burst = Burst::new();
         while self.rx.rx_burst(&mut b) > 0 {
-            b.clear();
+            for m in b.drain() {
+                if u16::from_be_bytes([m.data()[12], m.data()[13]]) != 0x0806 {
+                    self.wire += 1;
+                    continue;
+                }
+                let mut r: Burst = Burst::new();
+                if self.pool.alloc_bulk(&mut r, 1).is_ok() {
+                    let mut reply = r.drain().next().expect("one");
+                    reply.append(self.arp_reply.len()).expect("room").copy_from_slice(&self.arp_reply);
+                    let mut out: Burst = Burst::new();
+                    let _ = out.push(reply);
+                    self.tx.tx_burst(&mut out);
+                }
+            }
         }
     }
 }
@@ -80,6 +98,16 @@ struct Args {
     flows: usize,
     sockets: usize,
     inject_only: bool,
+    /// A VXLAN tunnel registered on the stack (traffic does not use it).
+    tunnel: bool,
+    /// The sockets take coalesced datagrams (UDP GRO).
+    gro: bool,
+    /// Transmit instead: datagrams of this payload, sent by the callback.
+    send: Option<usize>,
+    /// With `send`: 64 at a time with UDP GSO, one call per 64.
+    gso: bool,
+    /// Receive one datagram per call (as `recvmsg` does) instead of batches.
+    one_by_one: bool,
 }
 
 fn parse() -> (Args, bool, Option<String>) {
@@ -90,6 +118,11 @@ fn parse() -> (Args, bool, Option<String>) {
         flows: flag("--flows").and_then(|v| v.parse().ok()).unwrap_or(16),
         sockets: flag("--sockets").and_then(|v| v.parse().ok()).unwrap_or(1),
         inject_only: args.iter().any(|a| a == "--inject-only"),
+        tunnel: args.iter().any(|a| a == "--tunnel"),
+        gro: args.iter().any(|a| a == "--gro"),
+        send: flag("--send").and_then(|v| v.parse().ok()),
+        gso: args.iter().any(|a| a == "--gso"),
+        one_by_one: args.iter().any(|a| a == "--one-by-one"),
     };
     (a, args.iter().any(|a| a == "--callgrind"), flag("--json"))
 }
@@ -104,6 +137,19 @@ fn run_once(a: &Args) {
     b_port.start().expect("start");
     let frames: Vec<Vec<u8>> =
         (0..a.flows).map(|i| udp_frame(SPATE_MAC, false, 10_000 + i as u16, 9, &[i as u8; 22])).collect();
+    let arp_reply = {
+        use spate_stack::wire::arp;
+        let reply = arp::Repr {
+            operation: arp::Operation::Reply,
+            sender_mac: PEER_MAC,
+            sender_ip: PEER_IP,
+            target_mac: SPATE_MAC,
+            target_ip: "198.18.0.2".parse().unwrap(),
+        };
+        let mut body = [0u8; arp::PACKET_LEN];
+        reply.emit(&mut body);
+        eth(SPATE_MAC, spate_stack::wire::ethernet::ethertype::ARP, &body)
+    };
     let source = Source {
         tx: b_port.tx_queue(0).unwrap(),
         rx: b_port.rx_queue(0).unwrap(),
@@ -111,6 +157,8 @@ fn run_once(a: &Args) {
         frames,
         sent: 0,
         target: a.datagrams,
+        wire: 0,
+        arp_reply,
     };
     let start = spate_dpdk::lcore::tsc();
     if a.inject_only {
@@ -131,12 +179,12 @@ fn run_once(a: &Args) {
             b.clear();
             got += n as u64;
         }
-        println!("{} {}", got, spate_dpdk::lcore::tsc() - start);
+        println!("{} {} {} {}", got, spate_dpdk::lcore::tsc() - start, 0, spate_dpdk::lcore::tsc_hz());
         return;
     }
     let mut spec = PortSpec::new(a_port.name()).addr("198.18.0.2/24").unwrap();
     spec.mac = Some(SPATE_MAC);
-    let cfg = StackConfig {
+    let mut cfg = StackConfig {
         lcores: "0".into(),
         ports: vec![spec],
         stop_on_signal: false,
@@ -146,7 +194,16 @@ fn run_once(a: &Args) {
         hash_seed: Some(0x5ba7e),
         ..StackConfig::default()
     };
+    if a.tunnel {
+        let mut t = VxlanSpec::new(42, PEER_IP.into());
+        t.ipv4.push("198.19.0.2/24".parse().unwrap());
+        cfg.vxlan.push(t);
+    }
     let stack = Stack::new(cfg).expect("stack");
+    if let Some(seg) = a.send {
+        transmit(&stack, source, seg, a.gso, a.datagrams, start);
+        return;
+    }
     let sockets: Vec<UdpSocket> = (0..a.sockets)
         .map(|_| {
             let s = UdpSocket::builder(&stack)
@@ -155,52 +212,112 @@ fn run_once(a: &Args) {
                 .bind("0.0.0.0:9")
                 .unwrap();
             s.set_nonblocking(true).unwrap();
+            s.set_gro(a.gro).unwrap();
             s
         })
         .collect();
     let sockets = Arc::new(sockets);
     let source = Arc::new(Mutex::new(Some(source)));
     let consumed = Arc::new(AtomicU64::new(0));
-    let (s, src, c, target) = (sockets.clone(), source.clone(), consumed.clone(), a.datagrams);
+    let calls = Arc::new(AtomicU64::new(0));
+    let (s, src, c, k, target) = (sockets.clone(), source.clone(), consumed.clone(), calls.clone(), a.datagrams);
+    let per_call = if a.one_by_one { 1 } else { 64 };
     stack
         .run(move |_| {
-            let s = s.clone();
-            let c = c.clone();
+            let (s, c, k) = (s.clone(), c.clone(), k.clone());
             let mut src = src.lock().unwrap().take().expect("one lcore");
             let mut batch = DatagramBatch::with_capacity(64);
-            let mut n = 0u64;
+            let (mut n, mut recvs) = (0u64, 0u64);
             let first = s[0].id();
             move |ctx: &mut LcoreCtx<'_>| {
                 src.inject();
                 // The sockets this lcore fed (ids are consecutive from the first).
                 for id in ctx.ready() {
                     let sock = &s[(id - first) as usize];
-                    while sock.recv_batch(&mut batch, 64).is_ok() {
+                    while sock.recv_batch(&mut batch, per_call).is_ok() {
+                        recvs += 1;
                         for d in batch.iter() {
-                            std::hint::black_box(read_every_byte(d.data()));
+                            for seg in d.segments() {
+                                std::hint::black_box(read_every_byte(seg));
+                            }
+                            // A coalesced datagram counts its segments.
+                            n += d.gso_size().map_or(1, |g| d.len().div_ceil(g) as u64);
                         }
-                        n += batch.len() as u64;
                         batch.clear();
                     }
                 }
                 src.drain();
                 if n >= target {
                     c.store(n, Ordering::Relaxed);
+                    k.store(recvs, Ordering::Relaxed);
                     ctx.stack().stop();
                 }
             }
         })
         .expect("run");
-    println!("{} {}", consumed.load(Ordering::Relaxed), spate_dpdk::lcore::tsc() - start);
+    println!(
+        "{} {} {} {}",
+        consumed.load(Ordering::Relaxed),
+        spate_dpdk::lcore::tsc() - start,
+        calls.load(Ordering::Relaxed),
+        spate_dpdk::lcore::tsc_hz()
+    );
 }
 
-/// Total instructions of a run under callgrind.
-fn callgrind(extra: &[String], datagrams: u64) -> u64 {
-    let me = std::env::current_exe().expect("own path");
+/// Transmit: the callback sends `seg`-byte datagrams to the peer, 64 per
+/// iteration, in one GSO call or in 64 calls, until `target` reached the
+/// wire; prints `datagrams cycles calls`.
+fn transmit(stack: &Stack, source: Source, seg: usize, gso: bool, target: u64, start: u64) {
+    let sock = Arc::new(UdpSocket::bind(stack, "0.0.0.0:0").expect("bind"));
+    sock.set_nonblocking(true).unwrap();
+    let done = Arc::new((AtomicU64::new(0), AtomicU64::new(0)));
+    let (s, d) = (sock.clone(), done.clone());
+    let source = Mutex::new(Some(source));
+    let src_cell = Arc::new(source);
+    stack
+        .run(move |_| {
+            let (s, d) = (s.clone(), d.clone());
+            let mut src = src_cell.lock().unwrap().take().expect("one lcore");
+            let buf = vec![0x5au8; 64 * seg];
+            let to: std::net::SocketAddr = (PEER_IP, 9).into();
+            let mut calls = 0u64;
+            move |ctx: &mut LcoreCtx<'_>| {
+                src.drain();
+                if gso {
+                    if s.send_to_segmented(&buf, seg, to).is_ok() {
+                        calls += 1;
+                    }
+                } else {
+                    for _ in 0..64 {
+                        if s.send_to(&buf[..seg], to).is_ok() {
+                            calls += 1;
+                        }
+                    }
+                }
+                if src.wire >= target {
+                    d.0.store(src.wire, Ordering::Relaxed);
+                    d.1.store(calls, Ordering::Relaxed);
+                    ctx.stack().stop();
+                }
+            }
+        })
+        .expect("run");
+    println!(
+        "{} {} {} {}",
+        done.0.load(Ordering::Relaxed),
+        spate_dpdk::lcore::tsc() - start,
+        done.1.load(Ordering::Relaxed),
+        spate_dpdk::lcore::tsc_hz()
+    );
+}
+
+/// Total instructions of a run of `exe` (this benchmark, or another build
+/// of it) under callgrind.
+fn callgrind_of(me: &Path, extra: &[String], datagrams: u64) -> u64 {
     let out = PathBuf::from(format!("/tmp/spate-callgrind-{}-{datagrams}.out", std::process::id()));
     let status = Command::new("valgrind")
         .args(["--tool=callgrind", "--quiet", &format!("--callgrind-out-file={}", out.display())])
-        .arg(&me)
+        .arg(me)
         .args(extra)
         .args(["--datagrams", &datagrams.to_string()])
         .status()
@@ -216,16 +333,42 @@ fn callgrind(extra: &[String], datagrams: u64) -> u64 {
 
 /// Instructions per datagram: (Ir(2N) - Ir(N)) / N.
 pub fn instructions_per_datagram(extra: &[String], n: u64) -> f64 {
-    let one = callgrind(extra, n);
-    let two = callgrind(extra, 2 * n);
+    let me = std::env::current_exe().expect("own path");
+    instructions_of(&me, extra, n)
+}
+
+fn instructions_of(exe: &Path, extra: &[String], n: u64) -> f64 {
+    let one = callgrind_of(exe, extra, n);
+    let two = callgrind_of(exe, extra, 2 * n);
     (two - one) as f64 / n as f64
 }
 
 /// Cycles per datagram, natively, for each argument list: the runs take
 /// turns, five rounds, and each keeps its median.
 fn cycles_per_datagram(runs: &[Vec<String>], datagrams: u64) -> Vec<f64> {
+    native(runs, datagrams).into_iter().map(|r| r.cycles / r.datagrams).collect()
+}
+
+/// What one native run printed: `datagrams cycles calls hz`.
+#[derive(Debug, Clone, Copy)]
+struct Run {
+    datagrams: f64,
+    cycles: f64,
+    calls: f64,
+    hz: f64,
+}
+
+impl Run {
+    fn per_second(&self, n: f64) -> f64 {
+        n * self.hz / self.cycles
+    }
+}
+
+/// Native runs for each argument list, taking turns, five rounds; each
+/// keeps the round with its median cycles per datagram.
+fn native(runs: &[Vec<String>], datagrams: u64) -> Vec<Run> {
     let me = std::env::current_exe().expect("own path");
-    let mut rounds = vec![Vec::new(); runs.len()];
+    let mut rounds: Vec<Vec<Run>> = vec![Vec::new(); runs.len()];
     for _ in 0..5 {
         for (r, extra) in runs.iter().enumerate() {
             let out = Command::new(&me)
@@ -236,21 +379,111 @@ fn cycles_per_datagram(runs: &[Vec<String>], datagrams: u64) -> Vec<f64> {
             assert!(out.status.success(), "pipeline run failed: {}", String::from_utf8_lossy(&out.stderr));
             let text = String::from_utf8_lossy(&out.stdout);
             let v: Vec<f64> = text.split_whitespace().filter_map(|w| w.parse().ok()).collect();
-            assert_eq!(v.len(), 2, "expected `datagrams cycles`, got {text:?}");
-            rounds[r].push(v[1] / v[0]);
+            assert!(v.len() >= 4, "expected `datagrams cycles calls hz`, got {text:?}");
+            rounds[r].push(Run { datagrams: v[0], cycles: v[1], calls: v[2], hz: v[3] });
         }
     }
     rounds
         .into_iter()
         .map(|mut r| {
-            r.sort_by(f64::total_cmp);
+            r.sort_by(|a, b| (a.cycles / a.datagrams).total_cmp(&(b.cycles / b.datagrams)));
             r[r.len() / 2]
         })
         .collect()
 }
 
+/// The same benchmark built without the GRO stage (`--features
+/// no-gro-stage`, in a target directory of its own).
+fn no_gro_stage_build() -> PathBuf {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let out = Command::new(std::env::var("CARGO").unwrap_or_else(|_| "cargo".into()))
+        .current_dir(root)
+        .env("CARGO_TARGET_DIR", root.join("target/no-gro-stage"))
+        .args(["build", "--release", "--bench", "pipeline", "--features", "no-gro-stage", "--message-format=json"])
+        .output()
+        .expect("cargo build");
+    assert!(out.status.success(), "building without the GRO stage: {}", String::from_utf8_lossy(&out.stderr));
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
+        .filter(|v| v["target"]["name"] == "pipeline")
+        .find_map(|v| v["executable"].as_str().map(PathBuf::from))
+        .expect("the no-gro-stage benchmark's path")
+}
+
+/// The GRO stage's table: its idle cost, a registered tunnel's cost, GRO
+/// against plain delivery, GSO against one send per datagram.
+fn gro_table(json: Option<String>) {
+    let n = 20_000;
+    let base: Vec<String> = ["--flows", "16"].map(String::from).to_vec();
+    let stage_idle = instructions_per_datagram(&base, n);
+    let no_stage = instructions_of(&no_gro_stage_build(), &base, n);
+    let mut tunnel_args = base.clone();
+    tunnel_args.push("--tunnel".into());
+    let tunnel = instructions_per_datagram(&tunnel_args, n);
+    // One flow of equal datagrams (trains as long as a burst), taken one
+    // datagram per call as Linux's recvmsg gives them.
+    let train: Vec<String> = ["--flows", "1", "--one-by-one"].map(String::from).to_vec();
+    let mut gro_args = train.clone();
+    gro_args.push("--gro".into());
+    let send: Vec<String> = ["--send", "1000"].map(String::from).to_vec();
+    let mut gso_args = send.clone();
+    gso_args.push("--gso".into());
+    let runs = native(&[train, gro_args, send, gso_args], 1_000_000);
+    let (plain, gro, one, gso) = (runs[0], runs[1], runs[2], runs[3]);
+    println!("GRO stage and UDP GRO/GSO (instructions: callgrind, 16 flows; rates: native, median of 5 rounds)");
+    println!("| comparison | measured | ratio | target |");
+    println!("|---|---|---|---|");
+    println!(
+        "| no tunnel registered vs built without the stage | {stage_idle:.1} vs {no_stage:.1} instructions/datagram | {:.4} | <= 1.01 |",
+        stage_idle / no_stage
+    );
+    println!(
+        "| a tunnel registered (traffic not for it) vs none | {tunnel:.1} vs {stage_idle:.1} instructions/datagram | {:.4} | report (Linux: about 1.11) |",
+        tunnel / stage_idle
+    );
+    println!(
+        "| GRO socket vs plain socket, trains of one flow: datagrams/s to the app | {:.2} vs {:.2} M | {:.3} | report |",
+        gro.per_second(gro.datagrams) / 1e6,
+        plain.per_second(plain.datagrams) / 1e6,
+        gro.per_second(gro.datagrams) / plain.per_second(plain.datagrams)
+    );
+    println!(
+        "| GRO socket vs plain socket: receive calls/s | {:.0} vs {:.0} | {:.3} | report (Linux: 769,065 -> 24,877) |",
+        gro.per_second(gro.calls),
+        plain.per_second(plain.calls),
+        gro.per_second(gro.calls) / plain.per_second(plain.calls)
+    );
+    println!(
+        "| GSO send (64 x 1000 B per call) vs one datagram per call: datagrams/s on the wire | {:.2} vs {:.2} M | {:.3} | report |",
+        gso.per_second(gso.datagrams) / 1e6,
+        one.per_second(one.datagrams) / 1e6,
+        gso.per_second(gso.datagrams) / one.per_second(one.datagrams)
+    );
+    println!(
+        "| GSO vs one per call: send calls/s | {:.0} vs {:.0} | {:.4} | report |",
+        gso.per_second(gso.calls),
+        one.per_second(one.calls),
+        gso.per_second(gso.calls) / one.per_second(one.calls)
+    );
+    if let Some(path) = json {
+        let body = serde_json::json!({
+            "bench": "pipeline-gro",
+            "stage_idle_ir": stage_idle, "no_stage_ir": no_stage, "tunnel_ir": tunnel,
+            "plain_dgrams_per_s": plain.per_second(plain.datagrams), "gro_dgrams_per_s": gro.per_second(gro.datagrams),
+            "plain_calls_per_s": plain.per_second(plain.calls), "gro_calls_per_s": gro.per_second(gro.calls),
+            "one_dgrams_per_s": one.per_second(one.datagrams), "gso_dgrams_per_s": gso.per_second(gso.datagrams),
+        });
+        std::fs::write(path, body.to_string()).expect("write JSON");
+    }
+}
+
 fn main() {
     let (a, under_callgrind, json) = parse();
+    if std::env::args().any(|a| a == "--gro-table") {
+        gro_table(json);
+        return;
+    }
     if !under_callgrind {
         run_once(&a);
         return;

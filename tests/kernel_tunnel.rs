@@ -125,9 +125,11 @@ fn gso_segments_reach_a_kernel_socket_byte_exact() {
         .unwrap()
     });
     let running = stack.spawn_polling().unwrap();
-    let receiver = kernel.thread(|| {
+    let (bound_tx, bound) = std::sync::mpsc::channel();
+    let receiver = kernel.thread(move || {
         let s = KernelSocket::bind("198.18.0.1:9").unwrap();
         s.set_read_timeout(Some(Duration::from_secs(3))).unwrap();
+        bound_tx.send(()).unwrap();
         let mut got = Vec::new();
         let mut buf = vec![0u8; 2048];
         while let Ok(n) = s.recv(&mut buf) {
@@ -135,6 +137,7 @@ fn gso_segments_reach_a_kernel_socket_byte_exact() {
         }
         got
     });
+    bound.recv_timeout(Duration::from_secs(10)).expect("the kernel socket is bound");
     let sock = UdpSocket::bind(&stack, "0.0.0.0:0").unwrap();
     let to: SocketAddr = "198.18.0.1:9".parse().unwrap();
     // One datagram first: it resolves the kernel's MAC.

@@ -317,6 +317,37 @@ impl Mbuf {
         Ok(())
     }
 
+    /// Appends every packet of `tails`, in order, to this one: one walk to
+    /// the last segment, then each link in O(1) (where [`chain`](Self::chain)
+    /// walks the whole chain every time). `tails` is left empty. Fails, and
+    /// frees `tails`, past 65,535 segments.
+    pub fn chain_all<const N: usize>(&mut self, tails: &mut crate::Burst<N>) -> Result<()> {
+        let segs: u32 =
+            self.raw().nb_segs as u32 + tails.as_slice().iter().map(|t| t.raw().nb_segs as u32).sum::<u32>();
+        let len: u32 = self.raw().pkt_len + tails.as_slice().iter().map(|t| t.raw().pkt_len).sum::<u32>();
+        if segs > u16::MAX as u32 {
+            tails.clear();
+            return Err(Error::MbufRoom("chain of more than the segment limit"));
+        }
+        let mut last = self.last_segment();
+        for t in tails.drain() {
+            let tail = t.into_raw();
+            // SAFETY: `tail` is a valid packet we own; linked after our last
+            // segment it belongs to this chain, whose head is fixed below.
+            unsafe {
+                (*last).next = tail;
+                last = tail;
+                while !(*last).next.is_null() {
+                    last = (*last).next;
+                }
+            }
+        }
+        let head = self.raw_mut();
+        head.nb_segs = segs as u16;
+        head.pkt_len = len;
+        Ok(())
+    }
+
     /// Splits off the segments after the first; the rest becomes its own packet.
     pub fn split_first_segment(&mut self) -> Option<Mbuf> {
         let m = self.raw_mut();

@@ -49,17 +49,16 @@ impl Datagram {
         Datagram { mbuf, truesize, headers: headers | if mapped { MAPPED } else { 0 }, gso: 0 }
     }
 
-    /// Appends the next segment of a coalesced datagram (UDP GRO): `m`
-    /// holds its payload, `gso_size` is the train's segment size.
+    /// Appends the next segments of a coalesced datagram (UDP GRO): each
+    /// packet of `segs` holds one segment's payload, `gso_size` is the
+    /// train's segment size.
     #[inline]
-    pub(crate) fn append_segment(&mut self, m: Mbuf, gso_size: u16) -> bool {
-        let buf = m.buf_len();
-        if self.mbuf.chain(m).is_err() {
-            return false;
+    pub(crate) fn append_segments<const N: usize>(&mut self, segs: &mut Burst<N>, gso_size: u16) {
+        let bufs: usize = segs.as_slice().iter().map(Mbuf::buf_len).sum();
+        if self.mbuf.chain_all(segs).is_ok() {
+            self.truesize += bufs as u32;
+            self.gso = gso_size;
         }
-        self.truesize += buf as u32;
-        self.gso = gso_size;
-        true
     }
 
     /// The segment size when this datagram coalesces several (UDP GRO):

@@ -312,6 +312,7 @@ impl<T: Truesize> RxQueue<T> {
 
     /// Takes up to `max` datagrams into `out` (no allocation while `out`
     /// has room); waits as `wait` says for the first one.
+    #[inline]
     pub fn pop_batch(&self, out: &mut Vec<T>, max: usize, wait: Wait) -> usize {
         loop {
             let n = self.try_pop_batch(out, max);

@@ -184,7 +184,9 @@ pub(crate) struct Worker<'s> {
     /// frame to the very next).
     pub frame_no: u64,
     /// The coalesced datagram this burst may still grow (UDP GRO).
-    pub train: Option<crate::pipeline::gro::Train>,
+    pub train: crate::pipeline::gro::Train,
+    /// An inner frame a tunnel just decapsulated, for the receive loop.
+    pub decapsulated: Option<(u16, spate_dpdk::Mbuf)>,
 }
 
 /// The queue handles a worker polls, per interface.
@@ -221,7 +223,8 @@ impl<'s> Worker<'s> {
             ready: Vec::with_capacity(64),
             gro_active: false,
             frame_no: 0,
-            train: None,
+            train: Default::default(),
+            decapsulated: None,
         }
     }
 
@@ -243,6 +246,13 @@ impl<'s> Worker<'s> {
     #[inline]
     pub fn add(&self, c: Counter, n: u64) {
         self.counters().add_local(c, n);
+    }
+
+    /// Whether this burst runs the GRO stage; always false in the
+    /// no-gro-stage build, so the compiler drops the stage there.
+    #[inline(always)]
+    pub fn gro_stage(&self) -> bool {
+        !cfg!(feature = "no-gro-stage") && self.gro_active
     }
 
     /// Runs until the stack stops, calling `app` once per iteration.
@@ -292,8 +302,9 @@ impl<'s> Worker<'s> {
             self.snap_gen = g;
         }
         // After the snapshot: a tunnel or GRO socket in it was counted
-        // before it was published.
-        self.gro_active = self.shared.gro_users.load(Ordering::Acquire) != 0;
+        // before it was published. The no-gro-stage build (the benchmark's
+        // baseline) has no stage at all.
+        self.gro_active = !cfg!(feature = "no-gro-stage") && self.shared.gro_users.load(Ordering::Acquire) != 0;
         self.memo.sync(self.shared.neigh.generation());
         let mut total = 0;
         let mut burst: Burst<BURST> = Burst::new();
@@ -310,16 +321,38 @@ impl<'s> Worker<'s> {
             for m in burst.as_slice() {
                 m.prefetch_data();
             }
-            for m in burst.drain() {
-                self.frame_no += 1;
-                if let Some(outcome) = self.rx_frame(iface, m) {
-                    self.inc(outcome);
+            if self.gro_stage() {
+                self.rx_frames_gro(iface, &mut burst);
+            } else {
+                for m in burst.drain() {
+                    if let Some(outcome) = self.rx_frame::<false>(iface, m) {
+                        self.inc(outcome);
+                    }
                 }
             }
-            self.train = None;
             self.deliver_staged();
         }
         total
+    }
+
+    /// The burst's frames with the GRO stage: a tunnel's inner frame is its
+    /// outer frame's next step, and trains end with the burst.
+    #[inline(never)]
+    fn rx_frames_gro(&mut self, iface: u16, burst: &mut Burst<BURST>) {
+        for m in burst.drain() {
+            self.frame_no += 1;
+            let (mut ifc, mut m) = (iface, m);
+            loop {
+                if let Some(outcome) = self.rx_frame::<true>(ifc, m) {
+                    self.inc(outcome);
+                }
+                match self.decapsulated.take() {
+                    Some(inner) => (ifc, m) = inner,
+                    None => break,
+                }
+            }
+        }
+        self.gro_flush();
     }
 
     /// Queues the burst's datagrams to their sockets: all of one socket's

@@ -8,7 +8,11 @@
 
 use std::net::IpAddr;
 
-use spate_dpdk::Mbuf;
+use spate_dpdk::{Burst, Mbuf};
+
+use crate::datagram::{Datagram, header_span};
+use crate::pipeline::rx::UdpInFrame;
+use crate::wire::udp;
 
 use crate::stats::Counter;
 use crate::worker::Worker;
@@ -25,66 +29,120 @@ pub(crate) struct Flow {
     pub dst_port: u16,
 }
 
-/// The datagram a burst may still grow.
-#[derive(Debug, Clone, Copy)]
+/// The datagram a burst may still grow, and the segments waiting to be
+/// chained to it (in one pass, when the train ends). One per lcore, reused.
+#[derive(Debug, Default)]
 pub(crate) struct Train {
+    /// Whether a train is open.
+    open: bool,
     /// Its place among the burst's staged datagrams.
     pos: usize,
     /// The frame that last grew it.
     frame: u64,
     /// The socket's binding in the snapshot.
     index: u32,
-    flow: Flow,
+    flow: Option<Flow>,
     /// Segment size: the first datagram's payload.
     seg: u16,
-    segs: u16,
     /// A short segment came: nothing more may follow.
     closed: bool,
+    /// The segments after the first.
+    pending: Burst<{ MAX_SEGMENTS as usize }>,
 }
 
 impl Worker<'_> {
+    /// A UDP datagram while the GRO stage runs, its socket found (`index`):
+    /// to its tunnel's decapsulation, coalesced into the open train, or
+    /// queued as usual (opening a train when its socket coalesces). Out of
+    /// line, so the path without the stage stays as it was.
+    #[inline(never)]
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) fn gro_stage_udp(
+        &mut self,
+        iface: u16,
+        mut m: Mbuf,
+        at: UdpInFrame,
+        index: u32,
+        mapped: bool,
+        tunnel: Option<u16>,
+        coalesce: bool,
+        flow: Flow,
+        payload: usize,
+    ) -> Option<Counter> {
+        self.inc(Counter::GroLookups);
+        if let Some(port) = tunnel {
+            return self.rx_vxlan(port, m, at);
+        }
+        let after = m.pkt_len() - (at.l4 + udp::HEADER_LEN + payload);
+        if m.adj(at.l4 + udp::HEADER_LEN).is_err() || (after > 0 && m.trim(after).is_err()) {
+            self.inc(if at.src.is_ipv4() { Counter::UdpInErrors } else { Counter::Udp6InErrors });
+            return Some(Counter::RxUdpErrors);
+        }
+        if coalesce {
+            m = match self.gro_merge(index, &flow, m, payload) {
+                Ok(()) => return Some(Counter::RxGroMerged),
+                Err(m) => m,
+            };
+        }
+        self.gro_open(coalesce, index, flow, payload);
+        let d = Datagram::new(m, header_span(at.l3, at.l4), mapped);
+        self.staged.push((index, iface, at.src.is_ipv4(), d));
+        None
+    }
+
     /// Adds the payload in `m` (`payload` bytes, headers already cut off)
     /// to the open train when it continues it; gives `m` back otherwise.
     #[inline]
     pub(crate) fn gro_merge(&mut self, index: u32, flow: &Flow, m: Mbuf, payload: usize) -> Result<(), Mbuf> {
-        let Some(t) = self.train.as_mut() else { return Err(m) };
-        let continues = t.frame + 1 == self.frame_no
+        let frame = self.frame_no;
+        let t = &mut self.train;
+        let continues = t.open
+            && t.frame + 1 == frame
             && t.index == index
             && !t.closed
-            && t.segs < MAX_SEGMENTS
+            && t.pending.len() + 1 < MAX_SEGMENTS as usize
             && payload > 0
             && payload <= t.seg as usize
-            && t.flow == *flow;
+            && t.flow.as_ref() == Some(flow);
         if !continues {
             return Err(m);
         }
-        let (pos, seg) = (t.pos, t.seg);
-        if !self.staged[pos].3.append_segment(m, seg) {
-            self.train = None;
-            return Ok(()); // the chain refused it and freed it: not possible below 65,535 segments
-        }
-        let t = self.train.as_mut().expect("checked above");
-        t.segs += 1;
-        t.frame = self.frame_no;
-        t.closed = payload < seg as usize;
-        if t.segs == 2 {
+        t.pending.push(m)?;
+        t.frame = frame;
+        t.closed = payload < t.seg as usize;
+        if t.pending.len() == 1 {
             self.inc(Counter::GroCoalesced);
         }
         Ok(())
     }
 
-    /// Opens a train at the datagram about to be staged, or closes the
-    /// open one when this socket does not coalesce.
+    /// Opens a train at the datagram about to be staged (ending the open
+    /// one), or just ends the open one when this socket does not coalesce.
     #[inline]
     pub(crate) fn gro_open(&mut self, coalesce: bool, index: u32, flow: Flow, payload: usize) {
-        self.train = (coalesce && payload > 0 && payload <= u16::MAX as usize).then_some(Train {
-            pos: self.staged.len(),
-            frame: self.frame_no,
-            index,
-            flow,
-            seg: payload as u16,
-            segs: 1,
-            closed: false,
-        });
+        self.gro_flush();
+        if coalesce && payload > 0 && payload <= u16::MAX as usize {
+            let t = &mut self.train;
+            t.open = true;
+            t.pos = self.staged.len();
+            t.frame = self.frame_no;
+            t.index = index;
+            t.flow = Some(flow);
+            t.seg = payload as u16;
+            t.closed = false;
+        }
+    }
+
+    /// Ends the open train: its segments join its first datagram.
+    #[inline]
+    pub(crate) fn gro_flush(&mut self) {
+        let t = &mut self.train;
+        if !t.open {
+            return;
+        }
+        t.open = false;
+        if !t.pending.is_empty() {
+            self.staged[t.pos].3.append_segments(&mut t.pending, t.seg);
+        }
     }
 }

@@ -54,8 +54,12 @@ pub(crate) struct UdpInFrame {
 
 impl Worker<'_> {
     /// Classifies one frame and hands it on; returns its `Rx` outcome.
+    /// `GRO` picks the build of the path with the GRO stage; the burst
+    /// loop chooses it once per burst (Linux's static key, as two copies
+    /// of the code), so the path without it is what it was before the
+    /// stage existed.
     #[inline]
-    pub(crate) fn rx_frame(&mut self, ifx: u16, m: Mbuf) -> Option<Counter> {
+    pub(crate) fn rx_frame<const GRO: bool>(&mut self, ifx: u16, m: Mbuf) -> Option<Counter> {
         let shared = self.shared;
         let iface: &Interface = &shared.ifaces[ifx as usize];
         let data = m.data();
@@ -73,14 +77,14 @@ impl Worker<'_> {
         let l2 = frame.header_len();
         let eth_src = frame.src();
         match frame.ethertype() {
-            ethernet::ethertype::IPV4 => self.rx_ipv4(iface, m, l2),
-            ethernet::ethertype::IPV6 => self.rx_ipv6(iface, m, l2, eth_src),
+            ethernet::ethertype::IPV4 => self.rx_ipv4::<GRO>(iface, m, l2),
+            ethernet::ethertype::IPV6 => self.rx_ipv6::<GRO>(iface, m, l2, eth_src),
             ethernet::ethertype::ARP => Some(self.rx_arp(iface, m, l2)),
             _ => Some(Counter::RxUnknownEtherType),
         }
     }
 
-    fn rx_ipv4(&mut self, iface: &Interface, mut m: Mbuf, l2: usize) -> Option<Counter> {
+    fn rx_ipv4<const GRO: bool>(&mut self, iface: &Interface, mut m: Mbuf, l2: usize) -> Option<Counter> {
         self.inc(Counter::IpInReceives);
         let data = &m.data()[l2..];
         let ip = ipv4::Packet::new_unchecked(data);
@@ -129,7 +133,7 @@ impl Worker<'_> {
             ip_proto::UDP => {
                 self.inc(Counter::IpInDelivers);
                 let at = UdpInFrame { l3: l2, l4, end: l2 + total, src: src.into(), dst: dst.into(), group: broadcast };
-                self.rx_udp(iface, m, at)
+                self.rx_udp::<GRO>(iface, m, at)
             }
             ip_proto::ICMP => {
                 self.inc(Counter::IpInDelivers);
@@ -145,7 +149,13 @@ impl Worker<'_> {
         }
     }
 
-    fn rx_ipv6(&mut self, iface: &Interface, mut m: Mbuf, l2: usize, eth_src: crate::wire::MacAddr) -> Option<Counter> {
+    fn rx_ipv6<const GRO: bool>(
+        &mut self,
+        iface: &Interface,
+        mut m: Mbuf,
+        l2: usize,
+        eth_src: crate::wire::MacAddr,
+    ) -> Option<Counter> {
         self.inc(Counter::Ip6InReceives);
         let data = &m.data()[l2..];
         let ip = ipv6::Packet::new_unchecked(data);
@@ -195,7 +205,7 @@ impl Worker<'_> {
                     dst: dst.into(),
                     group: dst.is_multicast(),
                 };
-                self.rx_udp(iface, m, at)
+                self.rx_udp::<GRO>(iface, m, at)
             }
             ip_proto::ICMPV6 => {
                 self.inc(Counter::Ip6InDelivers);
@@ -213,7 +223,12 @@ impl Worker<'_> {
 
     /// UDP: validate, look the socket up, queue the datagram.
     #[inline]
-    pub(crate) fn rx_udp(&mut self, iface: &Interface, mut m: Mbuf, at: UdpInFrame) -> Option<Counter> {
+    pub(crate) fn rx_udp<const GRO: bool>(
+        &mut self,
+        iface: &Interface,
+        mut m: Mbuf,
+        at: UdpInFrame,
+    ) -> Option<Counter> {
         let c = if at.src.is_ipv4() { &UDP4 } else { &UDP6 };
         let data = &m.data()[at.l4..at.end];
         let p = udp::Packet::new_unchecked(data);
@@ -242,19 +257,13 @@ impl Worker<'_> {
             rss_hash: m.rss_hash(),
         };
         let payload = p.len() as usize - udp::HEADER_LEN;
-        let (src_port, dst_port) = (key.src_port, key.dst_port);
         if let Some((index, b)) = self.snapshot.lookup(&key) {
             let mapped = b.family == Family::V6 && at.src.is_ipv4();
-            // The GRO stage: its lookup was this one.
-            let (tunnel, coalesce) = match self.gro_active {
-                true => (b.sock.tunnel, b.sock.gro.load(std::sync::atomic::Ordering::Relaxed)),
-                false => (None, false),
-            };
-            if self.gro_active {
-                self.inc(Counter::GroLookups);
-                if let Some(port) = tunnel {
-                    return self.rx_vxlan(port, m, at);
-                }
+            if GRO {
+                // The GRO stage, out of line: its lookup was this one.
+                let (tunnel, coalesce) = (b.sock.tunnel, b.sock.gro.load(std::sync::atomic::Ordering::Relaxed));
+                let flow = Flow { src: at.src, src_port: key.src_port, dst: at.dst, dst_port: key.dst_port };
+                return self.gro_stage_udp(iface.index, m, at, index, mapped, tunnel, coalesce, flow, payload);
             }
             // Leave only the payload in the mbuf: the headers stay in the
             // headroom, where the datagram reads its addresses from.
@@ -262,16 +271,6 @@ impl Worker<'_> {
             if m.adj(at.l4 + udp::HEADER_LEN).is_err() || (after > 0 && m.trim(after).is_err()) {
                 self.inc(c.in_errors);
                 return Some(Counter::RxUdpErrors);
-            }
-            if self.gro_active {
-                let flow = Flow { src: at.src, src_port, dst: at.dst, dst_port };
-                if coalesce {
-                    m = match self.gro_merge(index, &flow, m, payload) {
-                        Ok(()) => return Some(Counter::RxGroMerged),
-                        Err(m) => m,
-                    };
-                }
-                self.gro_open(coalesce, index, flow, payload);
             }
             let d = Datagram::new(m, header_span(at.l3, at.l4), mapped);
             // Queued after the burst, one charge and one lock per socket.

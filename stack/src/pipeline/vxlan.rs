@@ -160,7 +160,11 @@ impl Worker<'_> {
         // headers.
         m.set_ol_flags(0);
         self.inc(Counter::VxlanInPackets);
-        self.rx_frame(inner, m)
+        // The receive loop takes it next, as a frame of the inner
+        // interface (no recursion: the loop's one call of `rx_frame`
+        // stays inlined), and counts its outcome for the outer frame.
+        self.decapsulated = Some((inner, m));
+        None
     }
 
     /// Sends frame `m` of inner interface `ifc` to its tunnel's remote.
