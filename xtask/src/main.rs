@@ -332,6 +332,7 @@ fn bench(args: &[String]) -> Result {
         ("dpdk_forward", vec![]),
         ("stack_rx", vec![]),
         ("pipeline", vec!["--callgrind"]),
+        ("pipeline", vec!["--gro-table"]),
         ("lookup", vec!["--callgrind"]),
         ("rx_queue", vec![]),
         ("pps", vec![]),
