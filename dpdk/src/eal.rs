@@ -295,6 +295,16 @@ impl Eal {
             // is set"), so a retry would run with a mix of old and new
             // arguments: refuse it instead.
             STATE.store(FAILED, Ordering::Release);
+            // A start that failed after DPDK made its runtime folder (a
+            // device that would not probe, no memory) leaves the folder.
+            let prefix = args.iter().position(|a| a == "--file-prefix").and_then(|i| args.get(i + 1));
+            // SAFETY: returns a static string, empty before the arguments
+            // were parsed.
+            let dir =
+                PathBuf::from(unsafe { CStr::from_ptr(sys::rte_eal_get_runtime_dir()) }.to_string_lossy().as_ref());
+            if prefix.is_some_and(|p| dir.file_name().is_some_and(|n| n == p.as_str())) {
+                remove_runtime_dir(&dir);
+            }
             return Err(Error::EalInit {
                 reason: format!("rte_eal_init({})", args[1..].join(" ")),
                 errno,
