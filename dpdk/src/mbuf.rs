@@ -470,6 +470,7 @@ impl Drop for Mbuf {
 }
 
 /// The data of each segment of a packet.
+#[derive(Clone)]
 pub struct SegmentIter<'a> {
     next: *mut sys::rte_mbuf,
     _owner: std::marker::PhantomData<&'a Mbuf>,

@@ -296,6 +296,19 @@ pub struct StackConfig {
     pub announce: bool,
     /// VXLAN tunnel endpoints, each an inner interface.
     pub vxlan: Vec<VxlanSpec>,
+    /// How long a datagram's fragments may take to arrive, in ms (Linux:
+    /// 30 s).
+    pub reassembly_timeout_ms: u64,
+    /// Bytes of fragments (mbuf buffers, both IP families together) an
+    /// lcore holds before it drops the oldest datagrams (Linux's
+    /// `ipfrag_high_thresh`: 4 MiB)...
+    pub reassembly_high_bytes: usize,
+    /// ...until it holds no more than this (Linux's `ipfrag_low_thresh`).
+    pub reassembly_low_bytes: usize,
+    /// Datagrams an lcore reassembles at once at most.
+    pub reassembly_datagrams: usize,
+    /// How long a learnt path MTU lasts, in seconds (Linux: 600).
+    pub pmtu_expiry_secs: u64,
     /// A reader blocked in `recv` on an empty queue naps this many µs
     /// (twice at most) before it asks a polling lcore to wake it; 0, the
     /// default, asks at once, as Linux does. While datagrams stream in, the
@@ -333,6 +346,11 @@ impl Default for StackConfig {
             stop_on_signal: true,
             announce: true,
             vxlan: Vec::new(),
+            reassembly_timeout_ms: 30_000,
+            reassembly_high_bytes: 4 << 20,
+            reassembly_low_bytes: 3 << 20,
+            reassembly_datagrams: 1024,
+            pmtu_expiry_secs: 600,
             reader_nap_us: 0,
             hash_seed: None,
         }
@@ -393,6 +411,12 @@ impl StackConfig {
         }
         if self.rcvbuf < 4096 {
             return Err(Error::Config("rcvbuf below 4096 bytes".into()));
+        }
+        if self.reassembly_low_bytes > self.reassembly_high_bytes || self.reassembly_datagrams == 0 {
+            return Err(Error::Config(
+                "reassembly_low_bytes must not exceed reassembly_high_bytes, and reassembly_datagrams must be positive"
+                    .into(),
+            ));
         }
         for (i, t) in self.vxlan.iter().enumerate() {
             if t.vni >= 1 << 24 {

@@ -68,6 +68,17 @@ impl Worker<'_> {
                         self.socket_error(iface, local, peer, libc::ECONNREFUSED);
                     }
                 }
+                if code == icmpv4::unreachable::FRAG_NEEDED {
+                    // The next-hop MTU sits in the header's second word
+                    // (RFC 1191); 0 from routers older than it.
+                    let mtu = get_u16(data, 6);
+                    let quoted = ipv4::Packet::new_unchecked(p.data());
+                    if p.data().len() >= ipv4::HEADER_LEN && iface.has_ipv4(quoted.src()) {
+                        let mtu = if mtu == 0 { crate::frag::pmtu::MIN_V4 } else { mtu };
+                        let now = self.shared.pmtu.learn(quoted.dst().into(), mtu);
+                        log::debug!("path MTU to {} is {now}", quoted.dst());
+                    }
+                }
             }
             (icmpv4::msg_type::TIME_EXCEEDED, _) => self.inc(Counter::IcmpInTimeExcds),
             _ => {}
@@ -216,8 +227,15 @@ impl Worker<'_> {
                     _ => Icmp6Action::None,
                 }
             }
-            icmpv6::Repr::PacketTooBig { .. } => {
+            icmpv6::Repr::PacketTooBig { mtu, data } => {
                 self.inc(Counter::Icmp6InPktTooBigs);
+                if data.len() >= ipv6::HEADER_LEN {
+                    let quoted = ipv6::Packet::new_unchecked(data);
+                    if iface.has_ipv6(&quoted.src()) {
+                        let now = self.shared.pmtu.learn(quoted.dst().into(), mtu.min(u16::MAX as u32) as u16);
+                        log::debug!("path MTU to {} is {now}", quoted.dst());
+                    }
+                }
                 Icmp6Action::None
             }
             icmpv6::Repr::NeighborSolicit { .. } => {
@@ -361,7 +379,7 @@ impl Worker<'_> {
     pub(crate) fn route_and_send(&mut self, mut m: Mbuf, dst: IpAddr, src: IpAddr) {
         m.set_ol_flags(0);
         match self.shared.route(&dst, Some(&src)) {
-            Some(r) => self.transmit(TxPacket { mbuf: m, iface: r.iface, next_hop: r.next_hop }),
+            Some(r) => self.transmit(TxPacket { mbuf: m, iface: r.iface, next_hop: r.next_hop, datagram: false }),
             None => self.inc(Counter::TxNoRoute),
         }
     }

@@ -11,6 +11,7 @@ mod app_thread;
 pub mod config;
 pub mod datagram;
 pub mod error;
+pub mod frag;
 mod icmp;
 pub mod iface;
 pub mod ip_id;

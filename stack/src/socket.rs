@@ -155,6 +155,7 @@ impl SocketBuilder {
             write_timeout: Mutex::new(None),
             tx_worker,
             gso_size: AtomicU32::new(0),
+            dont_fragment: AtomicBool::new(false),
         })
     }
 }
@@ -188,6 +189,8 @@ pub struct UdpSocket {
     tx_worker: usize,
     /// `UDP_SEGMENT`: 0 for none.
     gso_size: AtomicU32,
+    /// Fail sends larger than the path MTU instead of fragmenting them.
+    dont_fragment: AtomicBool,
 }
 
 /// Segments one UDP GSO send may make at most (Linux raised
@@ -521,9 +524,34 @@ impl UdpSocket {
         if let Some(seg) = self.segment_size()?.filter(|s| buf.len() > *s as usize) {
             return self.send_segments(buf, seg as usize, dst);
         }
+        self.send_slice(buf, dst)
+    }
+
+    /// Sends `buf` as one datagram: copied into one mbuf, or, when it is
+    /// longer than one holds, straight into IP fragments.
+    fn send_slice(&self, buf: &[u8], dst: SocketAddr) -> io::Result<usize> {
+        if buf.len() > self.shared().pool.data_room() as usize - MAX_HEADERS {
+            crate::app_thread::enter();
+            self.pending_error()?;
+            let st = self.state();
+            let route = self.route_to(dst, &st)?;
+            self.send_fragments(std::iter::once(buf), buf.len(), dst, route, st.local.port())?;
+            return Ok(buf.len());
+        }
         let sb = self.copy_in(buf)?;
         self.send_prepared(sb, dst)?;
         Ok(buf.len())
+    }
+
+    /// The route to `dst` for this socket (its bound address as source).
+    fn route_to(&self, dst: SocketAddr, st: &State) -> io::Result<crate::route::Route> {
+        let shared = self.shared();
+        let bound_ip = Some(st.local.ip()).filter(|ip| !ip.is_unspecified() && ip.is_ipv4() == dst.is_ipv4());
+        shared.route(&dst.ip(), bound_ip.as_ref()).ok_or_else(|| {
+            let c = if dst.is_ipv4() { Counter::IpOutNoRoutes } else { Counter::Ip6OutNoRoutes };
+            shared.stats.shared().add_shared(c, 1);
+            errno(libc::ENETUNREACH, "no route")
+        })
     }
 
     /// Sends `buf` to the connected peer.
@@ -532,9 +560,7 @@ impl UdpSocket {
         if let Some(seg) = self.segment_size()?.filter(|s| buf.len() > *s as usize) {
             return self.send_segments(buf, seg as usize, peer);
         }
-        let sb = self.copy_in(buf)?;
-        self.send_prepared(sb, peer)?;
-        Ok(buf.len())
+        self.send_slice(buf, peer)
     }
 
     /// Sends `buf` to `addr` as datagrams of `segment` bytes each (the last
@@ -612,7 +638,7 @@ impl UdpSocket {
             let ident = if connected { first_ident.wrapping_add(i as u16) } else { 0 };
             let headers = UdpHeaders { src, dst, ident, dont_frag: true, ttl: 64, zero_checksum: false };
             push_udp_ip(&mut m, &headers, iface).map_err(|e| io::Error::new(io::ErrorKind::InvalidInput, e))?;
-            self.submit(TxPacket { mbuf: m, iface: route.iface, next_hop: route.next_hop }, v4)?;
+            self.submit(TxPacket { mbuf: m, iface: route.iface, next_hop: route.next_hop, datagram: true }, v4)?;
         }
         Ok(buf.len())
     }
@@ -640,16 +666,13 @@ impl UdpSocket {
         self.pending_error()?;
         let shared = self.shared();
         let st = self.state();
-        let bound_ip = Some(st.local.ip()).filter(|ip| !ip.is_unspecified() && ip.is_ipv4() == dst.is_ipv4());
-        let Some(route) = shared.route(&dst.ip(), bound_ip.as_ref()) else {
-            let c = if dst.is_ipv4() { Counter::IpOutNoRoutes } else { Counter::Ip6OutNoRoutes };
-            shared.stats.shared().add_shared(c, 1);
-            return Err(errno(libc::ENETUNREACH, "no route"));
-        };
+        let route = self.route_to(dst, &st)?;
         let v4 = dst.is_ipv4();
         let ip_hdr = if v4 { ipv4::HEADER_LEN } else { ipv6::HEADER_LEN };
         if buf.len() + udp::HEADER_LEN + ip_hdr > route.mtu as usize {
-            return Err(errno(libc::EMSGSIZE, "larger than the path MTU"));
+            // Larger than the path: fragments, copied out of the buffer.
+            let len = buf.len();
+            return self.send_fragments(buf.mbuf.segment_data(), len, dst, route, st.local.port());
         }
         let src = SocketAddr::new(route.src, st.local.port());
         let connected = st.peer == Some(dst);
@@ -664,7 +687,82 @@ impl UdpSocket {
         let headers = UdpHeaders { src, dst, ident, dont_frag: true, ttl: 64, zero_checksum: false };
         let iface = &shared.ifaces[route.iface as usize];
         push_udp_ip(&mut buf.mbuf, &headers, iface).map_err(|e| io::Error::new(io::ErrorKind::InvalidInput, e))?;
-        self.submit(TxPacket { mbuf: buf.mbuf, iface: route.iface, next_hop: route.next_hop }, v4)
+        self.submit(TxPacket { mbuf: buf.mbuf, iface: route.iface, next_hop: route.next_hop, datagram: true }, v4)
+    }
+
+    /// Sends a datagram larger than the path MTU as IP fragments (unless
+    /// the socket asked for don't-fragment: then `EMSGSIZE`, as Linux's
+    /// `IP_PMTUDISC_DO`). IPv4 fragments carry an ID from the generator
+    /// (they are not atomic); IPv6 ones a random 32-bit identification.
+    fn send_fragments<'a>(
+        &self,
+        parts: impl Iterator<Item = &'a [u8]> + Clone,
+        len: usize,
+        dst: SocketAddr,
+        route: crate::route::Route,
+        local_port: u16,
+    ) -> io::Result<()> {
+        let shared = self.shared();
+        let v4 = dst.is_ipv4();
+        let (fails, oks, creates) = if v4 {
+            (Counter::IpFragFails, Counter::IpFragOKs, Counter::IpFragCreates)
+        } else {
+            (Counter::Ip6FragFails, Counter::Ip6FragOKs, Counter::Ip6FragCreates)
+        };
+        let max = if v4 { MAX_UDP_PAYLOAD_V4 } else { MAX_UDP_PAYLOAD_V6 };
+        if len > max {
+            return Err(errno(libc::EMSGSIZE, "longer than one IP datagram"));
+        }
+        if self.dont_fragment.load(Ordering::Relaxed) {
+            shared.stats.shared().add_shared(fails, 1);
+            return Err(errno(libc::EMSGSIZE, "larger than the path MTU and don't-fragment is set"));
+        }
+        let src = SocketAddr::new(route.src, local_port);
+        let ident = match (src.ip(), dst.ip()) {
+            (IpAddr::V4(s), IpAddr::V4(d)) => shared.ip_id.reserve(s, d, crate::wire::ip_proto::UDP, 1) as u32,
+            _ => crate::ip_id::random_u32(),
+        };
+        let iface = &shared.ifaces[route.iface as usize];
+        let plan = crate::frag::fragment::Plan {
+            src,
+            dst,
+            mtu: route.mtu as usize,
+            ident,
+            ttl: 64,
+            offload_ip_checksum: iface.tx_checksum,
+        };
+        let mut out: spate_dpdk::Burst<{ crate::frag::fragment::MAX_FRAGMENTS }> = spate_dpdk::Burst::new();
+        let n = crate::frag::fragment::fragment_udp(&shared.pool, &plan, parts, len, &mut out).map_err(|e| {
+            shared.stats.shared().add_shared(fails, 1);
+            match e {
+                crate::frag::fragment::FragError::NoMbufs => self.mem_error(),
+                crate::frag::fragment::FragError::TooLong => {
+                    errno(libc::EMSGSIZE, "cannot be fragmented to the path MTU")
+                }
+            }
+        })?;
+        for (i, m) in out.drain().enumerate() {
+            self.submit(TxPacket { mbuf: m, iface: route.iface, next_hop: route.next_hop, datagram: i == 0 }, v4)?;
+        }
+        let stats = shared.stats.shared();
+        stats.add_shared(oks, 1);
+        stats.add_shared(creates, n as u64);
+        Ok(())
+    }
+
+    /// Asks that datagrams never be fragmented (Linux's `IP_MTU_DISCOVER`
+    /// with `IP_PMTUDISC_DO`, `IPV6_DONTFRAG`): a send larger than the
+    /// path MTU fails with `EMSGSIZE`. Off by default: larger datagrams are
+    /// fragmented, smaller ones go with DF set so routers report the path
+    /// MTU (`IP_PMTUDISC_WANT`).
+    pub fn set_dont_fragment(&self, on: bool) -> io::Result<()> {
+        self.dont_fragment.store(on, Ordering::Relaxed);
+        Ok(())
+    }
+
+    /// Whether don't-fragment is asked for.
+    pub fn dont_fragment(&self) -> io::Result<bool> {
+        Ok(self.dont_fragment.load(Ordering::Relaxed))
     }
 
     /// Hands a packet to the transmit path: the lcore's own queue when

@@ -52,6 +52,8 @@ pub(crate) struct Shared {
     /// Sockets with UDP GRO on and registered tunnels: while zero, the
     /// lcores skip the GRO stage (one load per burst).
     pub gro_users: CachePadded<AtomicUsize>,
+    /// Path MTUs learnt from ICMP.
+    pub pmtu: crate::frag::pmtu::PathMtu,
     stop: AtomicBool,
     running: AtomicBool,
     rng: Mutex<u64>,
@@ -73,7 +75,11 @@ impl Shared {
     /// The route to `dst`.
     #[inline]
     pub fn route(&self, dst: &IpAddr, src: Option<&IpAddr>) -> Option<Route> {
-        self.routes.lookup(&self.ifaces, dst, src)
+        let mut r = self.routes.lookup(&self.ifaces, dst, src)?;
+        if let Some(mtu) = self.pmtu.get(dst) {
+            r.mtu = r.mtu.min(mtu);
+        }
+        Some(r)
     }
 
     /// Whether the lcores should stop.
@@ -317,6 +323,7 @@ impl Stack {
             next_socket_id: AtomicU64::new(1),
             next_tx_worker: AtomicUsize::new(0),
             gro_users: CachePadded::new(AtomicUsize::new(0)),
+            pmtu: crate::frag::pmtu::PathMtu::new(std::time::Duration::from_secs(cfg.pmtu_expiry_secs)),
             stop: AtomicBool::new(false),
             running: AtomicBool::new(false),
             rng: Mutex::new(secrets.next()),
@@ -360,6 +367,21 @@ impl Stack {
     pub fn lcore_load(&self, index: usize) -> (u64, u64) {
         let l = &self.shared.load[index];
         (l.busy_cycles.load(Ordering::Relaxed), l.loops.load(Ordering::Relaxed))
+    }
+
+    /// Bytes of fragments the lcores hold for reassembly (both families).
+    pub fn reassembly_bytes(&self) -> u64 {
+        self.shared.load.iter().map(|l| l.reasm_bytes.load(Ordering::Relaxed)).sum()
+    }
+
+    /// The most bytes of fragments one lcore has held at once.
+    pub fn reassembly_peak_bytes(&self) -> u64 {
+        self.shared.load.iter().map(|l| l.reasm_peak.load(Ordering::Relaxed)).max().unwrap_or(0)
+    }
+
+    /// The path MTU learnt for `dst` (from ICMP), if any is current.
+    pub fn path_mtu(&self, dst: &IpAddr) -> Option<u16> {
+        self.shared.pmtu.get(dst)
     }
 
     /// TSC ticks per second.

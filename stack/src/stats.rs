@@ -59,13 +59,14 @@ counters! {
     RxIpv4HdrErrors = "Rx"."Ipv4HdrErrors": "IPv4 packets with a bad version, header length or checksum.";
     RxIpv4Truncated = "Rx"."Ipv4Truncated": "IPv4 packets longer than the frame that carried them.";
     RxIpv4NotForUs = "Rx"."Ipv4NotForUs": "IPv4 packets for an address that is not ours.";
-    RxIpv4Fragments = "Rx"."Ipv4Fragments": "IPv4 fragments (not reassembled yet).";
+    RxReasmHeld = "Rx"."ReasmHeld": "IP fragments kept for reassembly (the datagram counts with the fragment that completes it).";
+    RxReasmDropped = "Rx"."ReasmDropped": "IP fragments refused or dropped with their datagram (overlap, past 64 KiB, too many, tiny first, non-UDP datagram).";
+    RxReasmDuplicates = "Rx"."ReasmDuplicates": "IP fragments identical to one held.";
     RxIpv4UnknownProto = "Rx"."Ipv4UnknownProto": "IPv4 packets of a protocol spate does not speak.";
     RxIpv6HdrErrors = "Rx"."Ipv6HdrErrors": "IPv6 packets with a bad version.";
     RxIpv6Truncated = "Rx"."Ipv6Truncated": "IPv6 packets longer than the frame that carried them.";
     RxIpv6NotForUs = "Rx"."Ipv6NotForUs": "IPv6 packets for an address that is not ours.";
     RxIpv6ExtErrors = "Rx"."Ipv6ExtErrors": "IPv6 packets whose extension headers are malformed, too many, or ask for routing.";
-    RxIpv6Fragments = "Rx"."Ipv6Fragments": "IPv6 fragments (not reassembled yet).";
     RxIpv6UnknownProto = "Rx"."Ipv6UnknownProto": "IPv6 packets of a protocol spate does not speak.";
     RxGroMerged = "Rx"."GroMerged": "UDP datagrams merged into the one before them (UDP GRO): delivered as its segments.";
     RxVxlanErrors = "Rx"."VxlanErrors": "VXLAN packets with a bad header, an unknown VNI or an inner frame too short.";
@@ -96,6 +97,13 @@ counters! {
     IpInTruncatedPkts = "Ip"."InTruncatedPkts": "IPv4 packets shorter than their total length.";
     IpInDiscards = "Ip"."InDiscards": "IPv4 packets discarded for lack of resources or support.";
     IpInDelivers = "Ip"."InDelivers": "IPv4 packets delivered to ICMP or UDP.";
+    IpReasmTimeout = "Ip"."ReasmTimeout": "IPv4 datagrams whose fragments did not all come in time.";
+    IpReasmReqds = "Ip"."ReasmReqds": "IPv4 fragments received.";
+    IpReasmOKs = "Ip"."ReasmOKs": "IPv4 datagrams reassembled.";
+    IpReasmFails = "Ip"."ReasmFails": "IPv4 datagrams not reassembled (bad or overlapping fragments, timeouts, memory).";
+    IpFragOKs = "Ip"."FragOKs": "IPv4 datagrams fragmented.";
+    IpFragFails = "Ip"."FragFails": "IPv4 datagrams that needed fragmenting but could not be (DF asked for).";
+    IpFragCreates = "Ip"."FragCreates": "IPv4 fragments made.";
     IpOutRequests = "Ip"."OutRequests": "IPv4 packets sent.";
     IpOutNoRoutes = "Ip"."OutNoRoutes": "IPv4 packets without a route.";
     Ip6InReceives = "Ip6"."InReceives": "IPv6 packets received.";
@@ -105,6 +113,13 @@ counters! {
     Ip6InTruncatedPkts = "Ip6"."InTruncatedPkts": "IPv6 packets shorter than their payload length.";
     Ip6InDiscards = "Ip6"."InDiscards": "IPv6 packets discarded for lack of resources or support.";
     Ip6InDelivers = "Ip6"."InDelivers": "IPv6 packets delivered to ICMPv6 or UDP.";
+    Ip6ReasmTimeout = "Ip6"."ReasmTimeout": "IPv6 datagrams whose fragments did not all come in time.";
+    Ip6ReasmReqds = "Ip6"."ReasmReqds": "IPv6 fragments received.";
+    Ip6ReasmOKs = "Ip6"."ReasmOKs": "IPv6 datagrams reassembled.";
+    Ip6ReasmFails = "Ip6"."ReasmFails": "IPv6 datagrams not reassembled (bad or overlapping fragments, timeouts, memory).";
+    Ip6FragOKs = "Ip6"."FragOKs": "IPv6 datagrams fragmented.";
+    Ip6FragFails = "Ip6"."FragFails": "IPv6 datagrams that needed fragmenting but could not be.";
+    Ip6FragCreates = "Ip6"."FragCreates": "IPv6 fragments made.";
     Ip6OutRequests = "Ip6"."OutRequests": "IPv6 packets sent.";
     Ip6OutNoRoutes = "Ip6"."OutNoRoutes": "IPv6 packets without a route.";
 

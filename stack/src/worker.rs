@@ -32,6 +32,10 @@ pub struct LcoreLoad {
     pub busy_cycles: AtomicU64,
     /// Loop iterations.
     pub loops: AtomicU64,
+    /// Bytes of fragments waiting for reassembly.
+    pub reasm_bytes: AtomicU64,
+    /// The most `reasm_bytes` has been.
+    pub reasm_peak: AtomicU64,
 }
 
 /// What the application's per-lcore callback sees.
@@ -187,6 +191,8 @@ pub(crate) struct Worker<'s> {
     pub train: crate::pipeline::gro::Train,
     /// An inner frame a tunnel just decapsulated, for the receive loop.
     pub decapsulated: Option<(u16, spate_dpdk::Mbuf)>,
+    /// IPv4 and IPv6 fragments waiting for the rest of their datagram.
+    pub reasm: crate::frag::reassembly::Reassembler,
 }
 
 /// The queue handles a worker polls, per interface.
@@ -225,6 +231,12 @@ impl<'s> Worker<'s> {
             frame_no: 0,
             train: Default::default(),
             decapsulated: None,
+            reasm: crate::frag::reassembly::Reassembler::new(crate::frag::reassembly::Limits {
+                high: shared.cfg.reassembly_high_bytes,
+                low: shared.cfg.reassembly_low_bytes,
+                timeout_ns: shared.cfg.reassembly_timeout_ms * 1_000_000,
+                max_datagrams: shared.cfg.reassembly_datagrams,
+            }),
         }
     }
 
@@ -480,19 +492,44 @@ impl<'s> Worker<'s> {
 
     #[inline]
     fn count_out(&self, pkt: &crate::pipeline::tx::TxPacket) {
+        if !pkt.datagram {
+            return;
+        }
         self.inc(if pkt.next_hop.is_ipv4() { Counter::UdpOutDatagrams } else { Counter::Udp6OutDatagrams });
     }
 
     fn timers(&mut self) {
+        if self.reasm.pending() > 0 {
+            self.reasm.expire(self.now);
+            self.count_reasm_drops();
+        }
         if self.idx != 0 {
             return;
         }
+        self.shared.pmtu.prune();
         let expired = self.shared.neigh.poll(self.now);
         self.add(Counter::NeighFailed, expired.failed);
         self.add(Counter::NeighQueueDrops, expired.dropped.len() as u64);
         drop(expired.dropped);
         for s in expired.solicits {
             self.solicit(s);
+        }
+    }
+}
+
+impl Worker<'_> {
+    /// Counts what reassembly dropped, and publishes what it holds.
+    pub(crate) fn count_reasm_drops(&mut self) {
+        let [v4, v6] = self.reasm.take_drops();
+        self.add(Counter::IpReasmFails, v4.failed + v4.evicted + v4.timed_out);
+        self.add(Counter::IpReasmTimeout, v4.timed_out);
+        self.add(Counter::Ip6ReasmFails, v6.failed + v6.evicted + v6.timed_out);
+        self.add(Counter::Ip6ReasmTimeout, v6.timed_out);
+        let held = self.reasm.bytes() as u64;
+        let load = &self.shared.load[self.idx];
+        load.reasm_bytes.store(held, Ordering::Relaxed);
+        if held > load.reasm_peak.load(Ordering::Relaxed) {
+            load.reasm_peak.store(held, Ordering::Relaxed);
         }
     }
 }

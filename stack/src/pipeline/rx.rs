@@ -5,12 +5,13 @@ use std::net::IpAddr;
 use spate_dpdk::{Mbuf, RxChecksum};
 
 use crate::datagram::{Datagram, header_span};
+use crate::frag::reassembly;
 use crate::iface::Interface;
 use crate::lookup::{Family, FlowKey, ip_key};
 use crate::neigh;
 use crate::pipeline::gro::Flow;
 use crate::stats::Counter;
-use crate::wire::{WireError, arp, ethernet, ip_proto, ipv4, ipv6, udp};
+use crate::wire::{WireError, arp, checksum, ethernet, ip_proto, ipv4, ipv6, udp};
 use crate::worker::Worker;
 
 /// Counters of one IP family's UDP.
@@ -110,6 +111,7 @@ impl Worker<'_> {
         }
         let (src, dst, protocol) = (ip.src(), ip.dst(), ip.protocol());
         let (ihl, total, fragment) = (ip.header_len(), ip.total_len() as usize, ip.is_fragment());
+        let (ident, frag_offset, more_frags) = (ip.ident(), ip.frag_offset(), ip.more_frags());
         let padding = data.len() - total;
         let broadcast = !iface.has_ipv4(dst) && iface.is_ipv4_broadcast(dst);
         if !broadcast && !iface.has_ipv4(dst) {
@@ -125,8 +127,23 @@ impl Worker<'_> {
             return Some(Counter::RxIpv4HdrErrors);
         }
         if fragment {
-            self.inc(Counter::IpInDiscards);
-            return Some(Counter::RxIpv4Fragments);
+            self.inc(Counter::IpReasmReqds);
+            let key = reassembly::Key {
+                src: ip_key(&src.into()),
+                dst: ip_key(&dst.into()),
+                protocol,
+                ident: ident as u32,
+                v6: false,
+            };
+            let f = reassembly::Fragment {
+                offset: frag_offset,
+                more: more_frags,
+                len: (total - ihl) as u32,
+                data_at: l2 + ihl,
+                l3: l2,
+                mbuf: m,
+            };
+            return self.reassemble(iface, key, f, src.into(), dst.into(), broadcast);
         }
         let l4 = l2 + ihl;
         match protocol {
@@ -189,9 +206,24 @@ impl Worker<'_> {
             self.inc(Counter::Ip6InHdrErrors);
             return Some(Counter::RxIpv6HdrErrors);
         }
-        if ext.fragment.is_some() {
-            self.inc(Counter::Ip6InDiscards);
-            return Some(Counter::RxIpv6Fragments);
+        if let Some(frag) = ext.fragment {
+            self.inc(Counter::Ip6ReasmReqds);
+            let key = reassembly::Key {
+                src: ip_key(&src.into()),
+                dst: ip_key(&dst.into()),
+                protocol: frag.next_header,
+                ident: frag.ident,
+                v6: true,
+            };
+            let f = reassembly::Fragment {
+                offset: frag.offset,
+                more: frag.more,
+                len: (len - ipv6::HEADER_LEN - ext.fragment_offset) as u32,
+                data_at: l2 + ipv6::HEADER_LEN + ext.fragment_offset,
+                l3: l2,
+                mbuf: m,
+            };
+            return self.reassemble(iface, key, f, src.into(), dst.into(), dst.is_multicast());
         }
         let l4 = l2 + ipv6::HEADER_LEN + ext.offset;
         match ext.protocol {
@@ -223,12 +255,7 @@ impl Worker<'_> {
 
     /// UDP: validate, look the socket up, queue the datagram.
     #[inline]
-    pub(crate) fn rx_udp<const GRO: bool>(
-        &mut self,
-        iface: &Interface,
-        mut m: Mbuf,
-        at: UdpInFrame,
-    ) -> Option<Counter> {
+    pub(crate) fn rx_udp<const GRO: bool>(&mut self, iface: &Interface, m: Mbuf, at: UdpInFrame) -> Option<Counter> {
         let c = if at.src.is_ipv4() { &UDP4 } else { &UDP6 };
         let data = &m.data()[at.l4..at.end];
         let p = udp::Packet::new_unchecked(data);
@@ -246,17 +273,33 @@ impl Worker<'_> {
             self.inc(c.in_errors);
             return Some(Counter::RxUdpCsumErrors);
         }
+        let (src_port, dst_port, payload) = (p.src_port(), p.dst_port(), p.len() as usize - udp::HEADER_LEN);
+        self.rx_udp_deliver::<GRO>(iface, m, at, src_port, dst_port, payload)
+    }
+
+    /// A UDP datagram whose length and checksum are good: looked up, then
+    /// queued to its socket, or answered with port unreachable.
+    #[inline(always)]
+    fn rx_udp_deliver<const GRO: bool>(
+        &mut self,
+        iface: &Interface,
+        mut m: Mbuf,
+        at: UdpInFrame,
+        src_port: u16,
+        dst_port: u16,
+        payload: usize,
+    ) -> Option<Counter> {
+        let c = if at.src.is_ipv4() { &UDP4 } else { &UDP6 };
         let key = FlowKey {
             src: ip_key(&at.src),
-            src_port: p.src_port(),
+            src_port,
             dst: ip_key(&at.dst),
-            dst_port: p.dst_port(),
+            dst_port,
             v4: at.src.is_ipv4(),
             iface: iface.index,
             lcore: self.idx as u32,
             rss_hash: m.rss_hash(),
         };
-        let payload = p.len() as usize - udp::HEADER_LEN;
         if let Some((index, b)) = self.snapshot.lookup(&key) {
             let mapped = b.family == Family::V6 && at.src.is_ipv4();
             if GRO {
@@ -327,5 +370,73 @@ impl Worker<'_> {
             }
         }
         Counter::RxArp
+    }
+}
+
+impl Worker<'_> {
+    /// A fragment: held, or the datagram it completes handed on as if it
+    /// had arrived whole (only UDP is reassembled).
+    fn reassemble(
+        &mut self,
+        iface: &Interface,
+        key: reassembly::Key,
+        f: reassembly::Fragment,
+        src: IpAddr,
+        dst: IpAddr,
+        group: bool,
+    ) -> Option<Counter> {
+        let v6 = key.v6;
+        let outcome = self.reasm.insert(key, f, self.now);
+        self.count_reasm_drops();
+        match outcome {
+            reassembly::Outcome::Held => Some(Counter::RxReasmHeld),
+            reassembly::Outcome::Duplicate => Some(Counter::RxReasmDuplicates),
+            reassembly::Outcome::Failed => Some(Counter::RxReasmDropped),
+            reassembly::Outcome::Complete { mbuf, l3, data_at, len } => {
+                self.inc(if v6 { Counter::Ip6ReasmOKs } else { Counter::IpReasmOKs });
+                if key.protocol != ip_proto::UDP {
+                    self.inc(if v6 { Counter::Ip6InUnknownProtos } else { Counter::IpInUnknownProtos });
+                    return Some(Counter::RxReasmDropped);
+                }
+                self.inc(if v6 { Counter::Ip6InDelivers } else { Counter::IpInDelivers });
+                let at = UdpInFrame { l3, l4: data_at, end: data_at + len as usize, src, dst, group };
+                self.rx_udp_reassembled(iface, mbuf, at)
+            }
+        }
+    }
+
+    /// A reassembled UDP datagram (an mbuf chain, the UDP header in the
+    /// first segment): its length and checksum checked over the segments,
+    /// then delivered as any other.
+    fn rx_udp_reassembled(&mut self, iface: &Interface, m: Mbuf, at: UdpInFrame) -> Option<Counter> {
+        let c = if at.src.is_ipv4() { &UDP4 } else { &UDP6 };
+        let Some(hdr) = m.data().get(at.l4..at.l4 + udp::HEADER_LEN) else {
+            self.inc(c.in_errors);
+            return Some(Counter::RxUdpErrors);
+        };
+        let (src_port, dst_port) = (crate::wire::get_u16(hdr, 0), crate::wire::get_u16(hdr, 2));
+        let (udp_len, field) = (crate::wire::get_u16(hdr, 4) as usize, crate::wire::get_u16(hdr, 6));
+        if udp_len != at.end - at.l4 || udp_len < udp::HEADER_LEN {
+            self.inc(c.in_errors);
+            return Some(Counter::RxUdpErrors);
+        }
+        let ok = if field == 0 {
+            at.src.is_ipv4()
+        } else {
+            let pseudo = udp::pseudo_header(&at.src, &at.dst, udp_len as u16);
+            let mut segments = m.segment_data();
+            let first = segments.next().map(|s| &s[at.l4..]).unwrap_or(&[]);
+            // Every fragment but the last carries a multiple of 8 bytes, so
+            // each segment starts on an even offset of the datagram.
+            let sum = segments.fold(checksum::sum(first), |acc, s| acc + checksum::sum(s));
+            checksum::fold(pseudo + sum) == 0xffff
+        };
+        if !ok {
+            self.inc(c.csum_errors);
+            self.inc(c.in_errors);
+            return Some(Counter::RxUdpCsumErrors);
+        }
+        // Reassembled datagrams do not coalesce or enter tunnels.
+        self.rx_udp_deliver::<false>(iface, m, at, src_port, dst_port, udp_len - udp::HEADER_LEN)
     }
 }

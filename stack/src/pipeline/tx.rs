@@ -30,6 +30,9 @@ pub struct TxPacket {
     pub iface: u16,
     /// The neighbour to send it to.
     pub next_hop: IpAddr,
+    /// Counts as a UDP datagram sent (false for the second and later
+    /// fragments of one, and for packets spate makes itself).
+    pub datagram: bool,
 }
 
 /// How to write a UDP datagram's headers.
