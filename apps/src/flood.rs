@@ -42,6 +42,10 @@ pub struct FloodArgs {
     /// Seconds between reports (0: none).
     #[arg(long, default_value_t = 1.0)]
     pub interval: f64,
+    /// Self-checking payloads (`spate_apps::check`: sequence number, hash
+    /// of the rest), so a receiver can tell corrupted from lost.
+    #[arg(long)]
+    pub check: bool,
 }
 
 /// Datagrams written per lcore iteration at most.
@@ -75,11 +79,12 @@ fn run(args: &FloodArgs) -> Result<(), Box<dyn std::error::Error>> {
         s.set_nonblocking(true)?;
         sockets.push(s);
     }
-    // Fails early on what a send would refuse (no route, too long).
-    let room = stack.mempool().data_room() as usize;
-    if args.len > room.saturating_sub(64) {
-        return Err(format!("--len {} does not fit one mbuf ({} bytes of data room)", args.len, room).into());
+    if args.check && args.len < crate::check::MIN_LEN {
+        return Err(format!("--check needs --len of at least {}", crate::check::MIN_LEN).into());
     }
+    // Datagrams that fit one mbuf are written in place; longer ones (sent
+    // as IP fragments) are copied from a buffer.
+    let in_place = args.len <= (stack.mempool().data_room() as usize).saturating_sub(64);
     let sockets = Arc::new(sockets);
     let sent = Arc::new(AtomicU64::new(0));
     let refused = Arc::new(AtomicU64::new(0));
@@ -102,7 +107,7 @@ fn run(args: &FloodArgs) -> Result<(), Box<dyn std::error::Error>> {
         })
     });
     let (socks, total, refusals) = (sockets.clone(), sent.clone(), refused.clone());
-    let (dst, len, rate, time) = (args.dst, args.len, args.rate, args.time);
+    let (dst, len, rate, time, check) = (args.dst, args.len, args.rate, args.time, args.check);
     stack.run(move |index| {
         let (socks, total, refusals) = (socks.clone(), total.clone(), refusals.clone());
         // This lcore's share: its streams and its part of the rate.
@@ -110,6 +115,10 @@ fn run(args: &FloodArgs) -> Result<(), Box<dyn std::error::Error>> {
         let my_rate = rate / lcores + u64::from((index as u64) < rate % lcores);
         let mut start = None;
         let (mut seq, mut next) = (0u64, 0usize);
+        let mut scratch = if in_place { Vec::new() } else { vec![0u8; len] };
+        // Each lcore numbers its own datagrams, from its index up.
+        let lanes = lcores.max(1);
+        let first_seq = index as u64;
         move |ctx: &mut LcoreCtx<'_>| {
             if mine.is_empty() {
                 return;
@@ -126,14 +135,19 @@ fn run(args: &FloodArgs) -> Result<(), Box<dyn std::error::Error>> {
             while n > 0 {
                 let s = &socks[mine[next]];
                 next = (next + 1) % mine.len();
-                let Ok(mut buf) = s.alloc_send_buf(len) else {
-                    refusals.fetch_add(1, Ordering::Relaxed);
-                    break;
+                let number = first_seq + seq * lanes;
+                let sent = if in_place {
+                    let Ok(mut buf) = s.alloc_send_buf(len) else {
+                        refusals.fetch_add(1, Ordering::Relaxed);
+                        break;
+                    };
+                    write_payload(&mut buf, number, check);
+                    s.send_buf_to(buf, dst).is_ok()
+                } else {
+                    write_payload(&mut scratch, number, check);
+                    s.send_to(&scratch, dst).is_ok()
                 };
-                if len >= 8 {
-                    buf[..8].copy_from_slice(&seq.to_be_bytes());
-                }
-                if s.send_buf_to(buf, dst).is_err() {
+                if !sent {
                     refusals.fetch_add(1, Ordering::Relaxed);
                     break;
                 }
@@ -170,6 +184,15 @@ fn run(args: &FloodArgs) -> Result<(), Box<dyn std::error::Error>> {
     );
     println!("{}", report::summary(&stack));
     Ok(())
+}
+
+/// The sequence number (and with `check`, the hash and pattern).
+fn write_payload(buf: &mut [u8], seq: u64, check: bool) {
+    if check {
+        crate::check::fill(buf, seq);
+    } else if buf.len() >= 8 {
+        buf[..8].copy_from_slice(&seq.to_be_bytes());
+    }
 }
 
 fn interval_line(prev: &Sample, now: &Sample, start: std::time::Instant, len: usize) -> String {

@@ -2,6 +2,7 @@
 //! declared by the root package (so integration tests can name them with
 //! `CARGO_BIN_EXE_*`); their logic lives here.
 
+pub mod check;
 pub mod cli;
 pub mod echo;
 pub mod flood;

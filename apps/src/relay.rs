@@ -1,15 +1,22 @@
-//! spate-relay: an impairment relay for tests. Run in a network namespace
-//! of its own between two veths, it forwards every frame from one to the
-//! other through DPDK `net_af_packet` ports and drops a chosen share of
-//! the UDP frames in each direction (ARP and neighbour discovery always
-//! pass, so addresses still resolve). The drops come from a seeded
-//! generator, so a run repeats; the counts it prints at the end say exactly
-//! what it forwarded and dropped.
+//! spate-relay: an impairment relay for tests (these machines' kernel has
+//! no netem). Run in a network namespace of its own between two veths, it
+//! forwards every frame from one to the other through DPDK `net_pcap`
+//! ports (not `net_af_packet`: its fanout socket asks the kernel to
+//! reassemble IP fragments, and the datagram it hands over no longer fits
+//! the other link), and to UDP frames (ARP and neighbour discovery
+//! always pass, undelayed, so addresses still resolve) it does what netem
+//! would: drops a share, delays by a fixed time plus uniform jitter, and
+//! sends a share at once, ahead of the delayed ones (reordering). The
+//! decisions come from a seeded generator, so a run repeats; the counts it
+//! prints at the end say exactly what it forwarded, dropped and reordered.
 
 use std::time::{Duration, Instant};
 
 use clap::Parser;
-use spate_dpdk::{Burst, EalBuilder, Memory, Mempool, MempoolConfig, Port, PortConfig, RxQueue, TxQueue};
+use std::cmp::Reverse;
+use std::collections::BinaryHeap;
+
+use spate_dpdk::{Burst, EalBuilder, Mbuf, Memory, Mempool, MempoolConfig, Port, PortConfig, RxQueue, TxQueue};
 
 /// Command line of spate-relay.
 #[derive(Debug, Parser)]
@@ -27,7 +34,16 @@ pub struct RelayArgs {
     /// Percent of UDP frames from b to a to drop.
     #[arg(long, default_value_t = 0.0)]
     pub loss_b_a: f64,
-    /// Seed of the drop decisions.
+    /// Delay of UDP frames, ms (both directions).
+    #[arg(long, default_value_t = 0.0)]
+    pub delay_ms: f64,
+    /// Uniform jitter around the delay, +- ms.
+    #[arg(long, default_value_t = 0.0)]
+    pub jitter_ms: f64,
+    /// Percent of delayed UDP frames sent at once instead (ahead of the others).
+    #[arg(long, default_value_t = 0.0)]
+    pub reorder: f64,
+    /// Seed of the decisions.
     #[arg(long, default_value_t = 1)]
     pub seed: u64,
     /// Stop after this many seconds (0: at SIGINT or SIGTERM).
@@ -46,6 +62,8 @@ pub struct Direction {
     pub udp: u64,
     /// Frames the egress port refused (not counted as forwarded).
     pub refused: u64,
+    /// UDP frames sent at once, overtaking delayed ones.
+    pub reordered: u64,
 }
 
 /// Whether an Ethernet frame carries UDP over IPv4 or IPv6 (without
@@ -73,21 +91,52 @@ impl Rng {
     }
 }
 
-/// One direction's ports and policy.
+/// How UDP frames are delayed.
+#[derive(Debug, Clone, Copy)]
+struct Delay {
+    base: Duration,
+    jitter: Duration,
+    /// Percent sent at once.
+    reorder: f64,
+}
+
+/// One direction's ports, policy and frames waiting for their time.
 struct Leg {
     rx: RxQueue,
     tx: TxQueue,
     loss: f64,
+    delay: Delay,
+    /// (release time, arrival order, frame), earliest first.
+    waiting: BinaryHeap<Reverse<(Instant, u64, Held)>>,
+    arrivals: u64,
     stats: Direction,
+}
+
+/// A frame in the delay queue (ordered by the heap's other fields only).
+struct Held(Mbuf);
+
+impl PartialEq for Held {
+    fn eq(&self, _: &Held) -> bool {
+        true
+    }
+}
+impl Eq for Held {}
+impl PartialOrd for Held {
+    fn partial_cmp(&self, o: &Held) -> Option<std::cmp::Ordering> {
+        Some(self.cmp(o))
+    }
+}
+impl Ord for Held {
+    fn cmp(&self, _: &Held) -> std::cmp::Ordering {
+        std::cmp::Ordering::Equal
+    }
 }
 
 impl Leg {
     fn pump(&mut self, rng: &mut Rng) -> usize {
         let mut inn: Burst = Burst::new();
         let n = self.rx.rx_burst(&mut inn);
-        if n == 0 {
-            return 0;
-        }
+        let now = Instant::now();
         let mut out: Burst = Burst::new();
         for m in inn.drain() {
             if is_udp(m.data()) {
@@ -96,20 +145,45 @@ impl Leg {
                     self.stats.dropped += 1;
                     continue;
                 }
+                if !self.delay.base.is_zero() || !self.delay.jitter.is_zero() {
+                    let at_once = self.delay.reorder > 0.0 && rng.next_f64() * 100.0 < self.delay.reorder;
+                    if at_once && !self.waiting.is_empty() {
+                        self.stats.reordered += 1;
+                    } else {
+                        let jitter = self.delay.jitter.as_secs_f64() * (2.0 * rng.next_f64() - 1.0);
+                        let wait = (self.delay.base.as_secs_f64() + jitter).max(0.0);
+                        self.arrivals += 1;
+                        self.waiting.push(Reverse((now + Duration::from_secs_f64(wait), self.arrivals, Held(m))));
+                        continue;
+                    }
+                }
             }
-            let _ = out.push(m);
+            if let Err(m) = out.push(m) {
+                drop(m);
+                self.stats.refused += 1;
+            }
+        }
+        // Frames whose time came, after the ones just taken.
+        while out.len() < out.capacity() {
+            match self.waiting.peek() {
+                Some(Reverse((t, _, _))) if *t <= now => {
+                    let Reverse((_, _, Held(m))) = self.waiting.pop().expect("peeked");
+                    let _ = out.push(m);
+                }
+                _ => break,
+            }
         }
         let offered = out.len();
         let mut sent = 0;
         for _ in 0..100 {
-            sent += self.tx.tx_burst(&mut out);
             if out.is_empty() {
                 break;
             }
+            sent += self.tx.tx_burst(&mut out);
         }
         self.stats.forwarded += sent as u64;
         self.stats.refused += (offered - sent) as u64;
-        n
+        n + offered
     }
 }
 
@@ -123,8 +197,18 @@ pub fn main(args: RelayArgs) -> i32 {
     match run(&args) {
         Ok((ab, ba)) => {
             println!(
-                "spate-relay: a->b forwarded={} dropped={} udp={} refused={}; b->a forwarded={} dropped={} udp={} refused={}",
-                ab.forwarded, ab.dropped, ab.udp, ab.refused, ba.forwarded, ba.dropped, ba.udp, ba.refused
+                "spate-relay: a->b forwarded={} dropped={} udp={} refused={} reordered={}; \
+                 b->a forwarded={} dropped={} udp={} refused={} reordered={}",
+                ab.forwarded,
+                ab.dropped,
+                ab.udp,
+                ab.refused,
+                ab.reordered,
+                ba.forwarded,
+                ba.dropped,
+                ba.udp,
+                ba.refused,
+                ba.reordered
             );
             0
         }
@@ -136,26 +220,47 @@ pub fn main(args: RelayArgs) -> i32 {
 }
 
 fn run(args: &RelayArgs) -> Result<(Direction, Direction), Box<dyn std::error::Error>> {
-    for loss in [args.loss_a_b, args.loss_b_a] {
-        if !(0.0..=100.0).contains(&loss) {
-            return Err(format!("loss {loss} is not a percentage").into());
+    for pct in [args.loss_a_b, args.loss_b_a, args.reorder] {
+        if !(0.0..=100.0).contains(&pct) {
+            return Err(format!("{pct} is not a percentage").into());
         }
     }
-    let _eal = EalBuilder::new().program("spate-relay").lcores("0").memory(Memory::NoHuge).memory_mb(256).init()?;
-    let pool = std::sync::Arc::new(Mempool::new(&MempoolConfig::new("relay", 8191))?);
+    if args.delay_ms < 0.0 || args.jitter_ms < 0.0 || args.jitter_ms > args.delay_ms {
+        return Err("--delay-ms and --jitter-ms must be positive, the jitter no larger than the delay".into());
+    }
+    let _eal = EalBuilder::new().program("spate-relay").lcores("0").memory(Memory::NoHuge).memory_mb(512).init()?;
+    // Enough to hold what the delay keeps in flight.
+    let pool = std::sync::Arc::new(Mempool::new(&MempoolConfig::new("relay", 65535))?);
+    let delay = Delay {
+        base: Duration::from_secs_f64(args.delay_ms.max(0.0) / 1e3),
+        jitter: Duration::from_secs_f64(args.jitter_ms.max(0.0) / 1e3),
+        reorder: args.reorder,
+    };
     let mut ports = Vec::new();
     for (i, iface) in [&args.a, &args.b].into_iter().enumerate() {
-        let mut p = Port::create(&format!("net_af_packet{i},iface={iface}"))?;
+        let mut p = Port::create(&format!("net_pcap{i},iface={iface}"))?;
         p.configure(&PortConfig::default(), pool.clone())?;
         p.start()?;
         ports.push(p);
     }
-    let mut ab =
-        Leg { rx: ports[0].rx_queue(0)?, tx: ports[1].tx_queue(0)?, loss: args.loss_a_b, stats: Direction::default() };
-    let mut ba =
-        Leg { rx: ports[1].rx_queue(0)?, tx: ports[0].tx_queue(0)?, loss: args.loss_b_a, stats: Direction::default() };
+    let leg = |rx: usize, tx: usize, loss: f64| -> spate_dpdk::Result<Leg> {
+        Ok(Leg {
+            rx: ports[rx].rx_queue(0)?,
+            tx: ports[tx].tx_queue(0)?,
+            loss,
+            delay,
+            waiting: BinaryHeap::new(),
+            arrivals: 0,
+            stats: Direction::default(),
+        })
+    };
+    let mut ab = leg(0, 1, args.loss_a_b)?;
+    let mut ba = leg(1, 0, args.loss_b_a)?;
     let mut rng = Rng(args.seed.max(1));
-    println!("spate-relay: {} <-> {} (loss {}% a->b, {}% b->a)", args.a, args.b, args.loss_a_b, args.loss_b_a);
+    println!(
+        "spate-relay: {} <-> {} (loss {}% a->b, {}% b->a; delay {} ms +- {} ms, {}% sent at once)",
+        args.a, args.b, args.loss_a_b, args.loss_b_a, args.delay_ms, args.jitter_ms, args.reorder
+    );
     let end = (args.time > 0.0).then(|| Instant::now() + Duration::from_secs_f64(args.time));
     let mut idle = 0u32;
     while !spate_dpdk::signal::stop_requested() && end.is_none_or(|e| Instant::now() < e) {

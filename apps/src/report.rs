@@ -92,13 +92,14 @@ pub fn drop_counts(c: &Counters) -> Vec<(String, u64)> {
                 | Counter::RxIpv4HdrErrors
                 | Counter::RxIpv4Truncated
                 | Counter::RxIpv4NotForUs
-                | Counter::RxIpv4Fragments
+                | Counter::RxReasmDropped
+                | Counter::RxReasmDuplicates
+                | Counter::RxVxlanErrors
                 | Counter::RxIpv4UnknownProto
                 | Counter::RxIpv6HdrErrors
                 | Counter::RxIpv6Truncated
                 | Counter::RxIpv6NotForUs
                 | Counter::RxIpv6ExtErrors
-                | Counter::RxIpv6Fragments
                 | Counter::RxIpv6UnknownProto
                 | Counter::TxRingFull
                 | Counter::TxNoRoute
@@ -124,6 +125,8 @@ pub fn summary(stack: &Stack) -> String {
     }
     out.push_str(&stack.counters().render_nonzero());
     let _ = write!(out, "\nMempool: InUse={} Size={}", stack.mempool().in_use(), stack.mempool().size());
+    let _ =
+        write!(out, "\nReassembly: HeldBytes={} PeakBytes={}", stack.reassembly_bytes(), stack.reassembly_peak_bytes());
     out
 }
 

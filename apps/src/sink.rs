@@ -58,6 +58,36 @@ pub struct SinkArgs {
     /// Reports and the summary as JSON, one object per line.
     #[arg(long)]
     pub json: bool,
+    /// Verify every payload as `spate_apps::check` writes them (sequence
+    /// number, hash of the rest) and count the intact and the corrupted.
+    #[arg(long)]
+    pub check: bool,
+}
+
+/// What `--check` found.
+#[derive(Debug, Default)]
+struct Checked {
+    intact: AtomicU64,
+    corrupted: AtomicU64,
+}
+
+/// Reads every payload byte of `d` (all its segments); with `check`, also
+/// verifies it (copied into `scratch` when it is not contiguous).
+#[inline]
+fn consume(d: &spate_stack::Datagram, check: Option<&Checked>, scratch: &mut Vec<u8>) -> u64 {
+    let sum = d.segments().fold(0u64, |acc, s| acc.wrapping_add(read_every_byte(s)));
+    if let Some(c) = check {
+        let ok = if d.is_contiguous() {
+            crate::check::verify(d.data()).is_some()
+        } else {
+            scratch.resize(d.len(), 0);
+            d.copy_to(scratch);
+            crate::check::verify(scratch).is_some()
+        };
+        let counter = if ok { &c.intact } else { &c.corrupted };
+        counter.fetch_add(1, Ordering::Relaxed);
+    }
+    sum
 }
 
 /// Datagrams taken per receive call.
@@ -141,13 +171,14 @@ fn run(args: &SinkArgs) -> Result<(), Box<dyn std::error::Error>> {
     let counts: Arc<Vec<AtomicU64>> = Arc::new((0..sockets.len()).map(|_| AtomicU64::new(0)).collect());
     let cpu = Arc::new(ReaderCpu::default());
     let stop = Arc::new(AtomicBool::new(false));
+    let checked: Option<Arc<Checked>> = args.check.then(|| Arc::new(Checked::default()));
     announce(args, &stack);
 
     let mut readers = Vec::new();
     if args.reader == Reader::Thread {
         for i in 0..sockets.len() {
-            let (socks, counts, cpu, stop, pin) =
-                (sockets.clone(), counts.clone(), cpu.clone(), stop.clone(), reader_cpus.clone());
+            let (socks, counts, cpu, stop, pin, check) =
+                (sockets.clone(), counts.clone(), cpu.clone(), stop.clone(), reader_cpus.clone(), checked.clone());
             readers.push(std::thread::Builder::new().name(format!("sink-reader-{i}")).spawn(move || {
                 // Threads inherit the EAL main lcore's pinning: undo it.
                 let _ = if pin.is_empty() { lcore::unpin_current_thread() } else { lcore::set_affinity(&pin) };
@@ -157,10 +188,11 @@ fn run(args: &SinkArgs) -> Result<(), Box<dyn std::error::Error>> {
                 let s = &socks[i];
                 let mut batch = DatagramBatch::with_capacity(BATCH);
                 let mut sum = 0u64;
+                let mut scratch = Vec::new();
                 while !stop.load(Ordering::Relaxed) {
                     if let Ok(n) = s.recv_batch(&mut batch, BATCH) {
                         for d in batch.iter() {
-                            sum = sum.wrapping_add(read_every_byte(d.data()));
+                            sum = sum.wrapping_add(consume(d, check.as_deref(), &mut scratch));
                         }
                         counts[i].fetch_add(n as u64, Ordering::Relaxed);
                         batch.clear();
@@ -185,11 +217,13 @@ fn run(args: &SinkArgs) -> Result<(), Box<dyn std::error::Error>> {
         })
     });
 
-    let (socks, cnts) = (sockets.clone(), counts.clone());
+    let (socks, cnts, chk) = (sockets.clone(), counts.clone(), checked.clone());
     let reader = args.reader;
     stack.run(move |_| {
         let socks = socks.clone();
         let counts = cnts.clone();
+        let check = chk.clone();
+        let mut scratch = Vec::new();
         let by_id: HashMap<u64, usize> = socks.iter().enumerate().map(|(i, s)| (s.id(), i)).collect();
         let mut batch = DatagramBatch::with_capacity(BATCH);
         let mut sum = 0u64;
@@ -201,7 +235,7 @@ fn run(args: &SinkArgs) -> Result<(), Box<dyn std::error::Error>> {
                 let i = by_id[id];
                 while let Ok(n) = socks[i].recv_batch(&mut batch, BATCH) {
                     for d in batch.iter() {
-                        sum = sum.wrapping_add(read_every_byte(d.data()));
+                        sum = sum.wrapping_add(consume(d, check.as_deref(), &mut scratch));
                     }
                     counts[i].fetch_add(n as u64, Ordering::Relaxed);
                     batch.clear();
@@ -233,12 +267,21 @@ fn run(args: &SinkArgs) -> Result<(), Box<dyn std::error::Error>> {
                 "drops": drops,
                 "reader_cpu_ns": cpu.ns(),
                 "mbufs_in_use": stack.mempool().in_use(),
+                "check_intact": checked.as_ref().map(|c| c.intact.load(Ordering::Relaxed)),
+                "check_corrupted": checked.as_ref().map(|c| c.corrupted.load(Ordering::Relaxed)),
             })
         );
     } else {
         println!("{}", report::summary(&stack));
         let words: Vec<String> = per_socket.iter().enumerate().map(|(i, n)| format!("{i}={n}")).collect();
         println!("Consumed: {} (sockets {})", per_socket.iter().sum::<u64>(), words.join(" "));
+        if let Some(c) = &checked {
+            println!(
+                "Checked: intact={} corrupted={}",
+                c.intact.load(Ordering::Relaxed),
+                c.corrupted.load(Ordering::Relaxed)
+            );
+        }
     }
     Ok(())
 }

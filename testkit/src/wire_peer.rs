@@ -173,6 +173,66 @@ pub fn udp_frame(dst_mac: MacAddr, v6: bool, src_port: u16, dst_port: u16, paylo
     eth(dst_mac, ethertype, &pkt)
 }
 
+/// A UDP datagram (header and payload) from the peer to spate, as the IP
+/// payload that [`ip_fragment`] cuts.
+pub fn udp_datagram(v6: bool, src_port: u16, dst_port: u16, payload: &[u8]) -> Vec<u8> {
+    let (src, dst): (IpAddr, IpAddr) =
+        if v6 { (PEER_IP6.into(), SPATE_IP6.into()) } else { (PEER_IP.into(), SPATE_IP.into()) };
+    let mut dg = vec![0u8; udp::HEADER_LEN + payload.len()];
+    dg[udp::HEADER_LEN..].copy_from_slice(payload);
+    udp::Repr { src_port, dst_port, payload_len: payload.len() as u16 }.emit_with_checksum(&mut dg, &src, &dst);
+    dg
+}
+
+/// One IP fragment of a UDP datagram from the peer: `data` at byte
+/// `offset` of the datagram (IPv6: behind a fragment header).
+pub fn ip_fragment(mac: MacAddr, v6: bool, ident: u32, offset: usize, more: bool, data: &[u8]) -> Vec<u8> {
+    if v6 {
+        let ip = ipv6::Repr {
+            src: PEER_IP6,
+            dst: SPATE_IP6,
+            next_header: ip_proto::FRAGMENT,
+            payload_len: (ipv6::FRAGMENT_HEADER_LEN + data.len()) as u16,
+            hop_limit: 64,
+        };
+        let mut p = vec![0u8; ipv6::HEADER_LEN + ipv6::FRAGMENT_HEADER_LEN];
+        ip.emit(&mut p);
+        ipv6::FragmentHeader { next_header: ip_proto::UDP, offset: offset as u32, more, ident }
+            .emit(&mut p[ipv6::HEADER_LEN..]);
+        p.extend_from_slice(data);
+        eth(mac, ethernet::ethertype::IPV6, &p)
+    } else {
+        let ip = ipv4::Repr {
+            src: PEER_IP,
+            dst: SPATE_IP,
+            protocol: ip_proto::UDP,
+            payload_len: data.len() as u16,
+            ttl: 64,
+            tos: 0,
+            ident: ident as u16,
+            dont_frag: false,
+            more_frags: more,
+            frag_offset: offset as u32,
+        };
+        let mut p = vec![0u8; ipv4::HEADER_LEN];
+        ip.emit(&mut p, false);
+        p.extend_from_slice(data);
+        eth(mac, ethernet::ethertype::IPV4, &p)
+    }
+}
+
+/// `datagram` (from [`udp_datagram`]) cut into fragments of `size` bytes
+/// (a multiple of 8), in order.
+pub fn ip_fragments(mac: MacAddr, v6: bool, ident: u32, datagram: &[u8], size: usize) -> Vec<Vec<u8>> {
+    let n = datagram.len().div_ceil(size);
+    (0..n)
+        .map(|i| {
+            let end = ((i + 1) * size).min(datagram.len());
+            ip_fragment(mac, v6, ident, i * size, i + 1 < n, &datagram[i * size..end])
+        })
+        .collect()
+}
+
 /// A small deterministic PRNG (xorshift64*), so failures reproduce.
 #[derive(Debug, Clone)]
 pub struct Rng(u64);
