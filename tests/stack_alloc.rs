@@ -1,7 +1,8 @@
 //! Zero heap allocations per datagram: a counting global allocator watches
 //! the whole path PMD RX -> socket -> recv -> send -> TX for 100,000
 //! datagrams after a warm-up, run-to-completion on the lcore and from an
-//! application thread.
+//! application thread, and for 2,000-byte datagrams that arrive as IP
+//! fragments, are reassembled, and leave fragmented again.
 
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::sync::Arc;
@@ -11,7 +12,7 @@ use std::time::{Duration, Instant};
 use spate_dpdk::{Burst, Memory};
 use spate_stack::wire::{ethernet, ip_proto, ipv4};
 use spate_stack::{DatagramBatch, LcoreCtx, PortSpec, Stack, StackConfig, UdpSocket};
-use spate_testkit::wire_peer::udp_frame;
+use spate_testkit::wire_peer::{ip_fragments, udp_datagram, udp_frame};
 use spate_testkit::{WirePeer, device_lock, shared_eal};
 
 struct Counting;
@@ -178,6 +179,20 @@ fn no_heap_allocation_per_datagram() {
         }
     });
     let threaded = measure(&mut peer, &frames);
+
+    // Fragments both ways (the thread echoes through a 2 KiB buffer, the
+    // datagrams are 2,000 bytes: two fragments each way).
+    let fragmented: Vec<Vec<u8>> = (0..16u16)
+        .flat_map(|i| {
+            let payload: Vec<u8> = (0..2000).map(|b| (b as u16 * 7 + i) as u8).collect();
+            ip_fragments(mac, false, 100 + i as u32, &udp_datagram(false, 42000 + i, 7, &payload), 1480)
+        })
+        .collect();
+    let before = stack.counters();
+    let reassembling = measure(&mut peer, &fragmented);
+    let after = stack.counters();
+    let reassembled = after[spate_stack::Counter::IpReasmOKs] - before[spate_stack::Counter::IpReasmOKs];
+    let fragmented_out = after[spate_stack::Counter::IpFragOKs] - before[spate_stack::Counter::IpFragOKs];
     done.store(true, Ordering::Relaxed);
     app.join().unwrap();
     running.stop();
@@ -186,4 +201,6 @@ fn no_heap_allocation_per_datagram() {
     assert!(served >= 2, "the group's flows spread over {served} socket(s)");
     assert_eq!(grouped, 0, "heap allocations over {MEASURED} datagrams, reuseport group of 4");
     assert_eq!(threaded, 0, "heap allocations over {MEASURED} datagrams, application thread");
+    assert!(reassembled >= (WARMUP + MEASURED) / 2 && fragmented_out >= (WARMUP + MEASURED) / 2);
+    assert_eq!(reassembling, 0, "heap allocations over {MEASURED} fragments, reassembled and fragmented");
 }
