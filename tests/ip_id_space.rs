@@ -1,5 +1,5 @@
 //! The IPv4 ID-space property (seed 002): two threads standing in for two
-//! lcores reserve IDs for one destination, and in the order the IDs were
+//! lcores reserve 10 million IDs for one destination, and in the order the IDs were
 //! reserved no ID repeats within 65,536 - L consecutive sends, L = FRESH +
 //! (threads - 1) x (LEASE - 1) + the positions skipped in between (see
 //! `spate_stack::ip_id`). Per-core ID ranges fail the same check (a core
@@ -22,7 +22,7 @@ use std::time::{Duration, Instant};
 use spate_stack::ip_id::{FRESH, IpIdGen, LEASE};
 
 const THREADS: usize = 2;
-const SENDS: usize = 4_000_000;
+const SENDS: usize = 10_000_000;
 
 /// Turns: (thread, sends). Three in four turns are 1 to 16 sends, one in
 /// 4,000 is 2,000 to 70,000 sends.

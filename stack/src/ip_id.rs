@@ -23,8 +23,7 @@
 //! to it again, each other thread holds at most [`LEASE`] - 1 reserved but
 //! unsent positions before it; and positions never sent shorten the lap:
 //! the random steps of idle buckets and the unsent ends of leases a thread
-//! drops (as stale, for a larger count, or when another bucket needs its
-//! slot), all counted in [`IpIdGen::skipped`]. So with T threads no ID
+//! drops (as stale, or for a count larger than what is left), all counted in [`IpIdGen::skipped`]. So with T threads no ID
 //! repeats within 65,536 - L consecutive sends to one destination,
 //! L = FRESH + (T - 1) x (LEASE - 1) + the positions skipped in between;
 //! for two threads L = 319 + skipped, and a thread that keeps sending
@@ -35,7 +34,7 @@
 //! as Linux does for unconnected sockets, and a connected socket's own
 //! counter (Linux's `inet_id`).
 
-use std::cell::RefCell;
+use std::cell::Cell;
 use std::net::Ipv4Addr;
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 
@@ -50,10 +49,8 @@ pub const IDLE_STEP_MAX: u64 = 64;
 /// A lease is used while the bucket's counter is less than this far past
 /// its next position (room for three other threads' leases).
 pub const FRESH: u64 = 4 * LEASE;
-/// Lease slots per thread (direct-mapped by bucket).
-const SLOTS: usize = 64;
 
-static NEXT_GENERATOR: AtomicU64 = AtomicU64::new(1);
+static NEXT_GENERATOR: AtomicU32 = AtomicU32::new(1);
 
 /// One bucket: the next ID position (never wraps; the ID is its low 16
 /// bits) and when a lease was last taken, in ms.
@@ -66,7 +63,7 @@ struct Bucket {
 /// The ID generator.
 #[derive(Debug)]
 pub struct IpIdGen {
-    id: u64,
+    id: u32,
     key: [u64; 2],
     buckets: Box<[CachePadded<Bucket>]>,
     born: std::time::Instant,
@@ -75,16 +72,19 @@ pub struct IpIdGen {
     skipped: CachePadded<AtomicU64>,
 }
 
+/// A thread's lease on one bucket: `left` IDs from position `next`.
 #[derive(Debug, Clone, Copy, Default)]
 struct Lease {
-    generator: u64,
-    bucket: usize,
+    generator: u32,
+    left: u32,
     next: u64,
-    end: u64,
 }
 
 thread_local! {
-    static LEASES: RefCell<[Lease; SLOTS]> = const { RefCell::new([Lease { generator: 0, bucket: 0, next: 0, end: 0 }; SLOTS]) };
+    /// This thread's leases, one per bucket (16 bytes each, allocated at
+    /// the thread's first reservation), so a thread sending to many
+    /// destinations keeps a lease on each.
+    static LEASES: Box<[Cell<Lease>]> = (0..BUCKETS).map(|_| Cell::new(Lease::default())).collect();
 }
 
 impl IpIdGen {
@@ -118,25 +118,31 @@ impl IpIdGen {
         let count = (count as u64).clamp(1, LEASE);
         let b = self.bucket(src, dst, protocol);
         let shared = &self.buckets[b];
-        LEASES.with(|cell| {
-            let mut slots = cell.borrow_mut();
-            let lease = &mut slots[b % SLOTS];
+        LEASES.with(|slots| {
+            let slot = &slots[b];
+            let lease = slot.get();
             if lease.generator == self.id
-                && lease.bucket == b
-                && lease.end - lease.next >= count
+                && lease.left as u64 >= count
                 && shared.next.load(Ordering::Relaxed).wrapping_sub(lease.next) < FRESH
             {
-                let first = lease.next;
-                lease.next += count;
-                return first as u16;
+                slot.set(Lease { left: lease.left - count as u32, next: lease.next + count, ..lease });
+                return lease.next as u16;
             }
-            if lease.generator == self.id && lease.end > lease.next {
-                self.skipped.fetch_add(lease.end - lease.next, Ordering::Relaxed);
-            }
+            self.drop_lease(lease);
             let start = self.take_lease(shared);
-            *lease = Lease { generator: self.id, bucket: b, next: start + count, end: start + LEASE };
+            slot.set(Lease { generator: self.id, left: (LEASE - count) as u32, next: start + count });
             start as u16
         })
+    }
+
+    /// Counts the unsent end of a lease given up (a lease of another
+    /// generator in the slot, from a second stack in the process, is not
+    /// this generator's to count).
+    #[cold]
+    fn drop_lease(&self, lease: Lease) {
+        if lease.generator == self.id && lease.left > 0 {
+            self.skipped.fetch_add(lease.left as u64, Ordering::Relaxed);
+        }
     }
 
     /// Takes the bucket's next [`LEASE`] IDs, stepping an idle bucket
