@@ -11,9 +11,14 @@
 //!
 //! ```text
 //! cargo bench --bench pipeline -- [--callgrind] [--datagrams N] [--flows F] [--sockets S] [--json PATH]
+//! cargo bench --bench pipeline -- --gro-table | --frag-table
 //! ```
 //! `--inject-only` measures the source and a bare rx_burst + free loop
 //! without the stack, the floor the stack's cost is read against.
+//! `--echo LEN` makes the callback an echo service for LEN-byte datagrams
+//! (over 1,472 bytes the source sends each as IPv4 fragments, and spate
+//! reassembles them and fragments the reply); `--frag-table` prints
+//! 2,000-byte echo against 1,400-byte echo.
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -24,7 +29,7 @@ use spate_dpdk::{Burst, EalBuilder, Memory, Mempool, MempoolConfig, Port, PortCo
 use spate_stack::config::VxlanSpec;
 use spate_stack::wire::MacAddr;
 use spate_stack::{DatagramBatch, LcoreCtx, PortSpec, Stack, StackConfig, UdpSocket};
-use spate_testkit::wire_peer::{PEER_IP, PEER_MAC, eth, udp_frame};
+use spate_testkit::wire_peer::{PEER_IP, PEER_MAC, eth, ip_fragments, udp_datagram, udp_frame};
 
 const SPATE_MAC: MacAddr = MacAddr([0x02, 0x53, 0x50, 0x41, 0x54, 0x45]);
 
@@ -108,6 +113,8 @@ struct Args {
     gso: bool,
     /// Receive one datagram per call (as `recvmsg` does) instead of batches.
     one_by_one: bool,
+    /// Echo datagrams of this payload (fragmented above 1,472 bytes).
+    echo: Option<usize>,
 }
 
 fn parse() -> (Args, bool, Option<String>) {
@@ -123,6 +130,7 @@ fn parse() -> (Args, bool, Option<String>) {
         send: flag("--send").and_then(|v| v.parse().ok()),
         gso: args.iter().any(|a| a == "--gso"),
         one_by_one: args.iter().any(|a| a == "--one-by-one"),
+        echo: flag("--echo").and_then(|v| v.parse().ok()),
     };
     (a, args.iter().any(|a| a == "--callgrind"), flag("--json"))
 }
@@ -135,8 +143,20 @@ fn run_once(a: &Args) {
     let peer_pool = Arc::new(Mempool::new(&MempoolConfig::new("plpeer", 8191)).expect("pool"));
     b_port.configure(&PortConfig::default(), peer_pool.clone()).expect("configure");
     b_port.start().expect("start");
-    let frames: Vec<Vec<u8>> =
-        (0..a.flows).map(|i| udp_frame(SPATE_MAC, false, 10_000 + i as u16, 9, &[i as u8; 22])).collect();
+    let frames: Vec<Vec<u8>> = match a.echo {
+        None => (0..a.flows).map(|i| udp_frame(SPATE_MAC, false, 10_000 + i as u16, 9, &[i as u8; 22])).collect(),
+        Some(len) if len <= 1472 => {
+            (0..a.flows).map(|i| udp_frame(SPATE_MAC, false, 10_000 + i as u16, 7, &vec![i as u8; len])).collect()
+        }
+        // Each datagram's fragments in turn (1,480 bytes fit a 1,500 MTU).
+        Some(len) => (0..a.flows)
+            .flat_map(|i| {
+                let dg = udp_datagram(false, 10_000 + i as u16, 7, &vec![i as u8; len]);
+                ip_fragments(SPATE_MAC, false, i as u32 + 1, &dg, 1480)
+            })
+            .collect(),
+    };
+    let frames_per_datagram = frames.len() as u64 / a.flows as u64;
     let arp_reply = {
         use spate_stack::wire::arp;
         let reply = arp::Repr {
@@ -156,7 +176,7 @@ fn run_once(a: &Args) {
         pool: peer_pool,
         frames,
         sent: 0,
-        target: a.datagrams,
+        target: a.datagrams * frames_per_datagram,
         wire: 0,
         arp_reply,
     };
@@ -202,6 +222,10 @@ fn run_once(a: &Args) {
     let stack = Stack::new(cfg).expect("stack");
     if let Some(seg) = a.send {
         transmit(&stack, source, seg, a.gso, a.datagrams, start);
+        return;
+    }
+    if a.echo.is_some() {
+        echo(&stack, source, a.datagrams, start);
         return;
     }
     let sockets: Vec<UdpSocket> = (0..a.sockets)
@@ -309,6 +333,76 @@ fn transmit(stack: &Stack, source: Source, seg: usize, gso: bool, target: u64, s
         done.1.load(Ordering::Relaxed),
         spate_dpdk::lcore::tsc_hz()
     );
+}
+
+/// Echo: the callback answers every datagram on port 7 as spate-echo does
+/// (the received buffer goes back out), until `target` datagrams were
+/// echoed; prints `datagrams cycles payload-bytes hz`.
+fn echo(stack: &Stack, source: Source, target: u64, start: u64) {
+    let sock = Arc::new(UdpSocket::builder(stack).recv_buffer_size(1 << 22).bind("0.0.0.0:7").expect("bind"));
+    sock.set_nonblocking(true).unwrap();
+    let done = Arc::new((AtomicU64::new(0), AtomicU64::new(0)));
+    let (s, d) = (sock.clone(), done.clone());
+    let src_cell = Arc::new(Mutex::new(Some(source)));
+    stack
+        .run(move |_| {
+            let (s, d) = (s.clone(), d.clone());
+            let mut src = src_cell.lock().unwrap().take().expect("one lcore");
+            let mut batch = DatagramBatch::with_capacity(64);
+            let (mut n, mut bytes) = (0u64, 0u64);
+            move |ctx: &mut LcoreCtx<'_>| {
+                src.inject();
+                while s.recv_batch(&mut batch, 64).is_ok() {
+                    for dg in batch.drain() {
+                        let to = dg.src();
+                        bytes += dg.len() as u64;
+                        if s.send_buf_to(dg.into_send_buf(), to).is_ok() {
+                            n += 1;
+                        }
+                    }
+                }
+                src.drain();
+                if n >= target {
+                    d.0.store(n, Ordering::Relaxed);
+                    d.1.store(bytes, Ordering::Relaxed);
+                    ctx.stack().stop();
+                }
+            }
+        })
+        .expect("run");
+    let (n, bytes) = (done.0.load(Ordering::Relaxed), done.1.load(Ordering::Relaxed));
+    assert!(n >= target, "echoed {n} of {target}");
+    println!("{n} {} {bytes} {}", spate_dpdk::lcore::tsc() - start, spate_dpdk::lcore::tsc_hz());
+}
+
+/// 2,000-byte datagrams (two fragments each way) against 1,400-byte ones
+/// through the echo service, natively.
+fn frag_table(json: Option<String>) {
+    let runs = native(
+        &[
+            ["--echo", "1400", "--flows", "16"].map(String::from).to_vec(),
+            ["--echo", "2000", "--flows", "16"].map(String::from).to_vec(),
+        ],
+        300_000,
+    );
+    let (small, large) = (runs[0], runs[1]);
+    let rate = |r: &Run| r.per_second(r.datagrams);
+    // `calls` carries the payload bytes echoed in this mode.
+    let gbit = |r: &Run| r.per_second(r.calls) * 8.0 / 1e9;
+    println!("Echo through spate, one lcore, net_ring wire (native, median of 5 alternating rounds of 300,000):");
+    println!("| datagrams | echoed/s | payload Gbit/s each way | frames per datagram each way |");
+    println!("|---|---|---|---|");
+    println!("| 1,400 bytes | {:.3} M | {:.2} | 1 |", rate(&small) / 1e6, gbit(&small));
+    println!("| 2,000 bytes (reassembled, reply fragmented) | {:.3} M | {:.2} | 2 |", rate(&large) / 1e6, gbit(&large));
+    println!("| 2,000 / 1,400 | {:.3} | {:.3} | 2 |", rate(&large) / rate(&small), gbit(&large) / gbit(&small));
+    if let Some(path) = json {
+        let body = serde_json::json!({
+            "bench": "pipeline-frag",
+            "echo1400_per_s": rate(&small), "echo2000_per_s": rate(&large),
+            "echo1400_gbit": gbit(&small), "echo2000_gbit": gbit(&large),
+        });
+        std::fs::write(path, body.to_string()).expect("write JSON");
+    }
 }
 
 /// Total instructions of a run of `exe` (this benchmark, or another build
@@ -482,6 +576,10 @@ fn main() {
     let (a, under_callgrind, json) = parse();
     if std::env::args().any(|a| a == "--gro-table") {
         gro_table(json);
+        return;
+    }
+    if std::env::args().any(|a| a == "--frag-table") {
+        frag_table(json);
         return;
     }
     if !under_callgrind {
