@@ -17,6 +17,7 @@
 //! contradict the last fragment's are refused the same way.
 
 use std::collections::{HashMap, VecDeque};
+use std::hash::{BuildHasher, Hash, Hasher};
 
 use spate_dpdk::{Burst, Mbuf};
 
@@ -28,7 +29,7 @@ pub const MAX_FRAGMENTS: usize = 64;
 pub const MAX_PAYLOAD: u32 = 65535;
 
 /// A datagram's identity.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Key {
     /// Source address (IPv4 mapped into IPv6).
     pub src: u128,
@@ -40,6 +41,51 @@ pub struct Key {
     pub ident: u32,
     /// IPv6.
     pub v6: bool,
+}
+
+impl Hash for Key {
+    fn hash<H: Hasher>(&self, h: &mut H) {
+        h.write_u64(self.src as u64);
+        h.write_u64((self.src >> 64) as u64);
+        h.write_u64(self.dst as u64);
+        h.write_u64((self.dst >> 64) as u64);
+        h.write_u64(self.ident as u64 | (self.protocol as u64) << 32 | (self.v6 as u64) << 40);
+    }
+}
+
+/// The table's hash: a folded 64 x 64 -> 128-bit multiply per word with a
+/// random key per table, so a sender who picks addresses and IDs cannot
+/// aim at one bucket (a quarter of SipHash's cost here).
+#[derive(Debug, Clone, Copy)]
+struct Keyed(u64, u64);
+
+impl BuildHasher for Keyed {
+    type Hasher = KeyedHasher;
+    fn build_hasher(&self) -> KeyedHasher {
+        KeyedHasher { state: self.0, key: self.1 | 1 }
+    }
+}
+
+struct KeyedHasher {
+    state: u64,
+    key: u64,
+}
+
+impl Hasher for KeyedHasher {
+    fn write_u64(&mut self, x: u64) {
+        let p = (self.state ^ x) as u128 * self.key as u128;
+        self.state = (p >> 64) as u64 ^ p as u64;
+    }
+    fn write(&mut self, bytes: &[u8]) {
+        for c in bytes.chunks(8) {
+            let mut w = [0u8; 8];
+            w[..c.len()].copy_from_slice(c);
+            self.write_u64(u64::from_le_bytes(w));
+        }
+    }
+    fn finish(&self) -> u64 {
+        self.state
+    }
 }
 
 /// One fragment as the table takes it.
@@ -85,11 +131,15 @@ pub enum Outcome {
     },
 }
 
+/// A datagram being reassembled: a slot of the table's slab, reused in
+/// place (at about 1.3 KB it is not moved in and out of the hash map).
 #[derive(Debug)]
 struct Entry {
+    key: Key,
     created: Instant,
     /// Order of arrival among the table's datagrams (ties in `created`
-    /// are common: one burst shares a timestamp).
+    /// are common: one burst shares a timestamp); [`FREE`] when the slot
+    /// is unused.
     seq: u64,
     /// (offset, len, data_at, l3) per held fragment, parallel to `mbufs`.
     spans: [(u32, u32, u16, u16); MAX_FRAGMENTS],
@@ -124,13 +174,20 @@ pub struct Drops {
     pub evicted: u64,
 }
 
+/// `Entry::seq` of an unused slot.
+const FREE: u64 = u64::MAX;
+
 /// The reassembly table of one lcore.
 #[derive(Debug)]
 pub struct Reassembler {
-    table: HashMap<Key, Entry>,
-    /// Datagrams oldest first, by (seq, key); records of datagrams gone
+    /// Datagram -> its slot in `entries`.
+    table: HashMap<Key, u32, Keyed>,
+    entries: Vec<Entry>,
+    /// Unused slots.
+    free: Vec<u32>,
+    /// Datagrams oldest first, by (seq, slot); records of datagrams gone
     /// since are skipped, and swept out when it is full.
-    order: VecDeque<(u64, Key)>,
+    order: VecDeque<(u64, u32)>,
     next_seq: u64,
     limits: Limits,
     bytes: usize,
@@ -142,11 +199,29 @@ impl Reassembler {
     /// An empty table with room for `limits.max_datagrams` datagrams
     /// (allocated now: taking fragments allocates nothing).
     pub fn new(limits: Limits) -> Reassembler {
+        let max = limits.max_datagrams;
+        let key = [crate::ip_id::random_u32(), crate::ip_id::random_u32(), crate::ip_id::random_u32()];
         Reassembler {
             // Twice the most it holds: hashbrown then always rehashes in place
             // (never reallocates) when deleted slots run out.
-            table: HashMap::with_capacity(2 * limits.max_datagrams),
-            order: VecDeque::with_capacity(2 * limits.max_datagrams),
+            table: HashMap::with_capacity_and_hasher(
+                2 * max,
+                Keyed((key[0] as u64) << 32 | key[1] as u64, (key[2] as u64) << 32 | 0x9e37_79b9),
+            ),
+            entries: (0..max)
+                .map(|_| Entry {
+                    key: Key { src: 0, dst: 0, protocol: 0, ident: 0, v6: false },
+                    created: Instant(0),
+                    seq: FREE,
+                    spans: [(0, 0, 0, 0); MAX_FRAGMENTS],
+                    mbufs: Burst::new(),
+                    total: None,
+                    received: 0,
+                    bytes: 0,
+                })
+                .collect(),
+            free: (0..max as u32).rev().collect(),
+            order: VecDeque::with_capacity(2 * max),
             next_seq: 0,
             limits,
             bytes: 0,
@@ -178,25 +253,21 @@ impl Reassembler {
             self.fail(&key);
             return Outcome::Failed;
         }
-        if !self.table.contains_key(&key) {
-            self.make_room();
-            let seq = self.next_seq;
-            self.next_seq += 1;
-            self.order.push_back((seq, key));
-            self.table.insert(
-                key,
-                Entry {
-                    created: now,
-                    seq,
-                    spans: [(0, 0, 0, 0); MAX_FRAGMENTS],
-                    mbufs: Burst::new(),
-                    total: None,
-                    received: 0,
-                    bytes: 0,
-                },
-            );
-        }
-        let e = self.table.get_mut(&key).expect("present");
+        let slot = match self.table.get(&key) {
+            Some(&slot) => slot,
+            None => {
+                self.make_room();
+                let slot = self.free.pop().expect("make_room leaves a free slot");
+                let seq = self.next_seq;
+                self.next_seq += 1;
+                self.order.push_back((seq, slot));
+                self.table.insert(key, slot);
+                let e = &mut self.entries[slot as usize];
+                (e.key, e.created, e.seq, e.total, e.received, e.bytes) = (key, now, seq, None, 0, 0);
+                slot
+            }
+        };
+        let e = &mut self.entries[slot as usize];
         let n = e.mbufs.len();
         for &(s, l, _, _) in &e.spans[..n] {
             if s == f.offset && l == f.len {
@@ -217,6 +288,7 @@ impl Reassembler {
             self.fail(&key);
             return Outcome::Failed;
         }
+        let e = &mut self.entries[slot as usize];
         if !f.more {
             e.total = Some(end);
         }
@@ -236,25 +308,39 @@ impl Reassembler {
             }
             return Outcome::Held;
         }
-        let e = self.table.remove(&key).expect("present");
+        self.table.remove(&key);
+        let e = &mut self.entries[slot as usize];
         self.bytes -= e.bytes;
         let done = Outcome::complete(e);
+        self.release(slot);
         if matches!(done, Outcome::Failed) {
             self.drops[key.v6 as usize].failed += 1;
         }
         done
     }
 
+    /// Frees a slot and whatever mbufs it still holds.
+    fn release(&mut self, slot: u32) {
+        let e = &mut self.entries[slot as usize];
+        e.mbufs.clear();
+        e.seq = FREE;
+        self.free.push(slot);
+    }
+
     /// Drops datagrams that waited longer than the timeout.
     pub fn expire(&mut self, now: Instant) {
         let timeout = self.limits.timeout_ns;
         let mut freed = 0;
-        let drops = &mut self.drops;
-        self.table.retain(|k, e| {
+        let (drops, entries, free) = (&mut self.drops, &mut self.entries, &mut self.free);
+        self.table.retain(|k, slot| {
+            let e = &mut entries[*slot as usize];
             let keep = now.0.saturating_sub(e.created.0) < timeout;
             if !keep {
                 freed += e.bytes;
                 drops[k.v6 as usize].timed_out += 1;
+                e.mbufs.clear();
+                e.seq = FREE;
+                free.push(*slot);
             }
             keep
         });
@@ -262,8 +348,9 @@ impl Reassembler {
     }
 
     fn fail(&mut self, key: &Key) {
-        if let Some(e) = self.table.remove(key) {
-            self.bytes -= e.bytes;
+        if let Some(slot) = self.table.remove(key) {
+            self.bytes -= self.entries[slot as usize].bytes;
+            self.release(slot);
         }
         self.drops[key.v6 as usize].failed += 1;
     }
@@ -277,8 +364,8 @@ impl Reassembler {
             self.evict_oldest();
         }
         if self.order.len() >= 2 * self.limits.max_datagrams {
-            let table = &self.table;
-            self.order.retain(|(seq, key)| table.get(key).is_some_and(|e| e.seq == *seq));
+            let entries = &self.entries;
+            self.order.retain(|&(seq, slot)| entries[slot as usize].seq == seq);
         }
     }
 
@@ -291,11 +378,14 @@ impl Reassembler {
     }
 
     fn evict_oldest(&mut self) {
-        while let Some((seq, key)) = self.order.pop_front() {
-            if self.table.get(&key).is_some_and(|e| e.seq == seq) {
-                let e = self.table.remove(&key).expect("present");
+        while let Some((seq, slot)) = self.order.pop_front() {
+            if self.entries[slot as usize].seq == seq {
+                let e = &self.entries[slot as usize];
+                let (key, v6) = (e.key, e.key.v6);
                 self.bytes -= e.bytes;
-                self.drops[key.v6 as usize].evicted += 1;
+                self.table.remove(&key);
+                self.release(slot);
+                self.drops[v6 as usize].evicted += 1;
                 return;
             }
         }
@@ -303,8 +393,9 @@ impl Reassembler {
 }
 
 impl Outcome {
-    /// Links a complete datagram's fragments in offset order.
-    fn complete(mut e: Entry) -> Outcome {
+    /// Links a complete datagram's fragments in offset order (taking them
+    /// out of the entry).
+    fn complete(e: &mut Entry) -> Outcome {
         let n = e.mbufs.len();
         let mut order: [u8; MAX_FRAGMENTS] = [0; MAX_FRAGMENTS];
         for (i, o) in order.iter_mut().enumerate().take(n) {

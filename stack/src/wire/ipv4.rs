@@ -273,23 +273,39 @@ impl Repr {
 
     /// Writes a 20-byte header into the start of `buf`; the checksum is
     /// computed unless `offload` (the port fills it; the field stays 0).
+    /// The checksum is summed from the fields, not read back from `buf`:
+    /// an 8-byte load over the bytes just stored one or two at a time
+    /// cannot be forwarded from the store buffer and stalls.
     pub fn emit(&self, buf: &mut [u8], offload: bool) {
+        let length = self.payload_len + HEADER_LEN as u16;
+        let frag = (if self.dont_frag { DF } else { 0 })
+            | (if self.more_frags { MF } else { 0 })
+            | ((self.frag_offset / 8) as u16 & OFFSET_MASK);
+        let (src, dst) = (u32::from(self.src), u32::from(self.dst));
         buf[field::VER_IHL] = 0x45;
         buf[field::TOS] = self.tos;
-        set_u16(buf, field::LENGTH, self.payload_len + HEADER_LEN as u16);
+        set_u16(buf, field::LENGTH, length);
         set_u16(buf, field::IDENT, self.ident);
-        let mut p = Packet::new_unchecked(&mut buf[..HEADER_LEN]);
-        p.set_frag(self.dont_frag, self.more_frags, self.frag_offset);
-        let b = p.into_inner();
-        b[field::TTL] = self.ttl;
-        b[field::PROTOCOL] = self.protocol;
-        b[field::SRC..field::SRC + 4].copy_from_slice(&self.src.octets());
-        b[field::DST..field::DST + 4].copy_from_slice(&self.dst.octets());
-        set_u16(b, field::CHECKSUM, 0);
-        if !offload {
-            let c = checksum::checksum(&b[..HEADER_LEN]);
-            set_u16(b, field::CHECKSUM, c);
-        }
+        set_u16(buf, field::FLG_OFF, frag);
+        buf[field::TTL] = self.ttl;
+        buf[field::PROTOCOL] = self.protocol;
+        buf[field::SRC..field::SRC + 4].copy_from_slice(&src.to_be_bytes());
+        buf[field::DST..field::DST + 4].copy_from_slice(&dst.to_be_bytes());
+        let c = if offload {
+            0
+        } else {
+            let words = (0x4500 | self.tos as u64)
+                + length as u64
+                + self.ident as u64
+                + frag as u64
+                + ((self.ttl as u64) << 8 | self.protocol as u64)
+                + (src >> 16) as u64
+                + (src & 0xffff) as u64
+                + (dst >> 16) as u64
+                + (dst & 0xffff) as u64;
+            !checksum::fold(words)
+        };
+        set_u16(buf, field::CHECKSUM, c);
     }
 }
 

@@ -44,6 +44,8 @@ proptest! {
         let r = ipv4::Repr { src, dst, protocol, payload_len, ttl, tos, ident, dont_frag, more_frags, frag_offset: off8 * 8 };
         let mut buf = vec![0u8; ipv4::HEADER_LEN + payload_len as usize];
         r.emit(&mut buf, false);
+        prop_assert!(ipv4::Packet::new_checked(&buf[..]).unwrap().verify_checksum());
+        prop_assert_eq!(checksum::checksum(&buf[..ipv4::HEADER_LEN]), 0);
         prop_assert_eq!(ipv4::Repr::parse(&ipv4::Packet::new_checked(&buf[..]).unwrap(), false).unwrap(), r);
     }
 
