@@ -19,6 +19,7 @@ pub mod lookup;
 pub mod neigh;
 pub mod pipeline;
 pub mod route;
+pub mod rss;
 pub mod rx_queue;
 pub mod socket;
 pub mod stack;
