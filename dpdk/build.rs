@@ -82,6 +82,8 @@ fn main() {
         .allowlist_var("RTE_PKTMBUF_HEADROOM")
         .allowlist_var("RTE_ETHER_ADDR_LEN")
         .allowlist_var("LCORE_ID_ANY")
+        .allowlist_var("RING_F_SP_ENQ")
+        .allowlist_var("RING_F_SC_DEQ")
         .allowlist_var("SOCKET_ID_ANY")
         .allowlist_var("RTE_ETHDEV_QUEUE_STAT_CNTRS")
         .allowlist_var("RTE_ETH_XSTATS_NAME_SIZE")

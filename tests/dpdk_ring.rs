@@ -166,3 +166,60 @@ fn mbuf_headroom_and_chain_operations() {
     }
     assert_eq!(pool.in_use(), 0);
 }
+
+#[test]
+fn spsc_mbuf_ring_moves_bursts_between_threads_in_order() {
+    let _serial = device_lock();
+    shared_eal(Memory::Auto);
+    let pool = Arc::new(Mempool::new(&MempoolConfig::new(&unique("spsc"), 4095)).unwrap());
+    assert!(spate_dpdk::mbuf_ring(1000).is_err(), "a capacity that is not a power of two is refused");
+    const N: u32 = 200_000;
+    let (mut prod, mut cons) = spate_dpdk::mbuf_ring(256).unwrap();
+    std::thread::scope(|s| {
+        let pool = pool.clone();
+        s.spawn(move || {
+            let mut next = 0u32;
+            let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+            let mut b: Burst = Burst::new();
+            while next < N {
+                assert!(std::time::Instant::now() < deadline, "producer stalled at {next}");
+                while b.len() < 32 && next < N {
+                    let mut one: Burst<1> = Burst::new();
+                    if pool.alloc_bulk(&mut one, 1).is_err() {
+                        break;
+                    }
+                    let mut m = one.pop().unwrap();
+                    m.append(4).unwrap().copy_from_slice(&next.to_be_bytes());
+                    next += 1;
+                    let _ = b.push(m);
+                }
+                // What did not fit stays in the burst for the next round.
+                prod.enqueue(&mut b);
+            }
+            while !b.is_empty() {
+                assert!(std::time::Instant::now() < deadline, "producer stalled at the end");
+                prod.enqueue(&mut b);
+            }
+        });
+        let mut expect = 0u32;
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+        let mut b: Burst = Burst::new();
+        while expect < N {
+            assert!(std::time::Instant::now() < deadline, "consumer stalled at {expect}");
+            cons.dequeue(&mut b);
+            for m in b.drain() {
+                assert_eq!(u32::from_be_bytes(m.data()[..4].try_into().unwrap()), expect, "in order, none lost");
+                expect += 1;
+            }
+        }
+        assert!(cons.is_empty());
+    });
+    // A ring dropped with mbufs in it frees them.
+    let (mut prod, cons) = spate_dpdk::mbuf_ring(64).unwrap();
+    let mut b: Burst = Burst::new();
+    pool.alloc_bulk(&mut b, 32).unwrap();
+    assert_eq!(prod.enqueue(&mut b), 32);
+    assert_eq!(cons.len(), 32);
+    drop((prod, cons));
+    assert_eq!(pool.in_use(), 0, "every mbuf is back in the pool");
+}

@@ -68,3 +68,7 @@ uint16_t spate_pktmbuf_data_room_size(struct rte_mempool *mp)
 
 unsigned int spate_ring_dequeue_burst(struct rte_ring *r, struct rte_mbuf **mbufs, unsigned int n)
 { return rte_ring_dequeue_burst(r, (void **)mbufs, n, NULL); }
+unsigned int spate_ring_enqueue_burst(struct rte_ring *r, struct rte_mbuf **mbufs, unsigned int n)
+{ return rte_ring_enqueue_burst(r, (void **)mbufs, n, NULL); }
+unsigned int spate_ring_count(const struct rte_ring *r)
+{ return rte_ring_count(r); }

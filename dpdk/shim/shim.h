@@ -44,5 +44,7 @@ uint64_t spate_rdtsc(void);
 unsigned int spate_mempool_cache_size(const struct rte_mempool *mp);
 uint16_t spate_pktmbuf_data_room_size(struct rte_mempool *mp);
 unsigned int spate_ring_dequeue_burst(struct rte_ring *r, struct rte_mbuf **mbufs, unsigned int n);
+unsigned int spate_ring_enqueue_burst(struct rte_ring *r, struct rte_mbuf **mbufs, unsigned int n);
+unsigned int spate_ring_count(const struct rte_ring *r);
 
 #endif

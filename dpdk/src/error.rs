@@ -95,6 +95,14 @@ pub enum Error {
         /// How many the caller asked for.
         wanted: u32,
     },
+    /// A ring could not be created.
+    #[error("cannot create a ring of {capacity}: {what}")]
+    Ring {
+        /// Requested capacity.
+        capacity: u32,
+        /// Why.
+        what: String,
+    },
     /// An mbuf operation that would leave its bounds.
     #[error("mbuf has no room: {0}")]
     MbufRoom(&'static str),

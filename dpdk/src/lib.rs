@@ -38,6 +38,7 @@ pub mod lcore;
 pub mod mbuf;
 pub mod mempool;
 pub mod port;
+pub mod ring;
 pub mod signal;
 pub mod sys;
 
@@ -47,3 +48,4 @@ pub use error::{Error, Result};
 pub use mbuf::{Mbuf, RxChecksum};
 pub use mempool::{Mempool, MempoolConfig};
 pub use port::{DeviceInfo, Link, Port, PortConfig, PortStats, Rss, RxQueue, TxQueue};
+pub use ring::{RingConsumer, RingProducer, mbuf_ring};
