@@ -43,6 +43,10 @@ pub struct StackArgs {
     /// The lcores spate polls on, in EAL -l syntax (`1`, `0-1`).
     #[arg(long, value_name = "LIST")]
     pub lcores: Option<String>,
+    /// How the lcores share the ports' traffic: `auto` (hardware RSS where
+    /// the port has it, else software), `hw`, `sw` or `off`.
+    #[arg(long, value_name = "MODE")]
+    pub rss: Option<spate_stack::config::RssMode>,
     /// A TOML stack configuration; flags given on the command line override it.
     #[arg(long, value_name = "FILE")]
     pub config: Option<PathBuf>,
@@ -105,6 +109,9 @@ impl StackArgs {
         }
         if let Some(l) = &self.lcores {
             cfg.lcores = l.clone();
+        }
+        if let Some(m) = self.rss {
+            cfg.rss = m;
         }
         if let Some(s) = self.idle_sleep {
             cfg.idle_sleep_us = s;

@@ -375,6 +375,13 @@ impl Mbuf {
         self.raw().port
     }
 
+    /// Sets the port field (spate marks a frame handed to another lcore
+    /// for transmission with the port it goes out of).
+    #[inline]
+    pub fn set_port(&mut self, port: u16) {
+        self.raw_mut().port = port;
+    }
+
     /// DPDK's packet type (`RTE_PTYPE_*` bits), as the PMD parsed it.
     #[inline]
     pub fn packet_type(&self) -> u32 {

@@ -255,12 +255,47 @@ pub enum Hugepages {
     Off,
 }
 
+/// How the lcores share a port's traffic.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum RssMode {
+    /// One lcore: nothing to share. Several: `hw` where the port hashes
+    /// flows over as many RX queues as lcores, else `sw`.
+    #[default]
+    Auto,
+    /// The port spreads flows over one RX queue per lcore (its RSS hash,
+    /// or a device that keeps flows on one queue itself, as
+    /// `net_af_packet`'s fanout); an error where it cannot.
+    Hw,
+    /// One RX queue; the lcore polling it hashes each frame's flow
+    /// (Toeplitz, as a NIC) and hands it to the flow's lcore over a ring.
+    Sw,
+    /// Each lcore polls a queue of its own and keeps what arrives there
+    /// (no flow affinity unless the device provides it).
+    Off,
+}
+
+impl std::str::FromStr for RssMode {
+    type Err = String;
+    fn from_str(s: &str) -> std::result::Result<RssMode, String> {
+        match s {
+            "auto" => Ok(RssMode::Auto),
+            "hw" => Ok(RssMode::Hw),
+            "sw" => Ok(RssMode::Sw),
+            "off" => Ok(RssMode::Off),
+            _ => Err(format!("{s:?}: expected auto, hw, sw or off")),
+        }
+    }
+}
+
 /// Everything a stack needs.
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct StackConfig {
     /// The lcores spate polls on, in EAL `-l` syntax (`1`, `0-1`).
     pub lcores: String,
+    /// How the lcores share the ports' traffic.
+    pub rss: RssMode,
     /// Ports.
     pub ports: Vec<PortSpec>,
     /// Default gateways (at most one per family).
@@ -329,6 +364,7 @@ impl Default for StackConfig {
     fn default() -> Self {
         StackConfig {
             lcores: "0".into(),
+            rss: RssMode::Auto,
             ports: Vec::new(),
             gateways: Vec::new(),
             mempool_size: 16383,

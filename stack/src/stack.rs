@@ -15,6 +15,7 @@ use crate::iface::Interface;
 use crate::ip_id::IpIdGen;
 use crate::lookup::SocketTable;
 use crate::neigh::NeighTable;
+use crate::pipeline::steer::{Lanes, Steering};
 use crate::pipeline::tx::TxPacket;
 use crate::route::{Route, Routes};
 use crate::socket::SocketCore;
@@ -54,6 +55,13 @@ pub(crate) struct Shared {
     pub gro_users: CachePadded<AtomicUsize>,
     /// Path MTUs learnt from ICMP.
     pub pmtu: crate::frag::pmtu::PathMtu,
+    /// Per port id: its interface (ports are few; DPDK numbers them from 0).
+    port_iface: Vec<u16>,
+    /// Per interface: whether its frames are steered in software.
+    steered: Vec<bool>,
+    /// Per interface: its TX queues (lcore `i` uses queue `i % n`; only the
+    /// first `n` lcores own one).
+    tx_queues: Vec<usize>,
     stop: AtomicBool,
     running: AtomicBool,
     rng: Mutex<u64>,
@@ -64,6 +72,30 @@ pub(crate) struct Shared {
 }
 
 impl Shared {
+    /// The interface of a port id.
+    #[inline]
+    pub fn iface_of_port(&self, port: u16) -> u16 {
+        self.port_iface.get(port as usize).copied().unwrap_or(0)
+    }
+
+    /// Whether the interface's frames are steered in software.
+    #[inline]
+    pub fn iface_steered(&self, iface: u16) -> bool {
+        self.steered.get(iface as usize).copied().unwrap_or(false)
+    }
+
+    /// Whether the port's frames are steered in software.
+    #[inline]
+    pub fn port_steered(&self, port: u16) -> bool {
+        self.iface_steered(self.iface_of_port(port))
+    }
+
+    /// The lcore that transmits for lcore `idx` on interface `iface`.
+    #[inline]
+    pub fn tx_owner(&self, iface: usize, idx: usize) -> usize {
+        idx % self.tx_queues.get(iface).copied().unwrap_or(1).max(1)
+    }
+
     /// Whether `ip` is one of our addresses.
     pub fn is_local(&self, ip: &IpAddr) -> bool {
         self.ifaces.iter().any(|i| match ip {
@@ -225,7 +257,8 @@ impl Stack {
         let mut ports = Vec::new();
         let mut ifaces = Vec::new();
         let mut queues: Vec<WorkerQueues> =
-            (0..workers).map(|_| WorkerQueues { rx: Vec::new(), tx: Vec::new() }).collect();
+            (0..workers).map(|_| WorkerQueues { rx: Vec::new(), tx: Vec::new(), steer: None }).collect();
+        let (mut port_iface, mut steered, mut tx_queues) = (Vec::new(), Vec::new(), Vec::new());
         for (index, spec) in cfg.ports.iter().enumerate() {
             let mut port = if spec.is_pci() {
                 Port::open(spec.device.split(',').next().unwrap_or(""))?
@@ -236,15 +269,11 @@ impl Stack {
                 }
             };
             let info = port.info().clone();
-            if (workers as u16) > info.max_rx_queues || (workers as u16) > info.max_tx_queues {
-                return Err(Error::Config(format!(
-                    "port {} ({}) has {} RX / {} TX queues, fewer than the {workers} lcores",
-                    spec.device, info.driver, info.max_rx_queues, info.max_tx_queues
-                )));
-            }
+            let plan = crate::pipeline::steer::plan_port(cfg.rss, workers, &info, &spec.device)?;
             let pc = PortConfig {
-                rx_queues: workers as u16,
-                tx_queues: workers as u16,
+                rx_queues: plan.rx_queues,
+                tx_queues: plan.tx_queues,
+                rss: plan.rss,
                 rx_desc: cfg.rx_desc,
                 tx_desc: cfg.tx_desc,
                 mtu: spec.mtu,
@@ -286,13 +315,23 @@ impl Stack {
             ifc.tx_checksum = tx_flags & tx_sum == tx_sum;
             ifaces.push(ifc);
             for (w, q) in queues.iter_mut().enumerate() {
-                q.rx.push((index as u16, port.rx_queue(w as u16)?));
-                q.tx.push(port.tx_queue(w as u16)?);
+                if w < plan.rx_queues as usize {
+                    q.rx.push((index as u16, port.rx_queue(w as u16)?));
+                }
+                q.tx.push(if w < plan.tx_queues as usize { Some(port.tx_queue(w as u16)?) } else { None });
             }
+            let pid = port.id() as usize;
+            if port_iface.len() <= pid {
+                port_iface.resize(pid + 1, 0);
+            }
+            port_iface[pid] = index as u16;
+            steered.push(plan.steered);
+            tx_queues.push(plan.tx_queues as usize);
             log::info!(
-                "spate: interface {index} on port {} ({}): MAC {mac}, MTU {mtu}, {}",
+                "spate: interface {index} on port {} ({}): {}; MAC {mac}, MTU {mtu}, {}",
                 port.name(),
                 info.driver,
+                plan.describe(workers),
                 ifaces[index]
                     .ipv4
                     .iter()
@@ -309,6 +348,21 @@ impl Stack {
             ifaces.push(crate::pipeline::vxlan::inner_interface(spec, ifaces.len() as u16, &ifaces, &outer_routes)?);
         }
         let routes = Routes::new(&ifaces, &cfg.gateways);
+        if workers > 1 {
+            let toeplitz = Arc::new(crate::rss::Toeplitz::new(&crate::rss::DEFAULT_KEY));
+            let meshes = (Lanes::mesh(workers)?, Lanes::mesh(workers)?, Lanes::mesh(workers)?);
+            let (mut frames, mut datagrams, mut tx) = meshes;
+            for (w, q) in queues.iter_mut().enumerate().rev() {
+                q.steer = Some(Steering {
+                    toeplitz: toeplitz.clone(),
+                    reta: crate::rss::Reta::round_robin(workers),
+                    frames: frames.pop().expect("one per lcore"),
+                    datagrams: datagrams.pop().expect("one per lcore"),
+                    tx: tx.pop().expect("one per lcore"),
+                });
+                debug_assert_eq!(frames.len(), w);
+            }
+        }
         let shared = Shared {
             id,
             neigh: NeighTable::new(cfg.neighbor.clone()),
@@ -324,6 +378,9 @@ impl Stack {
             next_tx_worker: AtomicUsize::new(0),
             gro_users: CachePadded::new(AtomicUsize::new(0)),
             pmtu: crate::frag::pmtu::PathMtu::new(std::time::Duration::from_secs(cfg.pmtu_expiry_secs)),
+            port_iface,
+            steered,
+            tx_queues,
             stop: AtomicBool::new(false),
             running: AtomicBool::new(false),
             rng: Mutex::new(secrets.next()),

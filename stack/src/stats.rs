@@ -62,6 +62,7 @@ counters! {
     RxReasmHeld = "Rx"."ReasmHeld": "IP fragments kept for reassembly (the datagram counts with the fragment that completes it).";
     RxReasmDropped = "Rx"."ReasmDropped": "IP fragments refused or dropped with their datagram (overlap, past 64 KiB, too many, tiny first, non-UDP datagram).";
     RxReasmDuplicates = "Rx"."ReasmDuplicates": "IP fragments identical to one held.";
+    RxSteerDropped = "Rx"."SteerDropped": "Frames (or reassembled datagrams) dropped because the ring to the lcore owning their flow was full.";
     RxIpv4UnknownProto = "Rx"."Ipv4UnknownProto": "IPv4 packets of a protocol spate does not speak.";
     RxIpv6HdrErrors = "Rx"."Ipv6HdrErrors": "IPv6 packets with a bad version.";
     RxIpv6Truncated = "Rx"."Ipv6Truncated": "IPv6 packets longer than the frame that carried them.";
@@ -78,6 +79,10 @@ counters! {
 
     TxFrames = "Tx"."Frames": "Frames handed to ports.";
     TxRingFull = "Tx"."RingFull": "Frames dropped because a TX ring stayed full through the retries.";
+    TxHandoffDropped = "Tx"."HandoffDropped": "Frames dropped because the ring to the lcore owning the port's TX queue was full.";
+    SteerFrames = "Steer"."Frames": "Frames this lcore handed to the lcore owning their flow (counted there in their Rx outcome).";
+    SteerDatagrams = "Steer"."Datagrams": "Reassembled datagrams handed to the lcore owning their flow.";
+    SteerTx = "Steer"."TxFrames": "Frames handed to the lcore owning the port's TX queue.";
     TxNoRoute = "Tx"."NoRoute": "Locally made packets (ICMP) without a route.";
     TxNoMbuf = "Tx"."NoMbuf": "Control frames (ARP, ND) not sent for lack of mbufs.";
 

@@ -163,7 +163,9 @@ pub(crate) struct Worker<'s> {
     pub shared: &'s Shared,
     pub stack: &'s Stack,
     pub rx: Vec<(u16, RxQueue)>,
-    pub tx: Vec<TxQueue>,
+    /// Per port: this lcore's TX queue, or none (it hands its frames to
+    /// the lcore owning one).
+    pub tx: Vec<Option<TxQueue>>,
     pub txbuf: Vec<Burst<BURST>>,
     pub snapshot: Arc<Snapshot<Arc<SocketCore>>>,
     pub snap_gen: u64,
@@ -193,13 +195,16 @@ pub(crate) struct Worker<'s> {
     pub decapsulated: Option<(u16, spate_dpdk::Mbuf)>,
     /// IPv4 and IPv6 fragments waiting for the rest of their datagram.
     pub reasm: crate::frag::reassembly::Reassembler,
+    /// Software RSS and the rings to the other lcores (several lcores).
+    pub steer: Option<crate::pipeline::steer::Steering>,
 }
 
 /// The queue handles a worker polls, per interface.
 #[derive(Debug)]
 pub(crate) struct WorkerQueues {
     pub rx: Vec<(u16, RxQueue)>,
-    pub tx: Vec<TxQueue>,
+    pub tx: Vec<Option<TxQueue>>,
+    pub steer: Option<crate::pipeline::steer::Steering>,
 }
 
 impl<'s> Worker<'s> {
@@ -214,6 +219,7 @@ impl<'s> Worker<'s> {
             stack,
             rx: queues.rx,
             tx: queues.tx,
+            steer: queues.steer,
             txbuf: (0..n_ifaces).map(|_| Burst::new()).collect(),
             snapshot: shared.sockets.snapshot(),
             snap_gen: shared.sockets.generation(),
@@ -242,7 +248,7 @@ impl<'s> Worker<'s> {
 
     /// Gives the queue handles back (when the loop ends).
     pub fn into_queues(self) -> WorkerQueues {
-        WorkerQueues { rx: self.rx, tx: self.tx }
+        WorkerQueues { rx: self.rx, tx: self.tx, steer: self.steer }
     }
 
     #[inline]
@@ -333,18 +339,30 @@ impl<'s> Worker<'s> {
             for m in burst.as_slice() {
                 m.prefetch_data();
             }
-            if self.gro_stage() {
-                self.rx_frames_gro(iface, &mut burst);
-            } else {
-                for m in burst.drain() {
-                    if let Some(outcome) = self.rx_frame::<false>(iface, m) {
-                        self.inc(outcome);
-                    }
-                }
+            if self.steer.is_some() && self.shared.iface_steered(iface) {
+                self.steer_burst(&mut burst);
             }
-            self.deliver_staged();
+            self.rx_run(iface, &mut burst);
+        }
+        if self.steer.is_some() {
+            total += self.poll_steered();
         }
         total
+    }
+
+    /// A burst of one interface's frames through the receive pipeline.
+    #[inline]
+    pub(crate) fn rx_run(&mut self, iface: u16, burst: &mut Burst<BURST>) {
+        if self.gro_stage() {
+            self.rx_frames_gro(iface, burst);
+        } else {
+            for m in burst.drain() {
+                if let Some(outcome) = self.rx_frame::<false>(iface, m) {
+                    self.inc(outcome);
+                }
+            }
+        }
+        self.deliver_staged();
     }
 
     /// The burst's frames with the GRO stage: a tunnel's inner frame is its
@@ -373,7 +391,7 @@ impl<'s> Worker<'s> {
     /// sort is stable (each socket's datagrams keep their order), takes one
     /// pass when the burst is one run already, and uses no heap at this size.
     #[inline]
-    fn deliver_staged(&mut self) {
+    pub(crate) fn deliver_staged(&mut self) {
         if self.staged.is_empty() {
             return;
         }

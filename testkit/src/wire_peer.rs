@@ -91,6 +91,11 @@ impl WirePeer {
         n
     }
 
+    /// Sends what the ring takes of a burst; the rest stays in `b`.
+    pub fn send_keep(&mut self, b: &mut Burst) -> usize {
+        self.tx.tx_burst(b)
+    }
+
     /// Sends one frame, waiting for room.
     pub fn send(&mut self, frame: &[u8]) {
         let mut b: Burst = Burst::new();

@@ -13,5 +13,6 @@
 
 pub mod gro;
 pub mod rx;
+pub mod steer;
 pub mod tx;
 pub mod vxlan;

@@ -1,6 +1,6 @@
 //! Receive: every frame ends in exactly one `Rx` counter.
 
-use std::net::IpAddr;
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 
 use spate_dpdk::{Mbuf, RxChecksum};
 
@@ -399,10 +399,38 @@ impl Worker<'_> {
                     return Some(Counter::RxReasmDropped);
                 }
                 self.inc(if v6 { Counter::Ip6InDelivers } else { Counter::IpInDelivers });
+                // Another lcore may own the datagram's flow (software RSS).
+                let mbuf = self.hand_datagram(mbuf, l3, data_at, len)?;
                 let at = UdpInFrame { l3, l4: data_at, end: data_at + len as usize, src, dst, group };
                 self.rx_udp_reassembled(iface, mbuf, at)
             }
         }
+    }
+
+    /// A reassembled datagram another lcore handed over (its offsets in
+    /// the hash field, as [`Worker::hand_datagram`] packed them).
+    pub(crate) fn rx_handed_datagram(&mut self, m: Mbuf) -> Option<Counter> {
+        let packed = m.rss_hash().unwrap_or(0);
+        let (l3, l4, len) = ((packed >> 27) as usize, (packed >> 16 & 0x7ff) as usize, (packed & 0xffff) as usize);
+        let iface = &self.shared.ifaces[self.shared.iface_of_port(m.port()) as usize];
+        let data = m.data();
+        let (src, dst): (IpAddr, IpAddr) = match data.get(l3).map(|v| v >> 4) {
+            Some(4) if data.len() >= l3 + 20 => {
+                let a = |at: usize| Ipv4Addr::new(data[at], data[at + 1], data[at + 2], data[at + 3]);
+                (a(l3 + 12).into(), a(l3 + 16).into())
+            }
+            Some(6) if data.len() >= l3 + 40 => {
+                let a = |at: usize| Ipv6Addr::from(<[u8; 16]>::try_from(&data[at..at + 16]).expect("16 bytes"));
+                (a(l3 + 8).into(), a(l3 + 24).into())
+            }
+            _ => return Some(Counter::RxUdpErrors),
+        };
+        let group = match dst {
+            IpAddr::V4(d) => d.is_multicast() || (!iface.has_ipv4(d) && iface.is_ipv4_broadcast(d)),
+            IpAddr::V6(d) => d.is_multicast(),
+        };
+        let at = UdpInFrame { l3, l4, end: l4 + len, src, dst, group };
+        self.rx_udp_reassembled(iface, m, at)
     }
 
     /// A reassembled UDP datagram (an mbuf chain, the UDP header in the

@@ -210,9 +210,13 @@ impl Worker<'_> {
 
     /// Sends what waits for port `i`, retrying a full ring a few times.
     pub(crate) fn flush(&mut self, i: usize) {
+        if self.tx[i].is_none() {
+            self.hand_tx(i);
+            return;
+        }
         let mut tries = 0;
         while !self.txbuf[i].is_empty() {
-            let sent = self.tx[i].tx_burst(&mut self.txbuf[i]);
+            let sent = self.tx[i].as_mut().map_or(0, |q| q.tx_burst(&mut self.txbuf[i]));
             self.add(Counter::TxFrames, sent as u64);
             if sent == 0 {
                 tries += 1;
