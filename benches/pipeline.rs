@@ -11,7 +11,7 @@
 //!
 //! ```text
 //! cargo bench --bench pipeline -- [--callgrind] [--datagrams N] [--flows F] [--sockets S] [--json PATH]
-//! cargo bench --bench pipeline -- --gro-table | --frag-table
+//! cargo bench --bench pipeline -- --gro-table | --frag-table | --scale-table
 //! ```
 //! `--inject-only` measures the source and a bare rx_burst + free loop
 //! without the stack, the floor the stack's cost is read against.
@@ -115,6 +115,9 @@ struct Args {
     one_by_one: bool,
     /// Echo datagrams of this payload (fragmented above 1,472 bytes).
     echo: Option<usize>,
+    /// Polling lcores (receive mode): with 2, software RSS hands half the
+    /// flows to the second lcore.
+    lcores: usize,
 }
 
 fn parse() -> (Args, bool, Option<String>) {
@@ -131,6 +134,7 @@ fn parse() -> (Args, bool, Option<String>) {
         gso: args.iter().any(|a| a == "--gso"),
         one_by_one: args.iter().any(|a| a == "--one-by-one"),
         echo: flag("--echo").and_then(|v| v.parse().ok()),
+        lcores: flag("--lcores").and_then(|v| v.parse().ok()).unwrap_or(1),
     };
     (a, args.iter().any(|a| a == "--callgrind"), flag("--json"))
 }
@@ -138,7 +142,9 @@ fn parse() -> (Args, bool, Option<String>) {
 /// One run in this process; prints `datagrams cycles`.
 fn run_once(a: &Args) {
     let _ = env_logger::builder().filter_level(log::LevelFilter::Warn).try_init();
-    let _eal = EalBuilder::new().program("spate-pipeline").lcores("0").memory(Memory::NoHuge).init().expect("EAL");
+    let eal_lcores = if a.lcores > 1 { format!("0-{}", a.lcores - 1) } else { "0".into() };
+    let _eal =
+        EalBuilder::new().program("spate-pipeline").lcores(&eal_lcores).memory(Memory::NoHuge).init().expect("EAL");
     let (a_port, mut b_port) = Port::wire_pair("pl").expect("wire pair");
     let peer_pool = Arc::new(Mempool::new(&MempoolConfig::new("plpeer", 8191)).expect("pool"));
     b_port.configure(&PortConfig::default(), peer_pool.clone()).expect("configure");
@@ -205,7 +211,7 @@ fn run_once(a: &Args) {
     let mut spec = PortSpec::new(a_port.name()).addr("198.18.0.2/24").unwrap();
     spec.mac = Some(SPATE_MAC);
     let mut cfg = StackConfig {
-        lcores: "0".into(),
+        lcores: eal_lcores.clone(),
         ports: vec![spec],
         stop_on_signal: false,
         announce: false,
@@ -228,13 +234,15 @@ fn run_once(a: &Args) {
         echo(&stack, source, a.datagrams, start);
         return;
     }
-    let sockets: Vec<UdpSocket> = (0..a.sockets)
-        .map(|_| {
-            let s = UdpSocket::builder(&stack)
-                .reuseport(a.sockets > 1)
-                .recv_buffer_size(1 << 22)
-                .bind("0.0.0.0:9")
-                .unwrap();
+    // With several lcores, one socket per lcore, each fed by its lcore.
+    let members = if a.lcores > 1 { a.lcores } else { a.sockets };
+    let sockets: Vec<UdpSocket> = (0..members)
+        .map(|i| {
+            let mut b = UdpSocket::builder(&stack).reuseport(members > 1).recv_buffer_size(1 << 22);
+            if a.lcores > 1 {
+                b = b.incoming_lcore(i as u32);
+            }
+            let s = b.bind("0.0.0.0:9").unwrap();
             s.set_nonblocking(true).unwrap();
             s.set_gro(a.gro).unwrap();
             s
@@ -247,19 +255,22 @@ fn run_once(a: &Args) {
     let (s, src, c, k, target) = (sockets.clone(), source.clone(), consumed.clone(), calls.clone(), a.datagrams);
     let per_call = if a.one_by_one { 1 } else { 64 };
     stack
-        .run(move |_| {
+        .run(move |idx| {
             let (s, c, k) = (s.clone(), c.clone(), k.clone());
-            let mut src = src.lock().unwrap().take().expect("one lcore");
+            // The source runs on the lcore that polls the port (the first).
+            let mut src = if idx == 0 { src.lock().unwrap().take() } else { None };
             let mut batch = DatagramBatch::with_capacity(64);
-            let (mut n, mut recvs) = (0u64, 0u64);
             let first = s[0].id();
             move |ctx: &mut LcoreCtx<'_>| {
-                src.inject();
+                if let Some(src) = src.as_mut() {
+                    src.inject();
+                }
                 // The sockets this lcore fed (ids are consecutive from the first).
+                let mut n = 0;
                 for id in ctx.ready() {
                     let sock = &s[(id - first) as usize];
                     while sock.recv_batch(&mut batch, per_call).is_ok() {
-                        recvs += 1;
+                        k.fetch_add(1, Ordering::Relaxed);
                         for d in batch.iter() {
                             for seg in d.segments() {
                                 std::hint::black_box(read_every_byte(seg));
@@ -270,21 +281,31 @@ fn run_once(a: &Args) {
                         batch.clear();
                     }
                 }
-                src.drain();
-                if n >= target {
-                    c.store(n, Ordering::Relaxed);
-                    k.store(recvs, Ordering::Relaxed);
+                if let Some(src) = src.as_mut() {
+                    src.drain();
+                }
+                if n > 0 && c.fetch_add(n, Ordering::Relaxed) + n >= target {
                     ctx.stack().stop();
+                }
+                // Once the source is done, datagrams dropped on the way
+                // (a full ring to a busy lcore) count as arrived.
+                if src.as_ref().is_some_and(|s| s.sent >= s.target) {
+                    let counters = ctx.stack().counters();
+                    if c.load(Ordering::Relaxed) + counters.rx_drops() >= target {
+                        ctx.stack().stop();
+                    }
                 }
             }
         })
         .expect("run");
+    let busy: Vec<String> = (0..a.lcores).map(|i| stack.lcore_load(i).0.to_string()).collect();
     println!(
-        "{} {} {} {}",
+        "{} {} {} {} {}",
         consumed.load(Ordering::Relaxed),
         spate_dpdk::lcore::tsc() - start,
         calls.load(Ordering::Relaxed),
-        spate_dpdk::lcore::tsc_hz()
+        spate_dpdk::lcore::tsc_hz(),
+        busy.join(" ")
     );
 }
 
@@ -405,6 +426,79 @@ fn frag_table(json: Option<String>) {
     }
 }
 
+/// One lcore against two with software RSS, and the model of how it
+/// scales: the per-lcore and hand-off costs measured in busy cycles per
+/// datagram, the prediction for 1 to 16 lcores printed beside them.
+fn scale_table(json: Option<String>) {
+    let n = 1_000_000;
+    let runs = native(
+        &[
+            ["--flows", "16"].map(String::from).to_vec(),
+            ["--flows", "16", "--lcores", "2"].map(String::from).to_vec(),
+            ["--flows", "16", "--inject-only"].map(String::from).to_vec(),
+        ],
+        n,
+    );
+    let (one, two, floor) = (runs[0], runs[1], runs[2]);
+    let hz = one.hz;
+    // Inputs, cycles per datagram of the stream.
+    let c1 = one.busy[0] / one.datagrams; // one lcore, source included
+    let f = floor.cycles / floor.datagrams; // source + rx_burst + read + free, no stack
+    let p = c1 - f; // the stack's own work per datagram
+    let b0 = two.busy[0] / two.datagrams; // the RX lcore at 2 (source, steering, its half)
+    let b1 = two.busy[1] / two.datagrams; // the other lcore at 2 (its half, handed over)
+    let q = 2.0 * b1; // a handed-over datagram on its owner lcore
+    let rx_fixed = b0 - p / 2.0; // what the RX lcore does for every datagram
+    println!(
+        "Scaling: one lcore against two with software RSS (net_ring wire, 16 flows, 64-byte frames; busy cycles per datagram of the stream, median of 5 alternating rounds of 1,000,000):"
+    );
+    println!("| measured | cycles/datagram |");
+    println!("|---|---|");
+    println!("| 1 lcore, all of it (C1) | {c1:.1} |");
+    println!("| source + rx_burst + read + free, no stack (F) | {f:.1} |");
+    println!("| the stack's own work, C1 - F (p) | {p:.1} |");
+    println!("| 2 lcores: RX lcore (source, hash and hand-off of every frame, its half of the flows) (B0) | {b0:.1} |");
+    println!("| 2 lcores: the other lcore, per datagram of the stream (B1) | {b1:.1} |");
+    println!("| a handed-over datagram on its owner, 2 x B1 (q) | {q:.1} |");
+    println!("| hand-off penalty per handed datagram, q - C1 | {:.1} |", q - c1);
+    println!("| RX lcore's fixed part, B0 - p/2 (r) | {rx_fixed:.1} |");
+    println!();
+    println!("Model (busiest lcore: software RSS max(r + p/N, q/N); hardware RSS C1/N, no hand-off):");
+    println!("| lcores | software RSS Mpps | busiest lcore | hardware RSS Mpps | one lcore = 1.00: sw / hw |");
+    println!("|---|---|---|---|---|");
+    let mut rows = Vec::new();
+    for lcores in [1usize, 2, 4, 8, 16] {
+        let nf = lcores as f64;
+        let (sw, busiest) = if lcores == 1 {
+            (c1, "the one")
+        } else {
+            let rx = rx_fixed + p / nf;
+            let other = q / nf;
+            if rx >= other { (rx, "RX lcore") } else { (other, "owners") }
+        };
+        let hw = c1 / nf;
+        println!(
+            "| {lcores} | {:.2} | {busiest} | {:.2} | {:.2} / {:.2} |",
+            hz / sw / 1e6,
+            hz / hw / 1e6,
+            c1 / sw,
+            c1 / hw
+        );
+        rows.push(serde_json::json!({"lcores": lcores, "sw_mpps": hz / sw / 1e6, "hw_mpps": hz / hw / 1e6}));
+    }
+    println!(
+        "measured at 2 lcores (wall, the source on the RX lcore): {:.2} Mpps against {:.2} with one",
+        two.per_second(two.datagrams) / 1e6,
+        one.per_second(one.datagrams) / 1e6
+    );
+    if let Some(path) = json {
+        let body = serde_json::json!({
+            "bench": "pipeline-scale", "c1": c1, "floor": f, "p": p, "b0": b0, "b1": b1, "q": q, "rows": rows,
+        });
+        std::fs::write(path, body.to_string()).expect("write JSON");
+    }
+}
+
 /// Total instructions of a run of `exe` (this benchmark, or another build
 /// of it) under callgrind.
 fn callgrind_of(me: &Path, extra: &[String], datagrams: u64) -> u64 {
@@ -450,6 +544,8 @@ struct Run {
     cycles: f64,
     calls: f64,
     hz: f64,
+    /// Busy cycles of the first two lcores (receive mode).
+    busy: [f64; 2],
 }
 
 impl Run {
@@ -474,7 +570,8 @@ fn native(runs: &[Vec<String>], datagrams: u64) -> Vec<Run> {
             let text = String::from_utf8_lossy(&out.stdout);
             let v: Vec<f64> = text.split_whitespace().filter_map(|w| w.parse().ok()).collect();
             assert!(v.len() >= 4, "expected `datagrams cycles calls hz`, got {text:?}");
-            rounds[r].push(Run { datagrams: v[0], cycles: v[1], calls: v[2], hz: v[3] });
+            let busy = [v.get(4).copied().unwrap_or(0.0), v.get(5).copied().unwrap_or(0.0)];
+            rounds[r].push(Run { datagrams: v[0], cycles: v[1], calls: v[2], hz: v[3], busy });
         }
     }
     rounds
@@ -580,6 +677,10 @@ fn main() {
     }
     if std::env::args().any(|a| a == "--frag-table") {
         frag_table(json);
+        return;
+    }
+    if std::env::args().any(|a| a == "--scale-table") {
+        scale_table(json);
         return;
     }
     if !under_callgrind {

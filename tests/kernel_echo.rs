@@ -234,3 +234,59 @@ fn reuseport_group_answers_many_flows() {
     assert_eq!(shares.iter().sum::<u64>(), flows, "{out}");
     assert!(shares.iter().all(|&n| n >= 20), "every member takes a share of 200 flows: {shares:?}");
 }
+
+/// spate-echo on two lcores over net_pcap (one queue pair, no RSS: software
+/// RSS): 64 kernel sockets (64 flows) each echo datagrams of 1 to 4,000
+/// bytes byte-exact, the larger ones as IP fragments both ways; flows were
+/// handed to the second lcore, fragments reassembled and handed to their
+/// flow's lcore, and the second lcore's replies left through the first's
+/// TX queue.
+#[test]
+fn two_lcores_echo_many_flows_and_fragments() {
+    let _serial = device_lock();
+    let spate_ns = Netns::new("echo2");
+    let kernel_ns = Netns::new("peer2");
+    veth(&spate_ns, "vA", &kernel_ns, "vB");
+    spate_ns.must(&["ip", "link", "set", "vA", "address", "02:53:50:41:54:45"]);
+    spate_ns.disable_ipv6("vA");
+    kernel_peer(&kernel_ns, "vB");
+    let app =
+        SpateApp::start(&spate_ns, ECHO, &echo_args(Some("net_pcap0,iface=vA,phy_mac=1".into()), "0-1"), "UDP echo on");
+    let sizes = [1usize, 100, 1472, 1473, 2000, 4000];
+    let (sent, fragmented) = kernel_ns.run(move || {
+        let socks: Vec<UdpSocket> = (0..64).map(|_| UdpSocket::bind("198.18.0.1:0").unwrap()).collect();
+        let target: SocketAddr = "198.18.0.2:7".parse().unwrap();
+        let (mut sent, mut fragmented) = (0u64, 0u64);
+        let mut buf = vec![0u8; 8192];
+        for round in 0..5 {
+            for (k, s) in socks.iter().enumerate() {
+                s.set_read_timeout(Some(Duration::from_secs(2))).unwrap();
+                let len = sizes[(k + round) % sizes.len()];
+                let payload: Vec<u8> = (0..len).map(|j| (k * 31 + round * 7 + j) as u8).collect();
+                let mut attempt = 0;
+                loop {
+                    s.send_to(&payload, target).unwrap();
+                    sent += 1;
+                    fragmented += (len > 1472) as u64;
+                    match s.recv_from(&mut buf) {
+                        Ok((n, _)) => {
+                            assert_eq!(&buf[..n], &payload[..], "flow {k}, {len} bytes, came back different");
+                            break;
+                        }
+                        Err(e) if e.kind() == ErrorKind::WouldBlock && attempt < 3 => attempt += 1,
+                        Err(e) => panic!("flow {k}, {len} bytes: {e}"),
+                    }
+                }
+            }
+        }
+        (sent, fragmented)
+    });
+    let (c, out) = app.stop();
+    assert_eq!(counter(&c, "Udp.InDatagrams"), sent, "{out}");
+    assert_eq!(counter(&c, "Udp.OutDatagrams"), sent, "{out}");
+    assert_eq!(counter(&c, "Ip.ReasmOKs"), fragmented, "{out}");
+    assert!(counter(&c, "Steer.Frames") > 0, "flows went to the second lcore\n{out}");
+    assert!(counter(&c, "Steer.TxFrames") > 0, "the second lcore sent through the first's queue\n{out}");
+    assert!(out.contains("software RSS"), "{out}");
+    drop(kernel_ns);
+}
