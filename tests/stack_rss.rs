@@ -20,6 +20,7 @@ use spate_dpdk::{Burst, Eal, EalBuilder, Memory};
 use spate_stack::config::RssMode;
 use spate_stack::stats::Counter;
 use spate_stack::{DatagramBatch, PortSpec, Stack, StackConfig, UdpSocket};
+use spate_testkit::device_lock;
 use spate_testkit::wire_peer::{PEER_IP, WirePeer, ip_fragments, udp_datagram, udp_frame};
 
 static EAL: OnceLock<Eal> = OnceLock::new();
@@ -59,6 +60,7 @@ fn frames(mac: spate_stack::wire::MacAddr, f: u32, seq: u32) -> Vec<Vec<u8>> {
 }
 
 fn run(lcores: usize) {
+    let _serial = device_lock();
     eal();
     let (mut peer, port, _spate_side) = WirePeer::new(16383);
     let cfg = StackConfig {
@@ -215,6 +217,7 @@ fn software_rss_keeps_flows_on_one_lcore_with_2_and_4_lcores() {
 
 #[test]
 fn rss_modes_a_port_cannot_honour_are_clear_errors() {
+    let _serial = device_lock();
     eal();
     let (_peer, port, _spate_side) = WirePeer::new(4095);
     for mode in [RssMode::Hw, RssMode::Off] {
@@ -228,4 +231,67 @@ fn rss_modes_a_port_cannot_honour_are_clear_errors() {
         let e = Stack::new(cfg).unwrap_err().to_string();
         assert!(e.contains("rss = \"sw\""), "{mode:?}: {e}");
     }
+}
+
+/// Hardware RSS: a frame whose mbuf carries the port's hash is placed in a
+/// reuseport group by that hash, not by one spate computes (net_ring
+/// passes mbufs through, so the peer sets the hash a NIC would have set).
+#[test]
+fn the_ports_hash_picks_the_group_member() {
+    let _serial = device_lock();
+    eal();
+    let (mut peer, port, _spate_side) = WirePeer::new(4095);
+    let cfg = StackConfig {
+        lcores: "1".into(),
+        ports: vec![PortSpec::new(&port).addr("198.18.0.2/24").unwrap()],
+        stop_on_signal: false,
+        announce: false,
+        idle_sleep_us: 20,
+        ..StackConfig::default()
+    };
+    let stack = Stack::new(cfg).unwrap();
+    let mac = stack.interfaces()[0].mac;
+    let group: Vec<UdpSocket> = (0..4)
+        .map(|_| {
+            let s = UdpSocket::builder(&stack).reuseport(true).bind(("0.0.0.0", PORT)).unwrap();
+            s.set_nonblocking(true).unwrap();
+            s
+        })
+        .collect();
+    let running = stack.spawn_polling().unwrap();
+    // Case 1: one flow, 64 different hashes: spread over the members.
+    // Case 2: 64 flows, one hash: all on one member.
+    let mut member_of = |frames: Vec<(Vec<u8>, u32)>| -> Vec<usize> {
+        for chunk in frames.chunks(32) {
+            let mut b: Burst = Burst::new();
+            for (f, h) in chunk {
+                let mut m = peer.mbuf(f);
+                m.set_rss_hash(*h);
+                b.push(m).unwrap();
+            }
+            assert_eq!(peer.send_keep(&mut b), chunk.len());
+        }
+        let mut members = Vec::new();
+        let deadline = Instant::now() + Duration::from_secs(10);
+        let mut batch = DatagramBatch::with_capacity(64);
+        while members.len() < frames.len() {
+            assert!(Instant::now() < deadline, "got {} of {}", members.len(), frames.len());
+            for (i, s) in group.iter().enumerate() {
+                while s.recv_batch(&mut batch, 64).is_ok() {
+                    members.extend(batch.drain().map(|_| i));
+                }
+            }
+            std::thread::sleep(Duration::from_micros(200));
+        }
+        members
+    };
+    let one_flow = member_of(
+        (0..64).map(|h| (udp_frame(mac, false, 40_000, PORT, &[1; 8]), (h as u32).wrapping_mul(0x9e37_79b9))).collect(),
+    );
+    let used: std::collections::HashSet<usize> = one_flow.iter().copied().collect();
+    assert!(used.len() > 1, "one flow with many hashes reached several members: {one_flow:?}");
+    let one_hash =
+        member_of((0..64).map(|i| (udp_frame(mac, false, 40_000 + i as u16, PORT, &[1; 8]), 0xdead_beef)).collect());
+    assert!(one_hash.iter().all(|&m| m == one_hash[0]), "many flows with one hash reached one member: {one_hash:?}");
+    running.stop();
 }
