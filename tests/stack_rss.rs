@@ -4,7 +4,8 @@
 //! the datagram's flow; lcores without a TX queue send through the one
 //! that has it. More lcores than this machine's 2 cores: the EAL maps
 //! lcores 0-4 onto CPUs 0-1 and the source is paced: it keeps at most
-//! 1,024 datagrams on their way, so no ring can overflow and every
+//! 384 datagrams on their way (fewer than a virtio ring of 1,024
+//! holds, fragments counted twice), so no ring can overflow and every
 //! datagram must arrive.
 //!
 //! Which lcore processed a datagram is seen through a reuseport group with
@@ -20,8 +21,8 @@ use spate_dpdk::{Burst, Eal, EalBuilder, Memory};
 use spate_stack::config::RssMode;
 use spate_stack::stats::Counter;
 use spate_stack::{DatagramBatch, PortSpec, Stack, StackConfig, UdpSocket};
-use spate_testkit::device_lock;
 use spate_testkit::wire_peer::{PEER_IP, WirePeer, ip_fragments, udp_datagram, udp_frame};
+use spate_testkit::{Netns, TestPmdBuilder, device_lock, kernel_peer, unique, unique_socket_path, veth};
 
 static EAL: OnceLock<Eal> = OnceLock::new();
 
@@ -43,7 +44,7 @@ fn eal() {
 const FLOWS: u32 = 10_000;
 const ROUNDS: u32 = 3;
 const PORT: u16 = 9;
-const WINDOW: u64 = 1024;
+const WINDOW: u64 = 384;
 
 /// Flow `f`'s datagram `seq`: (flow, seq) and padding; every tenth flow's
 /// second datagram is 2,000 bytes, sent as two IPv4 fragments.
@@ -59,10 +60,129 @@ fn frames(mac: spate_stack::wire::MacAddr, f: u32, seq: u32) -> Vec<Vec<u8>> {
     vec![udp_frame(mac, false, src_port, PORT, &payload)]
 }
 
-fn run(lcores: usize) {
+/// What the sockets of a group with one member per lcore received: flow
+/// -> (socket, last seq), checked as datagrams come.
+struct Tracker {
+    seen: HashMap<u32, (usize, u32)>,
+    per_socket: Vec<u64>,
+    received: u64,
+    batch: DatagramBatch,
+    /// Every tenth flow's second datagram is the 2,000-byte one.
+    fragmented: bool,
+}
+
+impl Tracker {
+    fn new(lcores: usize, fragmented: bool) -> Tracker {
+        Tracker {
+            seen: HashMap::new(),
+            per_socket: vec![0; lcores],
+            received: 0,
+            batch: DatagramBatch::with_capacity(64),
+            fragmented,
+        }
+    }
+
+    /// Reads every socket: each flow on one lcore, in order.
+    fn drain(&mut self, sockets: &[UdpSocket]) {
+        for (i, s) in sockets.iter().enumerate() {
+            while s.recv_batch(&mut self.batch, 64).is_ok() {
+                for d in self.batch.drain() {
+                    let b = d.to_vec();
+                    let (f, seq) = (
+                        u32::from_be_bytes(b[..4].try_into().unwrap()),
+                        u32::from_be_bytes(b[4..8].try_into().unwrap()),
+                    );
+                    if self.fragmented && f % 10 == 0 && seq == 1 {
+                        assert_eq!(b.len(), 2000, "flow {f}: the reassembled datagram whole");
+                    }
+                    match self.seen.insert(f, (i, seq)) {
+                        Some((j, last)) => {
+                            assert_eq!(j, i, "flow {f} on lcores {j} and {i}");
+                            assert!(seq > last, "flow {f}: {seq} after {last}");
+                        }
+                        None => assert_eq!(seq, 0, "flow {f} starts at 0"),
+                    }
+                    self.per_socket[i] += 1;
+                    self.received += 1;
+                }
+            }
+        }
+    }
+
+    /// Every flow seen, and every lcore had a fair share.
+    fn spread(&self, flows: u32, sent: u64) {
+        assert_eq!(self.seen.len() as u32, flows);
+        let n = self.per_socket.len() as f64;
+        for (i, &got) in self.per_socket.iter().enumerate() {
+            assert!(got as f64 > sent as f64 / n * 0.8, "lcore {i} processed {got} of {sent}: flows spread");
+        }
+    }
+}
+
+/// A reuseport group with one member per lcore, each preferring its lcore.
+fn group(stack: &Stack, lcores: usize) -> Vec<UdpSocket> {
+    (0..lcores)
+        .map(|i| {
+            let s = UdpSocket::builder(stack)
+                .reuseport(true)
+                .incoming_lcore(i as u32)
+                .recv_buffer_size(64 << 20)
+                .bind(("0.0.0.0", PORT))
+                .unwrap();
+            s.set_nonblocking(true).unwrap();
+            s
+        })
+        .collect()
+}
+
+/// The wire spate's port is on.
+enum Wire {
+    /// A net_ring pair in this process.
+    Ring,
+    /// A net_virtio_user port whose vhost-user peer is dpdk-testpmd,
+    /// forwarding (io mode) between it and the peer's own virtio port.
+    Virtio,
+}
+
+fn run(lcores: usize, wire: Wire) {
     let _serial = device_lock();
     eal();
-    let (mut peer, port, _spate_side) = WirePeer::new(16383);
+    let mut _keep = None;
+    let mut _testpmd = None;
+    let (mut peer, port) = match wire {
+        Wire::Ring => {
+            let (peer, port, spate_side) = WirePeer::new(16383);
+            _keep = Some(spate_side);
+            (peer, port)
+        }
+        Wire::Virtio => {
+            let socks = [unique_socket_path("rssa"), unique_socket_path("rssb")];
+            let mut pmd = TestPmdBuilder::new("0,1", 0)
+                .vdev(&format!("net_vhost0,iface={},queues=1", socks[0].display()))
+                .vdev(&format!("net_vhost1,iface={},queues=1", socks[1].display()))
+                .args(["--forward-mode=io", "--nb-cores=1", "--total-num-mbufs=16384", "--stats-period=1"])
+                .limit(Duration::from_secs(300))
+                .spawn("rss")
+                .unwrap();
+            for s in &socks {
+                pmd.proc.remove_on_drop(s);
+            }
+            pmd.wait_started(Duration::from_secs(30)).unwrap();
+            let deadline = Instant::now() + Duration::from_secs(10);
+            while !socks.iter().all(|s| s.exists()) {
+                assert!(Instant::now() < deadline, "testpmd made no vhost-user sockets\n{}", pmd.proc.output());
+                std::thread::sleep(Duration::from_millis(20));
+            }
+            let vu = |s: &std::path::Path| {
+                format!("{},path={},queues=1,queue_size=1024", unique("net_virtio_user"), s.display())
+            };
+            let port = spate_dpdk::Port::create(&vu(&socks[0]))
+                .unwrap_or_else(|e| panic!("{e}\ntestpmd:\n{}", pmd.proc.output()));
+            let peer = WirePeer::on_port(port, 16383);
+            _testpmd = Some(pmd);
+            (peer, vu(&socks[1]))
+        }
+    };
     let cfg = StackConfig {
         lcores: format!("1-{lcores}"),
         rss: RssMode::Auto,
@@ -75,59 +195,19 @@ fn run(lcores: usize) {
     };
     let stack = Stack::new(cfg).unwrap();
     let mac = stack.interfaces()[0].mac;
-    let sockets: Vec<UdpSocket> = (0..lcores)
-        .map(|i| {
-            let s = UdpSocket::builder(&stack)
-                .reuseport(true)
-                .incoming_lcore(i as u32)
-                .recv_buffer_size(64 << 20)
-                .bind(("0.0.0.0", PORT))
-                .unwrap();
-            s.set_nonblocking(true).unwrap();
-            s
-        })
-        .collect();
+    let sockets = group(&stack, lcores);
     let running = stack.spawn_polling().unwrap();
 
-    // Received: flow -> (socket, last seq), checked as they come.
-    let mut seen: HashMap<u32, (usize, u32)> = HashMap::new();
-    let mut per_socket = vec![0u64; lcores];
-    let mut received = 0u64;
-    let mut batch = DatagramBatch::with_capacity(64);
-    let mut drain = |seen: &mut HashMap<u32, (usize, u32)>, per_socket: &mut Vec<u64>, received: &mut u64| {
-        for (i, s) in sockets.iter().enumerate() {
-            while s.recv_batch(&mut batch, 64).is_ok() {
-                for d in batch.drain() {
-                    let b = d.to_vec();
-                    let (f, seq) = (
-                        u32::from_be_bytes(b[..4].try_into().unwrap()),
-                        u32::from_be_bytes(b[4..8].try_into().unwrap()),
-                    );
-                    if f % 10 == 0 && seq == 1 {
-                        assert_eq!(b.len(), 2000, "flow {f}: the reassembled datagram whole");
-                    }
-                    match seen.insert(f, (i, seq)) {
-                        Some((j, last)) => {
-                            assert_eq!(j, i, "flow {f} on lcores {j} and {i}");
-                            assert!(seq > last, "flow {f}: {seq} after {last}");
-                        }
-                        None => assert_eq!(seq, 0, "flow {f} starts at 0"),
-                    }
-                    per_socket[i] += 1;
-                    *received += 1;
-                }
-            }
-        }
-    };
+    let mut t = Tracker::new(lcores, true);
     let deadline = Instant::now() + Duration::from_secs(120);
     let mut sent = 0u64;
     for seq in 0..ROUNDS {
         for chunk in (0..FLOWS).collect::<Vec<_>>().chunks(16) {
             // At most WINDOW datagrams on their way: less than a ring
             // between two lcores holds, so none can overflow.
-            while sent - received > WINDOW {
-                assert!(Instant::now() < deadline, "received {received} of {sent}");
-                drain(&mut seen, &mut per_socket, &mut received);
+            while sent - t.received > WINDOW {
+                assert!(Instant::now() < deadline, "received {} of {sent}", t.received);
+                t.drain(&sockets);
                 std::thread::sleep(Duration::from_micros(100));
             }
             let mut b: Burst = Burst::new();
@@ -142,39 +222,39 @@ fn run(lcores: usize) {
                 assert!(Instant::now() < deadline, "the wire stayed full");
                 peer.send_keep(&mut b);
                 if !b.is_empty() {
-                    drain(&mut seen, &mut per_socket, &mut received);
+                    t.drain(&sockets);
                     std::thread::sleep(Duration::from_micros(200));
                 }
             }
-            drain(&mut seen, &mut per_socket, &mut received);
+            t.drain(&sockets);
         }
     }
     let c = || stack.counters();
     let dropped = |c: &spate_stack::stats::Counters| c[Counter::RxSteerDropped] + c[Counter::UdpRcvbufErrors];
-    while received + dropped(&c()) < sent {
+    while t.received + dropped(&c()) < sent {
         assert!(
             Instant::now() < deadline,
-            "received {received} + dropped {} of {sent}\n{}",
+            "received {} + dropped {} of {sent}\n{}",
+            t.received,
             dropped(&c()),
             c().render_nonzero()
         );
-        drain(&mut seen, &mut per_socket, &mut received);
+        t.drain(&sockets);
         std::thread::sleep(Duration::from_millis(1));
     }
     let counters = c();
     println!(
-        "{lcores} lcores: {sent} datagrams sent, {received} received, per lcore {per_socket:?}; steered {} frames and \
-         {} datagrams, dropped {}",
+        "{lcores} lcores: {sent} datagrams sent, {} received, per lcore {:?}; steered {} frames and {} datagrams, \
+         dropped {}",
+        t.received,
+        t.per_socket,
         counters[Counter::SteerFrames],
         counters[Counter::SteerDatagrams],
         dropped(&counters)
     );
-    assert_eq!(received, sent, "nothing lost\n{}", counters.render_nonzero());
+    assert_eq!(t.received, sent, "nothing lost\n{}", counters.render_nonzero());
     assert_eq!(counters.unaccounted_frames(), 0, "each frame in one Rx outcome\n{}", counters.render_nonzero());
-    assert_eq!(seen.len() as u32, FLOWS);
-    for (i, &n) in per_socket.iter().enumerate() {
-        assert!(n as f64 > sent as f64 / lcores as f64 * 0.8, "lcore {i} processed {n} of {sent}: flows spread");
-    }
+    t.spread(FLOWS, sent);
     assert!(counters[Counter::SteerFrames] > 0 && counters[Counter::SteerDatagrams] > 0);
     assert_eq!(counters[Counter::IpReasmOKs], (FLOWS / 10) as u64, "every fragmented datagram reassembled");
 
@@ -211,8 +291,14 @@ fn run(lcores: usize) {
 
 #[test]
 fn software_rss_keeps_flows_on_one_lcore_with_2_and_4_lcores() {
-    run(2);
-    run(4);
+    run(2, Wire::Ring);
+    run(4, Wire::Ring);
+}
+
+#[test]
+fn software_rss_on_virtio_user_with_2_and_4_lcores() {
+    run(2, Wire::Virtio);
+    run(4, Wire::Virtio);
 }
 
 #[test]
@@ -294,4 +380,92 @@ fn the_ports_hash_picks_the_group_member() {
         member_of((0..64).map(|i| (udp_frame(mac, false, 40_000 + i as u16, PORT, &[1; 8]), 0xdead_beef)).collect());
     assert!(one_hash.iter().all(|&m| m == one_hash[0]), "many flows with one hash reached one member: {one_hash:?}");
     running.stop();
+}
+
+const PY_FLOWS: &str = r#"
+import socket, struct, sys, time
+flows, rounds = int(sys.argv[1]), int(sys.argv[2])
+n = 0
+for seq in range(rounds):
+    for f in range(flows):
+        s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        s.bind(('198.18.0.1', 20000 + f))
+        s.sendto(struct.pack('>II', f, seq) + bytes(10), ('198.18.0.2', 9))
+        s.close()
+        n += 1
+        if n % 256 == 0:
+            time.sleep(0.002)
+print('sent', n, flush=True)
+"#;
+
+/// A device that spreads flows over its queues itself: net_af_packet with
+/// two queue pairs (the kernel's fanout hashes flows over its sockets). With
+/// 2 lcores each polls a queue (rss hw: no hand-off); with 4, the two
+/// polling lcores hash and hand flows to all four (rss sw over both
+/// queues). The kernel in a peer namespace sends 10,000 flows.
+#[test]
+fn af_packet_queues_keep_flows_on_one_lcore_with_2_and_4_lcores() {
+    let _serial = device_lock();
+    eal();
+    let spate_ns = Netns::new("rss");
+    let kernel_ns = Netns::new("rsspeer");
+    veth(&spate_ns, "vA", &kernel_ns, "vB");
+    spate_ns.must(&["ip", "link", "set", "vA", "address", "02:53:50:41:54:45"]);
+    spate_ns.disable_ipv6("vA");
+    kernel_peer(&kernel_ns, "vB");
+    for lcores in [2usize, 4] {
+        let cfg = StackConfig {
+            lcores: format!("1-{lcores}"),
+            // Rings large enough that the fanout never rolls a flow over.
+            ports: vec![
+                PortSpec::new("net_af_packet0,iface=vA,qpairs=2,framecnt=16384").addr("198.18.0.2/24").unwrap(),
+            ],
+            stop_on_signal: false,
+            mempool_size: 16383,
+            idle_sleep_us: 20,
+            ..StackConfig::default()
+        };
+        // The device's sockets open in the namespace of the creating thread.
+        let stack = spate_ns.run(move || Stack::new(cfg).unwrap());
+        let sockets = group(&stack, lcores);
+        let running = stack.spawn_polling().unwrap();
+        let mut sender = kernel_ns
+            .spawn(
+                "flows",
+                "/usr/bin/python3",
+                &["-c".into(), PY_FLOWS.into(), FLOWS.to_string(), ROUNDS.to_string()],
+                Duration::from_secs(300),
+            )
+            .unwrap();
+        // No fragments here: net_af_packet's fanout has the kernel
+        // reassemble them first.
+        let mut t = Tracker::new(lcores, false);
+        let deadline = Instant::now() + Duration::from_secs(240);
+        let sent = (FLOWS * ROUNDS) as u64;
+        while t.received < sent {
+            assert!(
+                Instant::now() < deadline,
+                "received {} of {sent}\n{}\n{}",
+                t.received,
+                sender.output(),
+                stack.counters().render_nonzero()
+            );
+            t.drain(&sockets);
+            std::thread::sleep(Duration::from_micros(500));
+        }
+        assert!(sender.wait_for_output(&format!("sent {sent}"), Duration::from_secs(30)), "{}", sender.output());
+        let c = stack.counters();
+        println!(
+            "net_af_packet, 2 queues, {lcores} lcores: {} received, per lcore {:?}, steered {}",
+            t.received,
+            t.per_socket,
+            c[Counter::SteerFrames]
+        );
+        t.spread(FLOWS, sent);
+        assert_eq!(c[Counter::SteerFrames] > 0, lcores > 2, "hand-offs only where queues are fewer than lcores");
+        running.stop();
+        drop(sockets);
+        drop(stack);
+    }
 }

@@ -45,6 +45,21 @@ impl WirePeer {
         (peer, name, a)
     }
 
+    /// The peer on a port of its own (a `net_virtio_user` client, say),
+    /// configured and started here with a pool of `mbufs`.
+    pub fn on_port(mut port: Port, mbufs: u32) -> WirePeer {
+        let pool = Arc::new(Mempool::new(&MempoolConfig::new(&unique("peer"), mbufs)).expect("peer pool"));
+        port.configure(&PortConfig::default(), pool.clone()).expect("configure peer port");
+        port.start().expect("start peer port");
+        WirePeer {
+            rx: port.rx_queue(0).unwrap(),
+            tx: port.tx_queue(0).unwrap(),
+            pool,
+            _port: port,
+            arp_reply: Vec::new(),
+        }
+    }
+
     /// Answers `frame` if it is an ARP request for the peer's address
     /// (from a reply built once, so answering allocates nothing).
     pub fn answer_arp(&mut self, frame: &[u8]) -> bool {

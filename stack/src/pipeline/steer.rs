@@ -1,7 +1,7 @@
 //! Software RSS and the hand-offs between lcores.
 //!
-//! On a port in `sw` mode one lcore polls the port's one RX queue and, per
-//! burst, hashes each frame's flow as a NIC would (Toeplitz over the
+//! On a port in `sw` mode the lcores that poll the port's RX queues (one,
+//! on a port without RSS) hash each frame's flow as a NIC would (Toeplitz over the
 //! addresses and UDP ports, [`crate::rss`]): frames of its own flows it
 //! processes, the rest go to their owners over single-producer
 //! single-consumer rings, a burst per ring per poll. IP fragments carry no
@@ -288,8 +288,8 @@ impl PortPlan {
     pub fn describe(&self, workers: usize) -> String {
         match self.mode {
             RssMode::Sw => format!(
-                "software RSS: lcore 0 polls the RX queue and hands flows to {workers} lcores; {} TX queue(s)",
-                self.tx_queues
+                "software RSS: {} RX queue(s), their lcores hand flows to {workers} lcores; {} TX queue(s)",
+                self.rx_queues, self.tx_queues
             ),
             RssMode::Hw => format!("RSS by the port over {} RX queues; {} TX queues", self.rx_queues, self.tx_queues),
             _ => format!("{} RX / {} TX queue(s), no RSS", self.rx_queues, self.tx_queues),
@@ -323,7 +323,16 @@ pub(crate) fn plan_port(
     };
     let rss_of = |on: bool| if on { spate_dpdk::Rss::Required } else { spate_dpdk::Rss::Off };
     match mode {
-        RssMode::Sw => Ok(PortPlan { mode, rx_queues: 1, tx_queues, rss: spate_dpdk::Rss::Off, steered: true }),
+        // Every RX queue the device has (up to one per lcore) is polled:
+        // a device that spreads frames over its queues itself would lose
+        // those of a queue nobody polls.
+        RssMode::Sw => Ok(PortPlan {
+            mode,
+            rx_queues: info.max_rx_queues.min(n).max(1),
+            tx_queues,
+            rss: spate_dpdk::Rss::Off,
+            steered: true,
+        }),
         RssMode::Hw if !spreads => Err(Error::Config(format!(
             "port {device} ({}) hashes no flows (no RSS) and does not spread them itself: use rss = \"sw\"",
             info.driver
