@@ -18,8 +18,10 @@
 
 use std::net::Ipv4Addr;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+use spate_dpdk::{EalBuilder, Memory};
 use spate_stack::ip_id::{FRESH, IDLE_STEP_MAX, IpIdGen, LEASE};
 
 const THREADS: usize = 2;
@@ -47,52 +49,104 @@ fn schedule(seed: u64) -> Vec<(usize, usize)> {
     turns
 }
 
-/// Runs the schedule: each thread waits for its turns, reserves through
-/// them, and hands on. Returns the IDs in reservation order.
-fn run(turns: &[(usize, usize)], reserve: impl Fn() -> u16 + Sync) -> Vec<u16> {
-    let current = AtomicUsize::new(0);
-    let deadline = Instant::now() + Duration::from_secs(120);
+/// Where each turn starts in the reservation order, and the total.
+fn starts(turns: &[(usize, usize)]) -> (Vec<usize>, usize) {
     let mut starts = Vec::with_capacity(turns.len());
     let mut at = 0;
     for &(_, len) in turns {
         starts.push(at);
         at += len;
     }
-    let per_thread: Vec<Vec<(usize, u16)>> = std::thread::scope(|s| {
-        let handles: Vec<_> = (0..THREADS)
-            .map(|me| {
-                let (current, reserve, starts) = (&current, &reserve, &starts);
-                s.spawn(move || {
-                    let mut out = Vec::new();
-                    for (k, &(thread, len)) in turns.iter().enumerate() {
-                        if thread != me {
-                            continue;
-                        }
-                        let mut spins = 0u32;
-                        while current.load(Ordering::Acquire) != k {
-                            spins += 1;
-                            if spins % 256 == 0 {
-                                std::thread::yield_now();
-                                assert!(Instant::now() < deadline, "the schedule stalled at turn {k}");
-                            }
-                            std::hint::spin_loop();
-                        }
-                        for i in 0..len {
-                            out.push((starts[k] + i, reserve()));
-                        }
-                        current.store(k + 1, Ordering::Release);
-                    }
-                    out
-                })
-            })
-            .collect();
-        handles.into_iter().map(|h| h.join().expect("a sending thread panicked")).collect()
-    });
-    let mut ids = vec![0u16; at];
+    (starts, at)
+}
+
+/// Thread `me`'s part of the schedule: it waits for each of its turns,
+/// reserves through it, and hands on. Returns (position, ID) pairs.
+fn take_turns(
+    me: usize,
+    turns: &[(usize, usize)],
+    starts: &[usize],
+    current: &AtomicUsize,
+    reserve: &dyn Fn() -> u16,
+) -> Vec<(usize, u16)> {
+    let deadline = Instant::now() + Duration::from_secs(120);
+    let mut out = Vec::new();
+    for (k, &(thread, len)) in turns.iter().enumerate() {
+        if thread != me {
+            continue;
+        }
+        let mut spins = 0u32;
+        while current.load(Ordering::Acquire) != k {
+            spins += 1;
+            if spins % 256 == 0 {
+                std::thread::yield_now();
+                assert!(Instant::now() < deadline, "the schedule stalled at turn {k}");
+            }
+            std::hint::spin_loop();
+        }
+        for i in 0..len {
+            out.push((starts[k] + i, reserve()));
+        }
+        current.store(k + 1, Ordering::Release);
+    }
+    out
+}
+
+/// The IDs in reservation order from the threads' (position, ID) pairs.
+fn in_order(total: usize, per_thread: Vec<Vec<(usize, u16)>>) -> Vec<u16> {
+    let mut ids = vec![0u16; total];
     for (i, id) in per_thread.into_iter().flatten() {
         ids[i] = id;
     }
     ids
+}
+
+/// Runs the schedule on threads; returns the IDs in reservation order.
+fn run(turns: &[(usize, usize)], reserve: impl Fn() -> u16 + Sync) -> Vec<u16> {
+    let current = AtomicUsize::new(0);
+    let (starts, total) = starts(turns);
+    let per_thread: Vec<Vec<(usize, u16)>> = std::thread::scope(|s| {
+        let handles: Vec<_> = (0..THREADS)
+            .map(|me| {
+                let (current, reserve, starts) = (&current, &reserve, &starts);
+                s.spawn(move || take_turns(me, turns, starts, current, reserve))
+            })
+            .collect();
+        handles.into_iter().map(|h| h.join().expect("a sending thread panicked")).collect()
+    });
+    in_order(total, per_thread)
+}
+
+/// Runs the schedule on two EAL worker lcores (the multi-lcore stack's
+/// threads), lcores 1 and 2 mapped onto the machine's two CPUs.
+fn run_on_lcores(turns: Vec<(usize, usize)>, g: Arc<IpIdGen>) -> Vec<u16> {
+    let _eal = EalBuilder::new()
+        .program("spate-ipid")
+        .args(["--lcores", "(0-2)@(0-1)"])
+        .memory(Memory::NoHuge)
+        .memory_mb(64)
+        .init()
+        .expect("EAL with lcores 0-2");
+    let (src, dst) = (Ipv4Addr::new(198, 18, 0, 2), Ipv4Addr::new(198, 18, 0, 1));
+    let (starts, total) = starts(&turns);
+    let shared = Arc::new((turns, starts, AtomicUsize::new(0), Mutex::new(Vec::new())));
+    let joins: Vec<_> = (0..THREADS)
+        .map(|me| {
+            let (shared, g) = (shared.clone(), g.clone());
+            spate_dpdk::lcore::launch(me as u32 + 1, move || {
+                let (turns, starts, current, out) = &*shared;
+                let mine = take_turns(me, turns, starts, current, &|| g.reserve(src, dst, 17, 1));
+                out.lock().unwrap().push(mine);
+                0
+            })
+            .expect("launch on a worker lcore")
+        })
+        .collect();
+    for j in joins {
+        assert_eq!(j.join(), 0, "a sending lcore panicked");
+    }
+    let per_thread = std::mem::take(&mut *shared.3.lock().unwrap());
+    in_order(total, per_thread)
 }
 
 /// The counter positions behind the IDs: each ID is taken as the position
@@ -174,12 +228,29 @@ fn ids_to_one_destination_do_not_repeat_within_the_window() {
     let turns = schedule(0x05ee_d1d5);
     let g = IpIdGen::new([0x5eed, 0x1d5]);
     let ids = run(&turns, || g.reserve(src, dst, 17, 1));
-    let r = check(&ids);
+    verify("threads", turns.len(), &ids, &g);
+}
+
+/// The same on two real lcores (EAL worker threads), as the stack's
+/// polling lcores reserve them.
+#[test]
+fn ids_from_two_lcores_do_not_repeat_within_the_window() {
+    let turns = schedule(0x1c0_4e5);
+    let n = turns.len();
+    let g = Arc::new(IpIdGen::new([0x1c0, 0x4e5]));
+    let ids = run_on_lcores(turns, g.clone());
+    verify("lcores", n, &ids, &g);
+}
+
+/// Checks the property on `ids` and that the generator's count of skipped
+/// positions agrees with the IDs.
+fn verify(on: &str, turns: usize, ids: &[u16], g: &IpIdGen) {
+    let r = check(ids);
     println!(
-        "spate: {} sends from {THREADS} threads in {} turns, shortest repeat {} sends apart, smallest margin over the \
+        "spate: {} sends from {THREADS} {on} in {} turns, shortest repeat {} sends apart, smallest margin over the \
          bound {}, {} positions skipped ({:.3}%; the generator counted {})",
         ids.len(),
-        turns.len(),
+        turns,
         r.shortest,
         r.margin,
         r.skipped,
