@@ -71,7 +71,43 @@ pub(crate) struct Shared {
     pub pool: Arc<Mempool>,
 }
 
+/// A `net_virtio_user` port in server mode binds its `path`; a socket file
+/// left there by an earlier run that nobody listens on any more would make
+/// the bind fail ("Address already in use"): remove it.
+fn remove_stale_vhost_socket(device: &str) {
+    if !device.starts_with("net_virtio_user") {
+        return;
+    }
+    let args: Vec<&str> = device.split(',').skip(1).collect();
+    let server = args.contains(&"server=1");
+    let Some(path) = args.iter().find_map(|a| a.strip_prefix("path=")) else { return };
+    use std::os::unix::fs::FileTypeExt;
+    let is_socket = std::fs::symlink_metadata(path).is_ok_and(|m| m.file_type().is_socket());
+    if server && is_socket {
+        if let Err(e) = std::os::unix::net::UnixStream::connect(path) {
+            if e.kind() == std::io::ErrorKind::ConnectionRefused {
+                log::info!("spate: removing the stale vhost-user socket {path} (nobody listens on it)");
+                let _ = std::fs::remove_file(path);
+            }
+        }
+    }
+}
+
 impl Shared {
+    /// Logs ports whose link went down or came up since the last call
+    /// (`seen`: the link-change counts last looked at).
+    pub fn log_link_changes(&self, seen: &mut Vec<u64>) {
+        seen.resize(self.ports.len(), 0);
+        for (i, port) in self.ports.iter().enumerate() {
+            let n = port.link_changes();
+            if n != seen[i] {
+                seen[i] = n;
+                let up = port.link_up_by_interrupt();
+                log::warn!("spate: port {} link {}", port.name(), if up { "up" } else { "down" });
+            }
+        }
+    }
+
     /// The interface of a port id.
     #[inline]
     pub fn iface_of_port(&self, port: u16) -> u16 {
@@ -259,7 +295,11 @@ impl Stack {
         let mut queues: Vec<WorkerQueues> =
             (0..workers).map(|_| WorkerQueues { rx: Vec::new(), tx: Vec::new(), steer: None }).collect();
         let (mut port_iface, mut steered, mut tx_queues) = (Vec::new(), Vec::new(), Vec::new());
+        // A vhost-user peer that goes away (OVS restarting) makes the next
+        // write to its socket raise SIGPIPE, which would end the process.
+        spate_dpdk::signal::ignore_sigpipe();
         for (index, spec) in cfg.ports.iter().enumerate() {
+            remove_stale_vhost_socket(&spec.device);
             let mut port = if spec.is_pci() {
                 Port::open(spec.device.split(',').next().unwrap_or(""))?
             } else {

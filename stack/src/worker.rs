@@ -197,6 +197,8 @@ pub(crate) struct Worker<'s> {
     pub reasm: crate::frag::reassembly::Reassembler,
     /// Software RSS and the rings to the other lcores (several lcores).
     pub steer: Option<crate::pipeline::steer::Steering>,
+    /// Link-change counts of the ports last looked at (lcore 0 logs them).
+    link_seen: Vec<u64>,
 }
 
 /// The queue handles a worker polls, per interface.
@@ -220,6 +222,7 @@ impl<'s> Worker<'s> {
             rx: queues.rx,
             tx: queues.tx,
             steer: queues.steer,
+            link_seen: Vec::new(),
             txbuf: (0..n_ifaces).map(|_| Burst::new()).collect(),
             snapshot: shared.sockets.snapshot(),
             snap_gen: shared.sockets.generation(),
@@ -525,6 +528,7 @@ impl<'s> Worker<'s> {
             return;
         }
         self.shared.pmtu.prune();
+        self.shared.log_link_changes(&mut self.link_seen);
         let expired = self.shared.neigh.poll(self.now);
         self.add(Counter::NeighFailed, expired.failed);
         self.add(Counter::NeighQueueDrops, expired.dropped.len() as u64);

@@ -224,6 +224,33 @@ pub fn txonly_source(sock: &Path, frame: usize, limit: Duration, interactive: bo
     g
 }
 
+/// dpdk-testpmd `txonly` as a vhost-user *client* of `sock` (the socket
+/// spate's `net_virtio_user` port serves with `server=1`, as OVS's
+/// `dpdkvhostuserclient` ports connect): 64-byte frames from 198.18.0.1:9
+/// to 198.18.0.2:9 and [`SPATE_MAC`], rates every second. It leaves the
+/// socket to its owner.
+pub fn txonly_client(sock: &Path, limit: Duration) -> TestPmd {
+    let mut g = TestPmdBuilder::new("0,1", 1)
+        .vdev(&format!("net_vhost0,iface={},queues=1,client=1", sock.display()))
+        .args([
+            "--forward-mode=txonly".to_string(),
+            "--txpkts=64".into(),
+            format!("--eth-peer=0,{SPATE_MAC}"),
+            "--tx-ip=198.18.0.1,198.18.0.2".into(),
+            "--tx-udp=9,9".into(),
+            "--nb-cores=1".into(),
+            "--rxd=1024".into(),
+            "--txd=1024".into(),
+            "--total-num-mbufs=16384".into(),
+            "--stats-period=1".into(),
+        ])
+        .limit(limit)
+        .spawn("client")
+        .expect("start the txonly client");
+    g.wait_started(Duration::from_secs(30)).expect("client starts");
+    g
+}
+
 /// dpdk-testpmd `rxonly --record-core-cycles` as the `net_virtio_user`
 /// client of `sock` (ring of `ring` descriptors, forwarding on CPU 1) for
 /// `warmup + seconds`: its mean Rx-pps after the warm-up, its cycles per
