@@ -6,6 +6,7 @@
 pub mod eal;
 pub mod names;
 pub mod netns;
+pub mod ovs;
 pub mod process;
 pub mod spate;
 pub mod testpmd;

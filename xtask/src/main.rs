@@ -24,6 +24,7 @@ const TEST_PACKAGES: &[&str] = &[
     "util-linux",
     "procps",
     "iputils-ping",
+    "openvswitch-switch-dpdk",
     "binutils",
     "valgrind",
     // The pps harness labels its plot with this font.
