@@ -24,7 +24,7 @@ use std::net::{SocketAddr, UdpSocket};
 use std::time::{Duration, Instant};
 
 use spate_testkit::process::Proc;
-use spate_testkit::{Netns, SpateApp, counter, device_lock, kernel_peer, veth};
+use spate_testkit::{Netns, SpateApp, counter, device_lock, kernel_peer, port_counter, veth};
 
 const ECHO: &str = env!("CARGO_BIN_EXE_spate-echo");
 const SINK: &str = env!("CARGO_BIN_EXE_spate-sink");
@@ -343,16 +343,6 @@ fn stop_relay(mut p: Proc) -> RelayCounts {
         reordered: field(part, "reordered"),
     };
     RelayCounts { a_b: leg(ab), b_a: leg(ba) }
-}
-
-/// A counter of the port line in spate's final counters (`Port NAME: ...`).
-fn port_counter(out: &str, key: &str) -> u64 {
-    let tail = out.rsplit("spate: final counters").next().unwrap_or("");
-    tail.lines()
-        .filter(|l| l.starts_with("Port "))
-        .flat_map(|l| l.split_whitespace())
-        .find_map(|w| w.strip_prefix(&format!("{key}="))?.parse().ok())
-        .unwrap_or(0)
 }
 
 const PY_SEND: &str = r#"

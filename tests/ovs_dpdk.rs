@@ -13,7 +13,7 @@ use std::net::{SocketAddr, UdpSocket};
 use std::time::{Duration, Instant};
 
 use spate_testkit::ovs::{Ovs, OvsPort};
-use spate_testkit::{Netns, counter, device_lock, kernel_peer, unique_socket_path, veth};
+use spate_testkit::{Netns, counter, device_lock, kernel_peer, port_counter, unique_socket_path, veth};
 
 const ECHO: &str = env!("CARGO_BIN_EXE_spate-echo");
 
@@ -230,16 +230,6 @@ fn generator_through_ovs_dpdk_to_spate() {
     let (fc, sc) = (spate_testkit::parse_counters(&fo), spate_testkit::parse_counters(&so));
     let sent = counter(&fc, "Udp.OutDatagrams");
     let (intact, corrupted) = (counter(&sc, "Checked.intact"), counter(&sc, "Checked.corrupted"));
-    let port = |out: &str, key: &str| -> u64 {
-        out.rsplit("spate: final counters")
-            .next()
-            .unwrap_or("")
-            .lines()
-            .filter(|l| l.starts_with("Port "))
-            .flat_map(|l| l.split_whitespace())
-            .find_map(|w| w.strip_prefix(&format!("{key}="))?.parse().ok())
-            .unwrap_or(0)
-    };
     println!(
         "flood -> OVS-DPDK -> sink: {sent} datagrams sent, {intact} intact, {corrupted} corrupted; OVS port 2 tx {} \
          (dropped {})",
@@ -253,7 +243,7 @@ fn generator_through_ovs_dpdk_to_spate() {
     assert_eq!(sent, on_wire + counter(&fc, "Neigh.QueueDrops"), "{fo}");
     // What OVS sent to the sink's port arrived there, and every datagram
     // that arrived is intact (or counted at a full socket).
-    assert_eq!(port(&so, "ipackets"), p2.2, "OVS port 2 vs the sink's port\n{so}");
+    assert_eq!(port_counter(&so, "ipackets"), p2.2, "OVS port 2 vs the sink's port\n{so}");
     assert!(intact <= on_wire && intact > on_wire / 2, "{intact} of {on_wire} on the wire\n{so}");
     assert_eq!(intact + counter(&sc, "Rx.RcvbufFull"), counter(&sc, "Udp.InDatagrams"), "{so}");
     assert!(intact > 0, "{so}");

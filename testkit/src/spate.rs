@@ -57,6 +57,17 @@ pub fn parse_counters(out: &str) -> HashMap<String, u64> {
     map
 }
 
+/// A counter of the port line in the final counters (`Port NAME: key=N`),
+/// 0 when absent.
+pub fn port_counter(out: &str, key: &str) -> u64 {
+    let tail = out.rsplit("spate: final counters").next().unwrap_or("");
+    tail.lines()
+        .filter(|l| l.starts_with("Port "))
+        .flat_map(|l| l.split_whitespace())
+        .find_map(|w| w.strip_prefix(&format!("{key}="))?.parse().ok())
+        .unwrap_or(0)
+}
+
 /// A counter from a parsed summary (0 when absent: zero counters are not printed).
 pub fn counter(map: &HashMap<String, u64>, name: &str) -> u64 {
     map.get(name).copied().unwrap_or(0)
