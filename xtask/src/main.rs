@@ -25,6 +25,21 @@ const TEST_PACKAGES: &[&str] = &[
     "procps",
     "iputils-ping",
     "openvswitch-switch-dpdk",
+    // The container build and smoke test (docker/smoke.sh).
+    "podman",
+    "buildah",
+    "runc",
+    "conmon",
+    "catatonit",
+    "fuse-overlayfs",
+    "uidmap",
+    "slirp4netns",
+    "netavark",
+    "aardvark-dns",
+    "iptables",
+    "golang-github-containers-common",
+    "debootstrap",
+    "podman-compose",
     "binutils",
     "valgrind",
     // The pps harness labels its plot with this font.
@@ -291,7 +306,10 @@ fn test(args: &[String]) -> Result {
     setup(true)?;
     let before = leftover_report();
     let result =
-        run(cargo().args(["test", "--workspace"]).args(args)).and_then(|()| loom()).and_then(|()| inline_check());
+        run(cargo().args(["test", "--workspace"]).args(args))
+            .and_then(|()| loom())
+            .and_then(|()| inline_check())
+            .and_then(|()| container_smoke());
     let after = leftover_report();
     let new: Vec<&String> = after.iter().filter(|l| !before.contains(l)).collect();
     result?;
@@ -353,6 +371,13 @@ fn bench(args: &[String]) -> Result {
         run(&mut cmd)?;
     }
     Ok(())
+}
+
+/// The container image built with podman from the host's release binaries
+/// and smoke-run with and without hugepages (docker/smoke.sh).
+fn container_smoke() -> Result {
+    run(cargo().args(["build", "--release", "--bins"]))?;
+    run(Command::new("bash").arg(root().join("docker/smoke.sh")).current_dir(root()))
 }
 
 /// Whether the release build of spate-echo holds a standalone
