@@ -432,6 +432,11 @@ fn leftover_report() -> Vec<String> {
             }
         }
     }
+    if let Ok(out) = Command::new("podman").args(["ps", "-a", "--format", "{{.Names}}"]).output() {
+        for name in String::from_utf8_lossy(&out.stdout).lines().filter(|n| n.starts_with("spate-smoke")) {
+            found.push(format!("container: {name}"));
+        }
+    }
     for dir in ["/var/run/dpdk", "/tmp"] {
         if let Ok(entries) = std::fs::read_dir(dir) {
             for e in entries.flatten() {
