@@ -305,11 +305,10 @@ impl Drop for Child {
 fn test(args: &[String]) -> Result {
     setup(true)?;
     let before = leftover_report();
-    let result =
-        run(cargo().args(["test", "--workspace"]).args(args))
-            .and_then(|()| loom())
-            .and_then(|()| inline_check())
-            .and_then(|()| container_smoke());
+    let result = run(cargo().args(["test", "--workspace"]).args(args))
+        .and_then(|()| loom())
+        .and_then(|()| inline_check())
+        .and_then(|()| container_smoke());
     let after = leftover_report();
     let new: Vec<&String> = after.iter().filter(|l| !before.contains(l)).collect();
     result?;
