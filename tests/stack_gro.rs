@@ -105,7 +105,6 @@ struct Rig {
     stack: Stack,
     gro: UdpSocket,
     plain: UdpSocket,
-    _running: spate_stack::Running,
 }
 
 fn rig() -> &'static Mutex<Rig> {
@@ -128,8 +127,10 @@ fn rig() -> &'static Mutex<Rig> {
         for s in [&gro, &plain] {
             s.set_nonblocking(true).unwrap();
         }
-        let running = stack.spawn_polling().unwrap();
-        Mutex::new(Rig { peer, _port: spate_side, mac, stack, gro, plain, _running: running })
+        // Each test polls the rig's stack while it uses it: an lcore kept
+        // busy for the whole process would be taken when another test
+        // starts a stack of its own.
+        Mutex::new(Rig { peer, _port: spate_side, mac, stack, gro, plain })
     })
 }
 
@@ -167,7 +168,8 @@ proptest! {
     fn gro_delivers_what_a_plain_socket_gets(items in prop::collection::vec(item(), 1..=32)) {
         let _serial = device_lock();
         let mut rig = rig().lock().unwrap_or_else(|p| p.into_inner());
-        let Rig { peer, mac, gro, plain, .. } = &mut *rig;
+        let Rig { peer, mac, stack, gro, plain, .. } = &mut *rig;
+        let _running = stack.spawn_polling().unwrap();
         let want = expected(&items);
         let plain_count = items.iter().filter(|i| matches!(i, Item::Udp { bad_checksum: false, .. })).count();
         send_burst(peer, &frames(*mac, &items, GRO_PORT));
@@ -222,6 +224,7 @@ fn gro_stage_runs_only_while_someone_needs_it() {
     let _serial = device_lock();
     let mut rig = rig().lock().unwrap_or_else(|p| p.into_inner());
     let Rig { peer, mac, stack, gro, plain, .. } = &mut *rig;
+    let _running = stack.spawn_polling().unwrap();
     gro.set_gro(false).unwrap();
     let burst: Vec<Vec<u8>> = (0..20).map(|i| udp_frame(*mac, false, 41000, PLAIN_PORT, &[i as u8; 50])).collect();
     let lookups = |stack: &Stack| stack.counters()[Counter::GroLookups];
