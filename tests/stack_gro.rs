@@ -161,12 +161,21 @@ fn take(s: &UdpSocket, want: usize) -> Vec<Datagram> {
     out
 }
 
-proptest! {
-    #![proptest_config(ProptestConfig { cases: 96, .. ProptestConfig::default() })]
-
-    #[test]
-    fn gro_delivers_what_a_plain_socket_gets(items in prop::collection::vec(item(), 1..=32)) {
-        let _serial = device_lock();
+/// A property test run under the device lock as a whole: another test
+/// must not use the rig or lcore 1 between its cases.
+#[test]
+fn gro_delivers_what_a_plain_socket_gets() {
+    let _serial = device_lock();
+    let config = ProptestConfig {
+        cases: 96,
+        source_file: Some(file!()),
+        failure_persistence: Some(Box::new(proptest::test_runner::FileFailurePersistence::SourceParallel(
+            "proptest-regressions",
+        ))),
+        ..ProptestConfig::default()
+    };
+    let mut runner = proptest::test_runner::TestRunner::new(config);
+    let result = runner.run(&prop::collection::vec(item(), 1..=32), |items| {
         let mut rig = rig().lock().unwrap_or_else(|p| p.into_inner());
         let Rig { peer, mac, stack, gro, plain, .. } = &mut *rig;
         let _running = stack.spawn_polling().unwrap();
@@ -199,7 +208,13 @@ proptest! {
         prop_assert_eq!(coalesced.len(), want.len());
         for (d, (flow, positions)) in coalesced.iter().zip(&want) {
             prop_assert_eq!(d.src().port(), 40000 + flow);
-            let lens: Vec<usize> = positions.iter().map(|&p| match &items[p] { Item::Udp { len, .. } => *len, _ => 0 }).collect();
+            let lens: Vec<usize> = positions
+                .iter()
+                .map(|&p| match &items[p] {
+                    Item::Udp { len, .. } => *len,
+                    _ => 0,
+                })
+                .collect();
             prop_assert_eq!(d.len(), lens.iter().sum::<usize>());
             if positions.len() == 1 {
                 prop_assert_eq!(d.gso_size(), None);
@@ -214,6 +229,10 @@ proptest! {
                 }
             }
         }
+        Ok(())
+    });
+    if let Err(e) = result {
+        panic!("{e}");
     }
 }
 
