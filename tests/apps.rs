@@ -6,7 +6,7 @@
 use std::net::UdpSocket;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use spate_testkit::process::Proc;
 use spate_testkit::{FwdStats, Netns, SpateApp, TestPmdBuilder, device_lock, kernel_peer, unique_socket_path, veth};
@@ -169,11 +169,7 @@ fn iperf_client_drives_the_kernel_iperf_server_through_a_lossy_relay() {
             Duration::from_secs(120),
         )
         .expect("start spate-iperf -c");
-    let deadline = Instant::now() + Duration::from_secs(60);
-    while !client.exited() {
-        assert!(Instant::now() < deadline, "spate-iperf -c did not finish:\n{}", client.output());
-        std::thread::sleep(Duration::from_millis(100));
-    }
+    assert!(client.wait_exit(Duration::from_secs(60)), "spate-iperf -c did not finish:\n{}", client.output());
     let text = client.output();
     assert!(text.contains("Server Report:"), "spate-iperf printed no server report:\n{text}");
     let reported = lost_total(&text);
@@ -221,11 +217,7 @@ fn flood_reaches_a_linux_socket_exactly() {
             Duration::from_secs(60),
         )
         .unwrap();
-    let deadline = Instant::now() + Duration::from_secs(30);
-    while !flood.exited() {
-        assert!(Instant::now() < deadline, "spate-flood did not finish:\n{}", flood.output());
-        std::thread::sleep(Duration::from_millis(50));
-    }
+    assert!(flood.wait_exit(Duration::from_secs(30)), "spate-flood did not finish:\n{}", flood.output());
     std::thread::sleep(Duration::from_millis(300));
     stop.store(true, Ordering::Release);
     let (received, in_order) = counter.join().unwrap();

@@ -21,7 +21,7 @@
 //!   way; SPATE_RELAY_DATAGRAMS sets another count).
 
 use std::net::{SocketAddr, UdpSocket};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use spate_testkit::process::Proc;
 use spate_testkit::{Netns, SpateApp, counter, device_lock, kernel_peer, port_counter, veth};
@@ -153,11 +153,7 @@ fn path_mtu_from_a_router() {
             "0",
         ]);
         let mut flood = spate.spawn("flood", FLOOD, &args, Duration::from_secs(60)).unwrap();
-        let deadline = Instant::now() + Duration::from_secs(30);
-        while !flood.exited() {
-            assert!(Instant::now() < deadline, "{}", flood.output());
-            std::thread::sleep(Duration::from_millis(50));
-        }
+        assert!(flood.wait_exit(Duration::from_secs(30)), "{}", flood.output());
         let out = flood.output();
         let (intact, other) = receiver.join().unwrap();
         let c = spate_testkit::parse_counters(&out);
@@ -464,11 +460,7 @@ fn seeds_test_spate_to_kernel_through_a_relay() {
         "0",
     ]);
     let mut flood = spate.spawn("flood", FLOOD, &args, Duration::from_secs(600)).unwrap();
-    let deadline = Instant::now() + Duration::from_secs(300);
-    while !flood.exited() {
-        assert!(Instant::now() < deadline, "{}", flood.output());
-        std::thread::sleep(Duration::from_millis(100));
-    }
+    assert!(flood.wait_exit(Duration::from_secs(300)), "{}", flood.output());
     assert!(receiver.wait_for_output("intact ", Duration::from_secs(30)), "{}", receiver.output());
     let relay = stop_relay(relay_proc);
     let out = receiver.output();

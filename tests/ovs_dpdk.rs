@@ -205,23 +205,15 @@ fn generator_through_ovs_dpdk_to_spate() {
     let mut flood =
         ns.spawn("flood", env!("CARGO_BIN_EXE_spate-flood"), &flood_args, Duration::from_secs(300)).unwrap();
     flood.remove_on_drop(&a);
-    for p in [&sink, &flood] {
-        let deadline = Instant::now() + Duration::from_secs(60);
-        while !p.output().contains("waiting for client connection") {
-            assert!(Instant::now() < deadline, "{}", p.output());
-            std::thread::sleep(Duration::from_millis(50));
-        }
+    for p in [&mut sink, &mut flood] {
+        assert!(p.wait_for_output("waiting for client connection", Duration::from_secs(60)), "{}", p.output());
     }
     let ovs = Ovs::start(
         &ns,
         &[OvsPort::VhostClient(a.clone()), OvsPort::VhostClient(b.clone())],
         &["in_port=1,actions=output:2", "in_port=2,actions=output:1"],
     );
-    let deadline = Instant::now() + Duration::from_secs(120);
-    while !flood.exited() {
-        assert!(Instant::now() < deadline, "{}\n{}", flood.output(), ovs.log());
-        std::thread::sleep(Duration::from_millis(100));
-    }
+    assert!(flood.wait_exit(Duration::from_secs(120)), "{}\n{}", flood.output(), ovs.log());
     std::thread::sleep(Duration::from_millis(500));
     let p2 = ovs.port_stats(2);
     sink.stop_with(libc::SIGINT, Duration::from_secs(10));

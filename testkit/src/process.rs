@@ -110,6 +110,18 @@ impl Proc {
         false
     }
 
+    /// Waits up to `limit` for it to exit; whether it did.
+    pub fn wait_exit(&mut self, limit: Duration) -> bool {
+        let deadline = Instant::now() + limit;
+        while !self.exited() {
+            if Instant::now() >= deadline {
+                return false;
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        true
+    }
+
     /// Whether it has exited.
     pub fn exited(&mut self) -> bool {
         if self.status.is_none() {
