@@ -160,13 +160,19 @@ impl Worker<'_> {
         self.add(Counter::RxSteerDropped, dropped);
     }
 
+    /// What waits on ring `r` of one kind of hand-off, into `burst`.
+    fn handed(&mut self, kind: fn(&mut Steering) -> &mut Lanes, r: usize, burst: &mut Burst<BURST>) -> usize {
+        self.steer.as_mut().map_or(0, |s| kind(s).from[r].dequeue(burst))
+    }
+
     /// Frames other lcores handed over, through the receive pipeline.
     pub(crate) fn poll_steered(&mut self) -> usize {
-        let Some(s) = self.steer.as_mut() else { return 0 };
+        // One ring from each other lcore, for each kind.
+        let Some(rings) = self.steer.as_ref().map(|s| s.frames.from.len()) else { return 0 };
         let mut total = 0;
-        for r in 0..s.frames.from.len() {
+        for r in 0..rings {
             let mut burst: Burst<BURST> = Burst::new();
-            let n = self.steer.as_mut().expect("steering").frames.from[r].dequeue(&mut burst);
+            let n = self.handed(|s| &mut s.frames, r, &mut burst);
             if n == 0 {
                 continue;
             }
@@ -187,11 +193,9 @@ impl Worker<'_> {
                 self.rx_run(i, &mut run);
             }
         }
-        let s = self.steer.as_mut().expect("steering");
-        for r in 0..s.datagrams.from.len() {
+        for r in 0..rings {
             let mut burst: Burst<BURST> = Burst::new();
-            let n = self.steer.as_mut().expect("steering").datagrams.from[r].dequeue(&mut burst);
-            total += n;
+            total += self.handed(|s| &mut s.datagrams, r, &mut burst);
             for m in burst.drain() {
                 if let Some(c) = self.rx_handed_datagram(m) {
                     self.inc(c);
@@ -200,17 +204,12 @@ impl Worker<'_> {
             // At most a burst staged at a time.
             self.deliver_staged();
         }
-        let s = self.steer.as_mut().expect("steering");
-        for r in 0..s.tx.from.len() {
+        for r in 0..rings {
             let mut burst: Burst<BURST> = Burst::new();
-            let n = self.steer.as_mut().expect("steering").tx.from[r].dequeue(&mut burst);
-            total += n;
+            total += self.handed(|s| &mut s.tx, r, &mut burst);
             for m in burst.drain() {
                 let i = self.shared.iface_of_port(m.port()) as usize;
-                if let Err(m) = self.txbuf[i].push(m) {
-                    self.flush(i);
-                    let _ = self.txbuf[i].push(m);
-                }
+                self.queue_tx(i, m);
             }
         }
         total

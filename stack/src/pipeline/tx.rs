@@ -201,7 +201,12 @@ impl Worker<'_> {
             self.vxlan_encap(t, m);
             return;
         }
-        let i = iface as usize;
+        self.queue_tx(iface as usize, m);
+    }
+
+    /// Queues a finished frame for port `i`, flushing first when full.
+    #[inline]
+    pub(crate) fn queue_tx(&mut self, i: usize, m: Mbuf) {
         if let Err(m) = self.txbuf[i].push(m) {
             self.flush(i);
             let _ = self.txbuf[i].push(m);
