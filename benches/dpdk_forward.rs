@@ -14,7 +14,7 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use spate_dpdk::{Burst, EalBuilder, Memory, Mempool, MempoolConfig, Port, PortConfig, lcore};
+use spate::dpdk::{Burst, EalBuilder, Memory, Mempool, MempoolConfig, Port, PortConfig, lcore};
 use spate_testkit::testpmd::pps_samples;
 use spate_testkit::{FwdStats, TestPmdBuilder, unique, unique_socket_path};
 
@@ -37,7 +37,7 @@ fn main() {
     let json = flag("--json");
     let _ = env_logger::builder().filter_level(log::LevelFilter::Warn).try_init();
 
-    if !spate_dpdk::eal::hugepages_available() {
+    if !spate::dpdk::eal::hugepages_available() {
         eprintln!("dpdk_forward needs hugepages (vhost-user): run `cargo xtask setup` as root");
         std::process::exit(2);
     }

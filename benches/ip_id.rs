@@ -25,7 +25,7 @@ use std::sync::Barrier;
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::Instant;
 
-use spate_stack::ip_id::{BUCKETS, IpIdGen};
+use spate::internals::{BUCKETS, IpIdGen};
 
 #[derive(Clone, Copy, PartialEq)]
 enum Design {

@@ -12,7 +12,7 @@ use std::path::PathBuf;
 use std::process::Command;
 
 use criterion::Criterion;
-use spate_stack::lookup::{Binding, Family, FlowKey, SocketTable};
+use spate::internals::{Binding, Family, FlowKey, SocketTable};
 
 const SECRET: [u64; 4] = [0x9e37_79b9_7f4a_7c15, 0xc2b2_ae3d_27d4_eb4f, 0x1656_67b1_9e37_79f9, 0x27d4_eb2f_1656_67c5];
 const FLOWS: usize = 1024;

@@ -25,10 +25,10 @@ use std::process::Command;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
-use spate_dpdk::{Burst, EalBuilder, Memory, Mempool, MempoolConfig, Port, PortConfig, RxQueue, TxQueue};
-use spate_stack::config::VxlanSpec;
-use spate_stack::wire::MacAddr;
-use spate_stack::{DatagramBatch, LcoreCtx, PortSpec, Stack, StackConfig, UdpSocket};
+use spate::config::VxlanSpec;
+use spate::dpdk::{Burst, EalBuilder, Memory, Mempool, MempoolConfig, Port, PortConfig, RxQueue, TxQueue};
+use spate::wire::MacAddr;
+use spate::{DatagramBatch, LcoreCtx, PortSpec, Stack, StackConfig, UdpSocket};
 use spate_testkit::wire_peer::{PEER_IP, PEER_MAC, eth, ip_fragments, udp_datagram, udp_frame};
 
 const SPATE_MAC: MacAddr = MacAddr([0x02, 0x53, 0x50, 0x41, 0x54, 0x45]);
@@ -164,7 +164,7 @@ fn run_once(a: &Args) {
     };
     let frames_per_datagram = frames.len() as u64 / a.flows as u64;
     let arp_reply = {
-        use spate_stack::wire::arp;
+        use spate::wire::arp;
         let reply = arp::Repr {
             operation: arp::Operation::Reply,
             sender_mac: PEER_MAC,
@@ -174,7 +174,7 @@ fn run_once(a: &Args) {
         };
         let mut body = [0u8; arp::PACKET_LEN];
         reply.emit(&mut body);
-        eth(SPATE_MAC, spate_stack::wire::ethernet::ethertype::ARP, &body)
+        eth(SPATE_MAC, spate::wire::ethernet::ethertype::ARP, &body)
     };
     let source = Source {
         tx: b_port.tx_queue(0).unwrap(),
@@ -186,7 +186,7 @@ fn run_once(a: &Args) {
         wire: 0,
         arp_reply,
     };
-    let start = spate_dpdk::lcore::tsc();
+    let start = spate::dpdk::lcore::tsc();
     if a.inject_only {
         let mut a_port = a_port;
         let pool = Arc::new(Mempool::new(&MempoolConfig::new("plown", 4095)).expect("pool"));
@@ -205,7 +205,7 @@ fn run_once(a: &Args) {
             b.clear();
             got += n as u64;
         }
-        println!("{} {} {} {}", got, spate_dpdk::lcore::tsc() - start, 0, spate_dpdk::lcore::tsc_hz());
+        println!("{} {} {} {}", got, spate::dpdk::lcore::tsc() - start, 0, spate::dpdk::lcore::tsc_hz());
         return;
     }
     let mut spec = PortSpec::new(a_port.name()).addr("198.18.0.2/24").unwrap();
@@ -302,9 +302,9 @@ fn run_once(a: &Args) {
     println!(
         "{} {} {} {} {}",
         consumed.load(Ordering::Relaxed),
-        spate_dpdk::lcore::tsc() - start,
+        spate::dpdk::lcore::tsc() - start,
         calls.load(Ordering::Relaxed),
-        spate_dpdk::lcore::tsc_hz(),
+        spate::dpdk::lcore::tsc_hz(),
         busy.join(" ")
     );
 }
@@ -350,9 +350,9 @@ fn transmit(stack: &Stack, source: Source, seg: usize, gso: bool, target: u64, s
     println!(
         "{} {} {} {}",
         done.0.load(Ordering::Relaxed),
-        spate_dpdk::lcore::tsc() - start,
+        spate::dpdk::lcore::tsc() - start,
         done.1.load(Ordering::Relaxed),
-        spate_dpdk::lcore::tsc_hz()
+        spate::dpdk::lcore::tsc_hz()
     );
 }
 
@@ -393,7 +393,7 @@ fn echo(stack: &Stack, source: Source, target: u64, start: u64) {
         .expect("run");
     let (n, bytes) = (done.0.load(Ordering::Relaxed), done.1.load(Ordering::Relaxed));
     assert!(n >= target, "echoed {n} of {target}");
-    println!("{n} {} {bytes} {}", spate_dpdk::lcore::tsc() - start, spate_dpdk::lcore::tsc_hz());
+    println!("{n} {} {bytes} {}", spate::dpdk::lcore::tsc() - start, spate::dpdk::lcore::tsc_hz());
 }
 
 /// 2,000-byte datagrams (two fragments each way) against 1,400-byte ones

@@ -275,7 +275,7 @@ fn kernel_tap(t: Timing, hz: f64) -> Point {
     let stop = Arc::new(AtomicBool::new(false));
     let (c, cp, st) = (count.clone(), cpu.clone(), stop.clone());
     let sink = ns.thread(move || {
-        let _ = spate_dpdk::lcore::set_affinity(&[1]);
+        let _ = spate::dpdk::lcore::set_affinity(&[1]);
         let s = std::net::UdpSocket::bind("0.0.0.0:9").expect("bind 0.0.0.0:9");
         let _ = spate_testkit::set_recv_buffer(&s, 64 << 20);
         s.set_read_timeout(Some(Duration::from_millis(100))).unwrap();
@@ -287,7 +287,7 @@ fn kernel_tap(t: Timing, hz: f64) -> Point {
                     sum = sum.wrapping_add(b[..18].iter().map(|&x| x as u64).sum::<u64>());
                 }
                 c.fetch_add(n as u64, Ordering::Relaxed);
-                cp.store(spate_dpdk::lcore::thread_cpu_ns(), Ordering::Relaxed);
+                cp.store(spate::dpdk::lcore::thread_cpu_ns(), Ordering::Relaxed);
             }
         }
         std::hint::black_box(sum);
@@ -335,7 +335,7 @@ fn main() {
     let out_dir = PathBuf::from(flag("--out").unwrap_or_else(|| "target/pps".into()));
     let t = if quick { Timing { warmup: 1, seconds: 1 } } else { Timing { warmup: 2, seconds: 5 } };
     let _ = env_logger::builder().filter_level(log::LevelFilter::Warn).try_init();
-    if !spate_dpdk::eal::hugepages_available() {
+    if !spate::dpdk::eal::hugepages_available() {
         eprintln!("the pps harness needs hugepages: run `cargo xtask setup` as root");
         std::process::exit(2);
     }

@@ -25,8 +25,8 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Instant;
 
 use crossbeam::queue::{ArrayQueue, SegQueue};
-use spate_dpdk::lcore::set_affinity;
-use spate_stack::rx_queue::{RxQueue, Truesize, Wait};
+use spate::dpdk::lcore::set_affinity;
+use spate::internals::{RxQueue, Truesize, Wait};
 
 const CAPACITY: usize = 8192;
 const TRUESIZE: usize = 2240;

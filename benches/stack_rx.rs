@@ -13,7 +13,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
-use spate_stack::{Counter, DatagramBatch, LcoreCtx, PortSpec, Stack, StackConfig, UdpSocket};
+use spate::{Counter, DatagramBatch, LcoreCtx, PortSpec, Stack, StackConfig, UdpSocket};
 use spate_testkit::testpmd::{SPATE_MAC, rxonly, txonly_source};
 use spate_testkit::{FwdStats, TestPmd, unique, unique_socket_path};
 
@@ -166,7 +166,7 @@ fn spate_thread_sink(sock: &Path, warmup: u64, seconds: u64) -> (ThreadSample, R
     let marks: Arc<[AtomicU64; 4]> = Arc::new(Default::default());
     let (s, ph, mk) = (sockt.clone(), phase.clone(), marks.clone());
     let reader = std::thread::spawn(move || {
-        let _ = spate_dpdk::lcore::set_affinity(&[0]);
+        let _ = spate::dpdk::lcore::set_affinity(&[0]);
         let mut batch = DatagramBatch::with_capacity(64);
         let (mut n, mut sum, mut seen) = (0u64, 0u64, 0u64);
         loop {
@@ -184,7 +184,7 @@ fn spate_thread_sink(sock: &Path, warmup: u64, seconds: u64) -> (ThreadSample, R
                 }
                 let at = 2 * (p as usize - 1);
                 mk[at].store(n, Ordering::Relaxed);
-                mk[at + 1].store(spate_dpdk::lcore::thread_cpu_ns(), Ordering::Release);
+                mk[at + 1].store(spate::dpdk::lcore::thread_cpu_ns(), Ordering::Release);
                 seen = p;
             }
         }
@@ -260,7 +260,7 @@ fn main() {
     let seconds: u64 = flag("--seconds").and_then(|v| v.parse().ok()).unwrap_or(if quick { 3 } else { 5 });
     let warmup = 2;
     let _ = env_logger::builder().filter_level(log::LevelFilter::Warn).try_init();
-    if !spate_dpdk::eal::hugepages_available() {
+    if !spate::dpdk::eal::hugepages_available() {
         eprintln!("stack_rx needs hugepages: run `cargo xtask setup` as root");
         std::process::exit(2);
     }
@@ -281,7 +281,7 @@ fn main() {
         let (s, rec) = spate_sink(&sock, warmup, seconds, false);
         let (o, _) = spate_sink(&sock, warmup, seconds, true);
         let (th, th_rec) = spate_thread_sink(&sock, warmup, seconds);
-        let hz = spate_dpdk::lcore::tsc_hz() as f64;
+        let hz = spate::dpdk::lcore::tsc_hz() as f64;
         eprintln!(
             "round {}: thread sink {:.1} ns/datagram (reader {:.1}), {:.2} Mpps, {:.3}% dropped | RTC {:.1} ns",
             round + 1,

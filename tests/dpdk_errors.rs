@@ -5,7 +5,7 @@
 
 use std::sync::Arc;
 
-use spate_dpdk::{Burst, EalBuilder, Error, Memory, Mempool, MempoolConfig, Port, PortConfig, Rss};
+use spate::dpdk::{Burst, EalBuilder, Error, Memory, Mempool, MempoolConfig, Port, PortConfig, Rss};
 use spate_testkit::unique;
 
 #[test]
@@ -19,7 +19,7 @@ fn bad_input_gets_clear_errors() {
     let eal = EalBuilder::new().lcores("0-1").memory(Memory::NoHuge).init().expect("EAL starts");
     assert!(!eal.hugepages());
     assert!(!eal.runtime_dir().exists(), "the runtime folder is removed right after init");
-    spate_dpdk::lcore::unpin_current_thread().unwrap();
+    spate::dpdk::lcore::unpin_current_thread().unwrap();
 
     // A second start in the same process.
     let e = EalBuilder::new().memory(Memory::NoHuge).init().unwrap_err();

@@ -3,7 +3,7 @@
 
 use std::sync::Arc;
 
-use spate_dpdk::{Burst, Memory, Mempool, MempoolConfig, Port, PortConfig, lcore};
+use spate::dpdk::{Burst, Memory, Mempool, MempoolConfig, Port, PortConfig, lcore};
 use spate_testkit::{device_lock, shared_eal, unique};
 
 #[test]

@@ -3,7 +3,7 @@
 
 use std::sync::Arc;
 
-use spate_dpdk::{Burst, Memory, Mempool, MempoolConfig, Port, PortConfig};
+use spate::dpdk::{Burst, Memory, Mempool, MempoolConfig, Port, PortConfig};
 use spate_testkit::{device_lock, shared_eal, unique};
 
 const PACKETS: usize = 10_000;
@@ -172,9 +172,9 @@ fn spsc_mbuf_ring_moves_bursts_between_threads_in_order() {
     let _serial = device_lock();
     shared_eal(Memory::Auto);
     let pool = Arc::new(Mempool::new(&MempoolConfig::new(&unique("spsc"), 4095)).unwrap());
-    assert!(spate_dpdk::mbuf_ring(1000).is_err(), "a capacity that is not a power of two is refused");
+    assert!(spate::dpdk::mbuf_ring(1000).is_err(), "a capacity that is not a power of two is refused");
     const N: u32 = 200_000;
-    let (mut prod, mut cons) = spate_dpdk::mbuf_ring(256).unwrap();
+    let (mut prod, mut cons) = spate::dpdk::mbuf_ring(256).unwrap();
     std::thread::scope(|s| {
         let pool = pool.clone();
         s.spawn(move || {
@@ -215,7 +215,7 @@ fn spsc_mbuf_ring_moves_bursts_between_threads_in_order() {
         assert!(cons.is_empty());
     });
     // A ring dropped with mbufs in it frees them.
-    let (mut prod, cons) = spate_dpdk::mbuf_ring(64).unwrap();
+    let (mut prod, cons) = spate::dpdk::mbuf_ring(64).unwrap();
     let mut b: Burst = Burst::new();
     pool.alloc_bulk(&mut b, 32).unwrap();
     assert_eq!(prod.enqueue(&mut b), 32);

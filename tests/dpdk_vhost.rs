@@ -5,7 +5,7 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use spate_dpdk::{Burst, Memory, Mempool, MempoolConfig, Port, PortConfig};
+use spate::dpdk::{Burst, Memory, Mempool, MempoolConfig, Port, PortConfig};
 use spate_testkit::{FwdStats, TestPmdBuilder, device_lock, shared_eal, unique, unique_socket_path};
 
 const PACKETS: usize = 10_000;

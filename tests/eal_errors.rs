@@ -1,7 +1,7 @@
 //! EAL arguments that are wrong get a clear error, before or from DPDK, and
 //! a failed start is not retried with DPDK's leftover state.
 
-use spate_dpdk::{EalBuilder, Error, Memory, Mempool, MempoolConfig, Port};
+use spate::dpdk::{EalBuilder, Error, Memory, Mempool, MempoolConfig, Port};
 
 #[test]
 fn invalid_eal_arguments_get_clear_errors() {
@@ -34,5 +34,5 @@ fn invalid_eal_arguments_get_clear_errors() {
     let e = EalBuilder::new().memory(Memory::NoHuge).lcores("0").init().unwrap_err();
     assert!(matches!(e, Error::EalAlreadyStarted(_)), "{e}");
     assert!(e.to_string().contains("failed to start"), "{e}");
-    assert!(!spate_dpdk::Eal::is_running());
+    assert!(!spate::dpdk::Eal::is_running());
 }

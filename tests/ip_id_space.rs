@@ -2,7 +2,7 @@
 //! lcores reserve 10 million IDs for one destination, and in the order the IDs were
 //! reserved no ID repeats within 65,536 - L consecutive sends, L = FRESH +
 //! (threads - 1) x (LEASE - 1) + the positions skipped in between (see
-//! `spate_stack::ip_id`). Per-core ID ranges fail the same check (a core
+//! `spate::ip_id`). Per-core ID ranges fail the same check (a core
 //! that sends alone repeats its IDs after half the space); a shared
 //! counter, Linux's design, passes it with L = 0.
 //!
@@ -21,8 +21,8 @@ use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use spate_dpdk::{EalBuilder, Memory};
-use spate_stack::ip_id::{FRESH, IDLE_STEP_MAX, IpIdGen, LEASE};
+use spate::dpdk::{EalBuilder, Memory};
+use spate::internals::{FRESH, IDLE_STEP_MAX, IpIdGen, LEASE};
 
 const THREADS: usize = 2;
 const SENDS: usize = 10_000_000;
@@ -133,7 +133,7 @@ fn run_on_lcores(turns: Vec<(usize, usize)>, g: Arc<IpIdGen>) -> Vec<u16> {
     let joins: Vec<_> = (0..THREADS)
         .map(|me| {
             let (shared, g) = (shared.clone(), g.clone());
-            spate_dpdk::lcore::launch(me as u32 + 1, move || {
+            spate::dpdk::lcore::launch(me as u32 + 1, move || {
                 let (turns, starts, current, out) = &*shared;
                 let mine = take_turns(me, turns, starts, current, &|| g.reserve(src, dst, 17, 1));
                 out.lock().unwrap().push(mine);

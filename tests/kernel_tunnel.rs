@@ -15,8 +15,8 @@ use std::io::ErrorKind;
 use std::net::{SocketAddr, UdpSocket as KernelSocket};
 use std::time::Duration;
 
-use spate_dpdk::Memory;
-use spate_stack::{Counter, PortSpec, Stack, StackConfig, UdpSocket};
+use spate::dpdk::Memory;
+use spate::{Counter, PortSpec, Stack, StackConfig, UdpSocket};
 use spate_testkit::{Netns, SpateApp, counter, device_lock, kernel_peer, shared_eal, unique, veth};
 
 const ECHO: &str = env!("CARGO_BIN_EXE_spate-echo");

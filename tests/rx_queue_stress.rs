@@ -10,8 +10,8 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
-use spate_dpdk::{Burst, Mbuf, Memory, Mempool, MempoolConfig};
-use spate_stack::rx_queue::{Refusal, RxQueue, Truesize, Wait};
+use spate::dpdk::{Burst, Mbuf, Memory, Mempool, MempoolConfig};
+use spate::internals::{Refusal, RxQueue, Truesize, Wait};
 use spate_testkit::{device_lock, shared_eal, unique};
 
 const PER_PRODUCER: u64 = 5_000_000;

@@ -9,9 +9,9 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
-use spate_dpdk::{Burst, Memory};
-use spate_stack::wire::{ethernet, ip_proto, ipv4};
-use spate_stack::{DatagramBatch, LcoreCtx, PortSpec, Stack, StackConfig, UdpSocket};
+use spate::dpdk::{Burst, Memory};
+use spate::wire::{ethernet, ip_proto, ipv4};
+use spate::{DatagramBatch, LcoreCtx, PortSpec, Stack, StackConfig, UdpSocket};
 use spate_testkit::wire_peer::{ip_fragments, udp_datagram, udp_frame};
 use spate_testkit::{WirePeer, device_lock, shared_eal};
 
@@ -191,8 +191,8 @@ fn no_heap_allocation_per_datagram() {
     let before = stack.counters();
     let reassembling = measure(&mut peer, &fragmented);
     let after = stack.counters();
-    let reassembled = after[spate_stack::Counter::IpReasmOKs] - before[spate_stack::Counter::IpReasmOKs];
-    let fragmented_out = after[spate_stack::Counter::IpFragOKs] - before[spate_stack::Counter::IpFragOKs];
+    let reassembled = after[spate::Counter::IpReasmOKs] - before[spate::Counter::IpReasmOKs];
+    let fragmented_out = after[spate::Counter::IpFragOKs] - before[spate::Counter::IpFragOKs];
     done.store(true, Ordering::Relaxed);
     app.join().unwrap();
     running.stop();

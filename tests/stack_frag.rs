@@ -15,9 +15,9 @@ use std::sync::{Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
 use proptest::prelude::*;
-use spate_dpdk::{Burst, Memory};
-use spate_stack::wire::MacAddr;
-use spate_stack::{Counter, Counters, DatagramBatch, PortSpec, Stack, StackConfig, UdpSocket};
+use spate::dpdk::{Burst, Memory};
+use spate::wire::MacAddr;
+use spate::{Counter, Counters, DatagramBatch, PortSpec, Stack, StackConfig, UdpSocket};
 use spate_testkit::wire_peer::{PEER_IP, PEER_IP6, ip_fragment as fragment, ip_fragments as cut, udp_datagram};
 use spate_testkit::{WirePeer, device_lock, shared_eal};
 
@@ -29,11 +29,11 @@ const TIMEOUT_MS: u64 = 700;
 
 struct Rig {
     peer: WirePeer,
-    _port: spate_dpdk::Port,
+    _port: spate::dpdk::Port,
     mac: MacAddr,
     stack: Stack,
     sock: UdpSocket,
-    _running: spate_stack::Running,
+    _running: spate::Running,
 }
 
 fn rig() -> &'static Mutex<Rig> {

@@ -6,9 +6,9 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use spate_dpdk::{Burst, Memory};
-use spate_stack::wire::fixtures;
-use spate_stack::{Counter, DatagramBatch, LcoreCtx, PortSpec, Stack, StackConfig, UdpSocket};
+use spate::dpdk::{Burst, Memory};
+use spate::internals::fixtures;
+use spate::{Counter, DatagramBatch, LcoreCtx, PortSpec, Stack, StackConfig, UdpSocket};
 use spate_testkit::{Rng, WirePeer, device_lock, shared_eal};
 
 const FRAMES: u64 = 100_000;

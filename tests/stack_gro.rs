@@ -13,9 +13,9 @@ use std::sync::{Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
 use proptest::prelude::*;
-use spate_dpdk::{Burst, Memory};
-use spate_stack::wire::{MacAddr, ethernet};
-use spate_stack::{Counter, Datagram, DatagramBatch, PortSpec, Stack, StackConfig, UdpSocket};
+use spate::dpdk::{Burst, Memory};
+use spate::wire::{MacAddr, ethernet};
+use spate::{Counter, Datagram, DatagramBatch, PortSpec, Stack, StackConfig, UdpSocket};
 use spate_testkit::wire_peer::{PEER_IP, eth, udp_frame};
 use spate_testkit::{WirePeer, device_lock, shared_eal};
 
@@ -100,7 +100,7 @@ fn expected(items: &[Item]) -> Vec<(u16, Vec<usize>)> {
 
 struct Rig {
     peer: WirePeer,
-    _port: spate_dpdk::Port,
+    _port: spate::dpdk::Port,
     mac: MacAddr,
     stack: Stack,
     gro: UdpSocket,
@@ -290,7 +290,7 @@ fn a_tunnel_keeps_the_stage_on() {
         announce: false,
         ..StackConfig::default()
     };
-    let mut tunnel = spate_stack::config::VxlanSpec::new(42, PEER_IP.into());
+    let mut tunnel = spate::config::VxlanSpec::new(42, PEER_IP.into());
     tunnel.ipv4.push("198.19.0.2/24".parse().unwrap());
     cfg.vxlan.push(tunnel);
     let stack = Stack::new(cfg).unwrap();

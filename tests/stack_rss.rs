@@ -17,10 +17,10 @@ use std::net::SocketAddr;
 use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
-use spate_dpdk::{Burst, Eal, EalBuilder, Memory};
-use spate_stack::config::RssMode;
-use spate_stack::stats::Counter;
-use spate_stack::{DatagramBatch, PortSpec, Stack, StackConfig, UdpSocket};
+use spate::Counter;
+use spate::config::RssMode;
+use spate::dpdk::{Burst, Eal, EalBuilder, Memory};
+use spate::{DatagramBatch, PortSpec, Stack, StackConfig, UdpSocket};
 use spate_testkit::wire_peer::{PEER_IP, WirePeer, ip_fragments, udp_datagram, udp_frame};
 use spate_testkit::{Netns, TestPmdBuilder, device_lock, kernel_peer, unique, unique_socket_path, veth};
 
@@ -36,7 +36,7 @@ fn eal() {
             .memory_mb(512)
             .init()
             .expect("EAL with lcores 0-4 on CPUs 0-1");
-        spate_dpdk::lcore::unpin_current_thread().expect("unpin");
+        spate::dpdk::lcore::unpin_current_thread().expect("unpin");
         eal
     });
 }
@@ -48,7 +48,7 @@ const WINDOW: u64 = 384;
 
 /// Flow `f`'s datagram `seq`: (flow, seq) and padding; every tenth flow's
 /// second datagram is 2,000 bytes, sent as two IPv4 fragments.
-fn frames(mac: spate_stack::wire::MacAddr, f: u32, seq: u32) -> Vec<Vec<u8>> {
+fn frames(mac: spate::wire::MacAddr, f: u32, seq: u32) -> Vec<Vec<u8>> {
     let src_port = 20_000 + (f % 40_000) as u16;
     let mut payload = [f.to_be_bytes(), seq.to_be_bytes()].concat();
     if f % 10 == 0 && seq == 1 {
@@ -176,7 +176,7 @@ fn run(lcores: usize, wire: Wire) {
             let vu = |s: &std::path::Path| {
                 format!("{},path={},queues=1,queue_size=1024", unique("net_virtio_user"), s.display())
             };
-            let port = spate_dpdk::Port::create(&vu(&socks[0]))
+            let port = spate::dpdk::Port::create(&vu(&socks[0]))
                 .unwrap_or_else(|e| panic!("{e}\ntestpmd:\n{}", pmd.proc.output()));
             let peer = WirePeer::on_port(port, 16383);
             _testpmd = Some(pmd);
@@ -230,7 +230,7 @@ fn run(lcores: usize, wire: Wire) {
         }
     }
     let c = || stack.counters();
-    let dropped = |c: &spate_stack::stats::Counters| c[Counter::RxSteerDropped] + c[Counter::UdpRcvbufErrors];
+    let dropped = |c: &spate::Counters| c[Counter::RxSteerDropped] + c[Counter::UdpRcvbufErrors];
     while t.received + dropped(&c()) < sent {
         assert!(
             Instant::now() < deadline,

@@ -4,9 +4,9 @@
 use std::net::{IpAddr, SocketAddr};
 use std::time::Duration;
 
-use spate_dpdk::Memory;
-use spate_stack::wire::{MacAddr, arp, ethernet, ip_proto, ipv4, udp};
-use spate_stack::{Counter, PortSpec, Stack, StackConfig, UdpSocket};
+use spate::dpdk::Memory;
+use spate::wire::{MacAddr, arp, ethernet, ip_proto, ipv4, udp};
+use spate::{Counter, PortSpec, Stack, StackConfig, UdpSocket};
 use spate_testkit::wire_peer::{PEER_IP, PEER_MAC, SPATE_IP, eth, udp_frame};
 use spate_testkit::{WirePeer, device_lock, shared_eal};
 

@@ -5,7 +5,7 @@ use std::net::IpAddr;
 use std::path::PathBuf;
 
 use clap::Args;
-use spate_stack::config::{Cidr, PortSpec, StackConfig, VXLAN_PORT, VxlanSpec};
+use spate::config::{Cidr, PortSpec, StackConfig, VXLAN_PORT, VxlanSpec};
 
 /// The MAC of the default TAP device ("SPATE" in ASCII after 02).
 pub const DEFAULT_MAC: &str = "02:53:50:41:54:45";
@@ -46,7 +46,7 @@ pub struct StackArgs {
     /// How the lcores share the ports' traffic: `auto` (hardware RSS where
     /// the port has it, else software), `hw`, `sw` or `off`.
     #[arg(long, value_name = "MODE")]
-    pub rss: Option<spate_stack::config::RssMode>,
+    pub rss: Option<spate::config::RssMode>,
     /// A TOML stack configuration; flags given on the command line override it.
     #[arg(long, value_name = "FILE")]
     pub config: Option<PathBuf>,
@@ -75,7 +75,7 @@ impl StackArgs {
     }
 
     /// The configuration these flags describe.
-    pub fn to_config(&self) -> spate_stack::Result<StackConfig> {
+    pub fn to_config(&self) -> spate::Result<StackConfig> {
         let mut cfg = match &self.config {
             Some(path) => StackConfig::from_file(path)?,
             None => StackConfig::default(),
@@ -94,13 +94,13 @@ impl StackArgs {
         }
         for c in &self.ips {
             if !c.addr.is_ipv4() {
-                return Err(spate_stack::Error::Config(format!("--ip {c} is not an IPv4 address")));
+                return Err(spate::Error::Config(format!("--ip {c} is not an IPv4 address")));
             }
             cfg.ports[0].ipv4.push(*c);
         }
         for c in &self.ip6s {
             if c.addr.is_ipv4() {
-                return Err(spate_stack::Error::Config(format!("--ip6 {c} is not an IPv6 address")));
+                return Err(spate::Error::Config(format!("--ip6 {c} is not an IPv6 address")));
             }
             cfg.ports[0].ipv6.push(*c);
         }
@@ -121,7 +121,7 @@ impl StackArgs {
         }
         if let Some((vni, remote)) = self.vxlan {
             if self.inner_ips.is_empty() {
-                return Err(spate_stack::Error::Config("--vxlan needs an --inner-ip".into()));
+                return Err(spate::Error::Config("--vxlan needs an --inner-ip".into()));
             }
             let mut t = VxlanSpec::new(vni, remote.ip());
             t.remote_port = remote.port();

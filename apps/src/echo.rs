@@ -8,7 +8,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use clap::Parser;
-use spate_stack::{DatagramBatch, LcoreCtx, Stack, UdpSocket};
+use spate::{DatagramBatch, LcoreCtx, Stack, UdpSocket};
 
 use crate::cli::{self, StackArgs};
 use crate::report;
@@ -37,7 +37,7 @@ const BATCH: usize = 32;
 /// Runs spate-echo; returns the process exit code.
 pub fn main(args: EchoArgs) -> i32 {
     cli::init_logging();
-    if let Err(e) = spate_dpdk::signal::install_stop_handlers() {
+    if let Err(e) = spate::dpdk::signal::install_stop_handlers() {
         eprintln!("spate-echo: cannot install signal handlers: {e}");
         return 1;
     }

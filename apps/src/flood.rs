@@ -11,7 +11,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use clap::Parser;
-use spate_stack::{Counter, LcoreCtx, Stack, UdpSocket};
+use spate::{Counter, LcoreCtx, Stack, UdpSocket};
 
 use crate::cli::{self, StackArgs};
 use crate::report::{self, Sample};
@@ -54,7 +54,7 @@ const BURST: u64 = 32;
 /// Runs spate-flood; returns the process exit code.
 pub fn main(args: FloodArgs) -> i32 {
     cli::init_logging();
-    if let Err(e) = spate_dpdk::signal::install_stop_handlers() {
+    if let Err(e) = spate::dpdk::signal::install_stop_handlers() {
         eprintln!("spate-flood: cannot install signal handlers: {e}");
         return 1;
     }

@@ -1,6 +1,8 @@
-//! Programs built on spate's public API. The binaries in `src/bin/` are
-//! declared by the root package (so integration tests can name them with
-//! `CARGO_BIN_EXE_*`); their logic lives here.
+//! Programs built on spate's public API (the `spate` crate alone). The
+//! binaries in `src/bin/` are this package's, and so are spate's
+//! integration tests and benchmarks (the workspace's `tests/` and
+//! `benches/`), which name them with `CARGO_BIN_EXE_*`; their logic lives
+//! here.
 
 pub mod check;
 pub mod cli;

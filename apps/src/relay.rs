@@ -16,7 +16,7 @@ use clap::Parser;
 use std::cmp::Reverse;
 use std::collections::BinaryHeap;
 
-use spate_dpdk::{Burst, EalBuilder, Mbuf, Memory, Mempool, MempoolConfig, Port, PortConfig, RxQueue, TxQueue};
+use spate::dpdk::{Burst, EalBuilder, Mbuf, Memory, Mempool, MempoolConfig, Port, PortConfig, RxQueue, TxQueue};
 
 /// Command line of spate-relay.
 #[derive(Debug, Parser)]
@@ -190,7 +190,7 @@ impl Leg {
 /// Runs spate-relay; returns the process exit code.
 pub fn main(args: RelayArgs) -> i32 {
     crate::cli::init_logging();
-    if let Err(e) = spate_dpdk::signal::install_stop_handlers() {
+    if let Err(e) = spate::dpdk::signal::install_stop_handlers() {
         eprintln!("spate-relay: cannot install signal handlers: {e}");
         return 1;
     }
@@ -243,7 +243,7 @@ fn run(args: &RelayArgs) -> Result<(Direction, Direction), Box<dyn std::error::E
         p.start()?;
         ports.push(p);
     }
-    let leg = |rx: usize, tx: usize, loss: f64| -> spate_dpdk::Result<Leg> {
+    let leg = |rx: usize, tx: usize, loss: f64| -> spate::dpdk::Result<Leg> {
         Ok(Leg {
             rx: ports[rx].rx_queue(0)?,
             tx: ports[tx].tx_queue(0)?,
@@ -263,7 +263,7 @@ fn run(args: &RelayArgs) -> Result<(Direction, Direction), Box<dyn std::error::E
     );
     let end = (args.time > 0.0).then(|| Instant::now() + Duration::from_secs_f64(args.time));
     let mut idle = 0u32;
-    while !spate_dpdk::signal::stop_requested() && end.is_none_or(|e| Instant::now() < e) {
+    while !spate::dpdk::signal::stop_requested() && end.is_none_or(|e| Instant::now() < e) {
         let n = ab.pump(&mut rng) + ba.pump(&mut rng);
         if n == 0 {
             idle += 1;

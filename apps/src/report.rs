@@ -3,8 +3,8 @@
 use std::fmt::Write as _;
 use std::time::{Duration, Instant};
 
-use spate_dpdk::PortStats;
-use spate_stack::{Counter, Counters, Stack};
+use spate::dpdk::PortStats;
+use spate::{Counter, Counters, Stack};
 
 /// Rates between two samples.
 #[derive(Debug, Clone)]
@@ -137,7 +137,7 @@ where
     F: FnMut(&Sample, &Sample) -> String + Send + 'static,
 {
     std::thread::spawn(move || {
-        let _ = spate_dpdk::lcore::unpin_current_thread();
+        let _ = spate::dpdk::lcore::unpin_current_thread();
         // Wait until the lcores run, then report while they do.
         let start = Instant::now();
         while !stack.is_running() && start.elapsed() < Duration::from_secs(30) {

@@ -11,8 +11,8 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use clap::{Parser, ValueEnum};
-use spate_dpdk::lcore::{self, ThreadClock};
-use spate_stack::{Counter, DatagramBatch, LcoreCtx, Stack, UdpSocket};
+use spate::dpdk::lcore::{self, ThreadClock};
+use spate::{Counter, DatagramBatch, LcoreCtx, Stack, UdpSocket};
 
 use crate::cli::{self, StackArgs};
 use crate::report::{self, Sample};
@@ -74,7 +74,7 @@ struct Checked {
 /// Reads every payload byte of `d` (all its segments); with `check`, also
 /// verifies it (copied into `scratch` when it is not contiguous).
 #[inline]
-fn consume(d: &spate_stack::Datagram, check: Option<&Checked>, scratch: &mut Vec<u8>) -> u64 {
+fn consume(d: &spate::Datagram, check: Option<&Checked>, scratch: &mut Vec<u8>) -> u64 {
     let sum = d.segments().fold(0u64, |acc, s| acc.wrapping_add(read_every_byte(s)));
     if let Some(c) = check {
         let ok = if d.is_contiguous() {
@@ -96,7 +96,7 @@ const BATCH: usize = 64;
 /// Runs spate-sink; returns the process exit code.
 pub fn main(args: SinkArgs) -> i32 {
     cli::init_logging();
-    if let Err(e) = spate_dpdk::signal::install_stop_handlers() {
+    if let Err(e) = spate::dpdk::signal::install_stop_handlers() {
         eprintln!("spate-sink: cannot install signal handlers: {e}");
         return 1;
     }
@@ -150,7 +150,7 @@ fn run(args: &SinkArgs) -> Result<(), Box<dyn std::error::Error>> {
         cfg.reader_nap_us = args.reader_nap;
     }
     let reader_cpus = match &args.reader_cpus {
-        Some(list) => spate_stack::config::parse_lcores(list)?.into_iter().map(|c| c as usize).collect(),
+        Some(list) => spate::config::parse_lcores(list)?.into_iter().map(|c| c as usize).collect(),
         None => Vec::new(),
     };
     let stack = Stack::new(cfg)?;

@@ -164,12 +164,12 @@ impl Datagram {
 
     /// The sender as on the wire (IPv4 not mapped).
     pub(crate) fn wire_src(&self) -> SocketAddr {
-        crate::socket::normalize(self.src())
+        crate::addr::normalize(self.src())
     }
 
     /// The destination as on the wire (IPv4 not mapped).
     pub(crate) fn wire_dst(&self) -> SocketAddr {
-        crate::socket::normalize(self.dst())
+        crate::addr::normalize(self.dst())
     }
 
     /// The address it was sent to (one of ours).

@@ -107,6 +107,7 @@ impl IpIdGen {
 
     /// Positions skipped so far, all buckets: idle buckets' random steps
     /// and the unsent ends of dropped leases (they add to `L`).
+    #[cfg_attr(not(feature = "internals"), allow(dead_code))]
     pub fn skipped(&self) -> u64 {
         self.skipped.load(Ordering::Relaxed)
     }

@@ -4,35 +4,64 @@
 //! either let the stack poll on its lcores while ordinary threads use the
 //! sockets ([`Stack::spawn`]), or run the application on the lcores
 //! themselves ([`Stack::run`], run-to-completion).
+//!
+//! The modules are in layers whose imports only point down (the table is
+//! `stack/layers.toml`; `cargo xtask test` checks it):
+//!
+//! - leaves: `wire`, `stats`, `time`, `config`, `error`, `addr`, `sync`,
+//!   `app_thread`;
+//! - protocol state, without I/O where it can be: `hdr` (header writers),
+//!   `iface`, `route`, `rss`, `ip_id`, `lookup`, `rx_queue`, `datagram`,
+//!   `neigh`, `frag`;
+//! - shared state: `shared` (`Shared`, the [`Stack`] handle, the socket's
+//!   core, the hand-off types);
+//! - the engine (`engine`: the polling loop and the receive stages) beside
+//!   the sockets (`socket`), which never import each other;
+//! - setup (`setup`: building a stack, running it).
 #![deny(unsafe_code)]
 #![warn(missing_docs)]
 
+mod addr;
 mod app_thread;
 pub mod config;
-pub mod datagram;
-pub mod error;
-pub mod frag;
-mod icmp;
-pub mod iface;
-pub mod ip_id;
-pub mod lookup;
-pub mod neigh;
-pub mod pipeline;
-pub mod route;
-pub mod rss;
-pub mod rx_queue;
-pub mod socket;
-pub mod stack;
-pub mod stats;
+mod datagram;
+mod engine;
+mod error;
+mod frag;
+mod hdr;
+mod iface;
+mod ip_id;
+mod lookup;
+mod neigh;
+mod route;
+mod rss;
+mod rx_queue;
+mod setup;
+mod shared;
+mod socket;
+mod stats;
 mod sync;
-pub mod time;
+mod time;
 pub mod wire;
-mod worker;
 
 pub use config::{Cidr, PortSpec, StackConfig};
 pub use datagram::{Datagram, DatagramBatch, SendBuf};
+pub use engine::LcoreCtx;
 pub use error::{Error, Result};
-pub use socket::{SocketBuilder, UdpSocket};
-pub use stack::{Running, Stack};
+pub use iface::{Interface, Tunnel};
+pub use setup::Running;
+pub use shared::Stack;
+pub use socket::{GSO_MAX_SEGMENTS, SocketBuilder, UdpSocket};
 pub use stats::{Counter, Counters};
-pub use worker::LcoreCtx;
+pub use time::Instant;
+
+/// What spate's own benchmarks and property tests reach inside the stack:
+/// a fixed list, behind the `internals` feature. Not part of the API.
+#[cfg(feature = "internals")]
+#[doc(hidden)]
+pub mod internals {
+    pub use crate::ip_id::{BUCKETS, FRESH, IDLE_STEP_MAX, IpIdGen, LEASE};
+    pub use crate::lookup::{Binding, Family, FlowKey, SocketTable};
+    pub use crate::rx_queue::{Refusal, RxQueue, Truesize, Wait};
+    pub use crate::wire::fixtures;
+}

@@ -9,6 +9,7 @@
 //! the XOR of the 32-bit key windows its set bits select. An IPv4 4-tuple
 //! is 12 table loads, an IPv6 one 36.
 
+#[cfg(test)]
 use std::net::{Ipv4Addr, Ipv6Addr};
 
 /// The key of Microsoft's RSS verification suite, which many NICs and
@@ -65,6 +66,7 @@ impl Toeplitz {
     /// The hash of an IPv4 flow: source, destination, and with `ports`
     /// the source and destination ports (RSS's "IPv4 with TCP/UDP").
     #[inline]
+    #[cfg(test)]
     pub fn v4(&self, src: Ipv4Addr, dst: Ipv4Addr, ports: Option<(u16, u16)>) -> u32 {
         let mut input = [0u8; 12];
         input[..4].copy_from_slice(&src.octets());
@@ -81,6 +83,7 @@ impl Toeplitz {
 
     /// The hash of an IPv6 flow, as [`Toeplitz::v4`].
     #[inline]
+    #[cfg(test)]
     pub fn v6(&self, src: &Ipv6Addr, dst: &Ipv6Addr, ports: Option<(u16, u16)>) -> u32 {
         let mut input = [0u8; MAX_INPUT];
         input[..16].copy_from_slice(&src.octets());
@@ -118,6 +121,47 @@ impl Reta {
     #[inline]
     pub fn lcore(&self, hash: u32) -> usize {
         self.entries[hash as usize % RETA_SIZE] as usize
+    }
+}
+
+/// Writes the bytes that decide a frame's lcore into `key` and returns
+/// how many: a UDP datagram's addresses and ports (the input of a NIC's
+/// 4-tuple hash), a fragment's addresses and ID (IPv4 also the protocol).
+/// `None` for frames that are no flow's (ARP, ICMP, other protocols, IPv6
+/// with extension headers before UDP): they stay where they arrive.
+pub fn flow_input(frame: &[u8], key: &mut [u8; 36]) -> Option<usize> {
+    let ethertype = u16::from_be_bytes(frame.get(12..14)?.try_into().ok()?);
+    let (ethertype, l3) = if ethertype == 0x8100 {
+        (u16::from_be_bytes(frame.get(16..18)?.try_into().ok()?), 18)
+    } else {
+        (ethertype, 14)
+    };
+    let ip = frame.get(l3..)?;
+    match ethertype {
+        0x0800 if ip.len() >= 20 => {
+            let ihl = (ip[0] & 0x0f) as usize * 4;
+            key[..8].copy_from_slice(&ip[12..20]);
+            if u16::from_be_bytes([ip[6], ip[7]]) & 0x3fff != 0 {
+                key[8..10].copy_from_slice(&ip[4..6]);
+                key[10] = ip[9];
+                return Some(11);
+            }
+            if ip[9] != 17 || ihl < 20 {
+                return None;
+            }
+            key[8..12].copy_from_slice(ip.get(ihl..ihl + 4)?);
+            Some(12)
+        }
+        0x86dd if ip.len() >= 48 => {
+            key[..32].copy_from_slice(&ip[8..40]);
+            match ip[6] {
+                17 => key[32..36].copy_from_slice(&ip[40..44]),
+                44 => key[32..36].copy_from_slice(&ip[44..48]),
+                _ => return None,
+            }
+            Some(36)
+        }
+        _ => None,
     }
 }
 

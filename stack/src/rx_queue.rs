@@ -497,11 +497,6 @@ impl<T: Truesize> RxQueue<T> {
         self.waiters.cv.notify_all();
     }
 
-    /// Whether it is closed.
-    pub fn is_closed(&self) -> bool {
-        self.closed.load(Ordering::Acquire)
-    }
-
     /// The limit.
     pub fn rcvbuf(&self) -> usize {
         self.rcvbuf.load(Ordering::Relaxed)
@@ -513,6 +508,7 @@ impl<T: Truesize> RxQueue<T> {
     }
 
     /// Drops counted by producer `p`.
+    #[cfg_attr(not(feature = "internals"), allow(dead_code))]
     pub fn drops(&self, p: usize) -> u64 {
         self.producers[p].drops.load(Ordering::Relaxed)
     }
@@ -520,11 +516,6 @@ impl<T: Truesize> RxQueue<T> {
     /// All drops.
     pub fn total_drops(&self) -> u64 {
         self.producers.iter().map(|p| p.drops.load(Ordering::Relaxed)).sum()
-    }
-
-    /// Number of producer lists.
-    pub fn producers(&self) -> usize {
-        self.producers.len()
     }
 }
 

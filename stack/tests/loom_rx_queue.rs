@@ -12,7 +12,7 @@
 
 use loom::sync::Arc;
 use loom::thread;
-use spate_stack::rx_queue::{Refusal, RxQueue, Truesize, Wait};
+use spate_stack::internals::{Refusal, RxQueue, Truesize, Wait};
 
 #[derive(Debug, PartialEq, Eq)]
 struct Item {

@@ -12,7 +12,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use clap::Parser;
-use spate_stack::{DatagramBatch, LcoreCtx, Stack, UdpSocket};
+use spate::{DatagramBatch, LcoreCtx, Stack, UdpSocket};
 
 use crate::cli::{self, StackArgs};
 use crate::flood::{bits, bytes};
@@ -72,7 +72,7 @@ fn parse_rate(s: &str) -> Result<u64, String> {
 /// Runs spate-iperf; returns the process exit code.
 pub fn main(args: IperfArgs) -> i32 {
     cli::init_logging();
-    if let Err(e) = spate_dpdk::signal::install_stop_handlers() {
+    if let Err(e) = spate::dpdk::signal::install_stop_handlers() {
         eprintln!("spate-iperf: cannot install signal handlers: {e}");
         return 1;
     }
@@ -224,7 +224,7 @@ fn client(args: &IperfArgs, host: IpAddr) -> Result<(), Box<dyn std::error::Erro
     let (len, time, port, rate) = (args.len, args.time, args.port, args.bandwidth);
     let (st, d) = (stack.clone(), done.clone());
     let sender = std::thread::spawn(move || -> Result<(), String> {
-        let _ = spate_dpdk::lcore::unpin_current_thread();
+        let _ = spate::dpdk::lcore::unpin_current_thread();
         let outcome = run_client(&sock, len, time, port, rate, ipg);
         d.store(true, Ordering::Release);
         st.stop();

@@ -46,7 +46,7 @@ pub struct Plan {
 /// headers, a multiple of 8, and no more than an mbuf holds.
 fn chunk(plan: &Plan, data_room: usize) -> usize {
     let headers = if plan.dst.is_ipv4() { ipv4::HEADER_LEN } else { ipv6::HEADER_LEN + ipv6::FRAGMENT_HEADER_LEN };
-    let room = data_room.saturating_sub(crate::pipeline::tx::MAX_HEADERS);
+    let room = data_room.saturating_sub(crate::hdr::MAX_HEADERS);
     (plan.mtu.saturating_sub(headers).min(room)) & !7
 }
 

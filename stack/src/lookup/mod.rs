@@ -31,8 +31,9 @@ use std::net::SocketAddr;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
-pub use reuseport::{Group, reciprocal_scale};
-pub use score::{FlowKey, Matcher, compute_score, fold_mul, hash_addr_port, hash_tuple, ip_key};
+#[cfg(test)]
+use score::compute_score;
+pub use score::{FlowKey, ip_key};
 pub use table::Snapshot;
 
 /// Address family of a socket.

@@ -121,12 +121,6 @@ impl Matcher {
         }
     }
 
-    /// Whether the binding is connected.
-    #[inline]
-    pub fn connected(&self) -> bool {
-        self.connected
-    }
-
     /// Whether a connected binding's 4-tuple is exactly the datagram's
     /// (Linux's `inet_match`), and the device fits.
     #[inline]

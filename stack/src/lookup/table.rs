@@ -346,19 +346,4 @@ impl<S> Snapshot<S> {
     pub fn get(&self, index: u32) -> &Binding<S> {
         &self.bindings[index as usize]
     }
-
-    /// Every binding on `port`.
-    pub fn on_port(&self, port: u16) -> impl Iterator<Item = &Binding<S>> {
-        self.bindings.iter().filter(move |b| b.local.port() == port)
-    }
-
-    /// Number of bindings.
-    pub fn len(&self) -> usize {
-        self.bindings.len()
-    }
-
-    /// Whether the table is empty.
-    pub fn is_empty(&self) -> bool {
-        self.bindings.is_empty()
-    }
 }

@@ -269,21 +269,15 @@ impl<P> NeighTable<P> {
     }
 
     /// Whether the table is empty.
+    #[cfg(test)]
     pub fn is_empty(&self) -> bool {
         self.len() == 0
     }
 
     /// The MAC recorded for `key`, in any state but INCOMPLETE.
+    #[cfg(test)]
     pub fn peek(&self, key: Key) -> Option<MacAddr> {
         self.lock().get(&key).filter(|e| !matches!(e.state, State::Incomplete { .. })).map(|e| e.mac)
-    }
-
-    /// Removes everything, returning queued packets (at shutdown).
-    pub fn drain(&self) -> Vec<P> {
-        let mut t = self.lock();
-        let out = t.drain().flat_map(|(_, e)| e.pending).collect();
-        self.bump();
-        out
     }
 
     fn evict_one(t: &mut HashMap<Key, Entry<P>>) {

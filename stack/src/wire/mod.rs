@@ -15,6 +15,8 @@ pub mod ipv4;
 pub mod ipv6;
 pub mod udp;
 
+#[cfg(any(test, feature = "internals"))]
+#[doc(hidden)]
 pub mod fixtures;
 #[cfg(test)]
 mod proptests;

@@ -1,5 +1,7 @@
-//! The stack: ports, addresses, tables and the polling lcores, built from
-//! a [`StackConfig`].
+//! Setup: building a [`Stack`] from a [`StackConfig`] (the EAL, the pool,
+//! the ports and their queues, interfaces, routes, tunnels and the tables),
+//! its accessors, and running it ([`run`]). The only layer that sees both
+//! the engine and the sockets.
 
 use std::net::IpAddr;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
@@ -15,14 +17,17 @@ use crate::iface::Interface;
 use crate::ip_id::IpIdGen;
 use crate::lookup::SocketTable;
 use crate::neigh::NeighTable;
-use crate::pipeline::steer::{Lanes, Steering};
-use crate::pipeline::tx::TxPacket;
-use crate::route::{Route, Routes};
-use crate::socket::SocketCore;
+use crate::route::Routes;
+use crate::shared::{Lanes, LcoreLoad, Shared, Stack, Steering, WorkerQueues};
 use crate::stats::{Counters, StatsRegistry};
 use crate::time::Clock;
 use crate::wire::MacAddr;
-use crate::worker::{LcoreCtx, LcoreLoad, Worker, WorkerQueues};
+
+mod ports;
+pub(crate) mod run;
+mod tunnels;
+
+pub use run::Running;
 
 /// Packets an application thread may queue for one lcore.
 const INBOX: usize = 8192;
@@ -31,146 +36,6 @@ const INBOX: usize = 8192;
 /// mbufs an application still holds point into its memory.
 static STACK_EAL: OnceLock<Eal> = OnceLock::new();
 static NEXT_STACK: AtomicU64 = AtomicU64::new(1);
-
-/// State shared by the lcores and the sockets.
-#[derive(Debug)]
-pub(crate) struct Shared {
-    pub id: u64,
-    pub cfg: StackConfig,
-    pub ifaces: Vec<Interface>,
-    pub routes: Routes,
-    pub neigh: NeighTable<TxPacket>,
-    pub sockets: SocketTable<Arc<SocketCore>>,
-    pub ip_id: IpIdGen,
-    pub stats: StatsRegistry,
-    pub load: Box<[CachePadded<LcoreLoad>]>,
-    pub inbox: Box<[CachePadded<ArrayQueue<TxPacket>>]>,
-    pub workers: usize,
-    pub lcores: Vec<u32>,
-    pub clock: Clock,
-    pub next_socket_id: AtomicU64,
-    pub next_tx_worker: AtomicUsize,
-    /// Sockets with UDP GRO on and registered tunnels: while zero, the
-    /// lcores skip the GRO stage (one load per burst).
-    pub gro_users: CachePadded<AtomicUsize>,
-    /// Path MTUs learnt from ICMP.
-    pub pmtu: crate::frag::pmtu::PathMtu,
-    /// Per port id: its interface (ports are few; DPDK numbers them from 0).
-    port_iface: Vec<u16>,
-    /// Per interface: whether its frames are steered in software.
-    steered: Vec<bool>,
-    /// Per interface: its TX queues (lcore `i` uses queue `i % n`; only the
-    /// first `n` lcores own one).
-    tx_queues: Vec<usize>,
-    stop: AtomicBool,
-    running: AtomicBool,
-    rng: Mutex<u64>,
-    queues: Mutex<Vec<Option<WorkerQueues>>>,
-    ports: Vec<Port>,
-    // Last: queued packets above must go back to the pool first.
-    pub pool: Arc<Mempool>,
-}
-
-/// A `net_virtio_user` port in server mode binds its `path`; a socket file
-/// left there by an earlier run that nobody listens on any more would make
-/// the bind fail ("Address already in use"): remove it.
-fn remove_stale_vhost_socket(device: &str) {
-    if !device.starts_with("net_virtio_user") {
-        return;
-    }
-    let args: Vec<&str> = device.split(',').skip(1).collect();
-    let server = args.contains(&"server=1");
-    let Some(path) = args.iter().find_map(|a| a.strip_prefix("path=")) else { return };
-    use std::os::unix::fs::FileTypeExt;
-    let is_socket = std::fs::symlink_metadata(path).is_ok_and(|m| m.file_type().is_socket());
-    if server && is_socket {
-        if let Err(e) = std::os::unix::net::UnixStream::connect(path) {
-            if e.kind() == std::io::ErrorKind::ConnectionRefused {
-                log::info!("spate: removing the stale vhost-user socket {path} (nobody listens on it)");
-                let _ = std::fs::remove_file(path);
-            }
-        }
-    }
-}
-
-impl Shared {
-    /// Logs ports whose link went down or came up since the last call
-    /// (`seen`: the link-change counts last looked at).
-    pub fn log_link_changes(&self, seen: &mut Vec<u64>) {
-        seen.resize(self.ports.len(), 0);
-        for (i, port) in self.ports.iter().enumerate() {
-            let n = port.link_changes();
-            if n != seen[i] {
-                seen[i] = n;
-                let up = port.link_up_by_interrupt();
-                log::warn!("spate: port {} link {}", port.name(), if up { "up" } else { "down" });
-            }
-        }
-    }
-
-    /// The interface of a port id.
-    #[inline]
-    pub fn iface_of_port(&self, port: u16) -> u16 {
-        self.port_iface.get(port as usize).copied().unwrap_or(0)
-    }
-
-    /// Whether the interface's frames are steered in software.
-    #[inline]
-    pub fn iface_steered(&self, iface: u16) -> bool {
-        self.steered.get(iface as usize).copied().unwrap_or(false)
-    }
-
-    /// Whether the port's frames are steered in software.
-    #[inline]
-    pub fn port_steered(&self, port: u16) -> bool {
-        self.iface_steered(self.iface_of_port(port))
-    }
-
-    /// The lcore that transmits for lcore `idx` on interface `iface`.
-    #[inline]
-    pub fn tx_owner(&self, iface: usize, idx: usize) -> usize {
-        idx % self.tx_queues.get(iface).copied().unwrap_or(1).max(1)
-    }
-
-    /// Whether `ip` is one of our addresses.
-    pub fn is_local(&self, ip: &IpAddr) -> bool {
-        self.ifaces.iter().any(|i| match ip {
-            IpAddr::V4(a) => i.has_ipv4(*a),
-            IpAddr::V6(a) => i.has_ipv6(a),
-        })
-    }
-
-    /// The route to `dst`.
-    #[inline]
-    pub fn route(&self, dst: &IpAddr, src: Option<&IpAddr>) -> Option<Route> {
-        let mut r = self.routes.lookup(&self.ifaces, dst, src)?;
-        if let Some(mtu) = self.pmtu.get(dst) {
-            r.mtu = r.mtu.min(mtu);
-        }
-        Some(r)
-    }
-
-    /// Whether the lcores should stop.
-    #[inline]
-    pub fn should_stop(&self) -> bool {
-        self.stop.load(Ordering::Relaxed) || (self.cfg.stop_on_signal && spate_dpdk::signal::stop_requested())
-    }
-
-    /// Whether lcores are polling.
-    pub fn is_running(&self) -> bool {
-        self.running.load(Ordering::Acquire)
-    }
-
-    /// A random number (xorshift over a seed from the OS, or from
-    /// `StackConfig::hash_seed`).
-    pub fn random_u32(&self) -> u32 {
-        let mut s = self.rng.lock().unwrap_or_else(|p| p.into_inner());
-        *s ^= *s << 13;
-        *s ^= *s >> 7;
-        *s ^= *s << 17;
-        (*s >> 16) as u32
-    }
-}
 
 /// Where the keyed hashes' secrets come from: the OS, or a seed
 /// (`StackConfig::hash_seed`) stretched with splitmix64.
@@ -204,45 +69,6 @@ fn os_random() -> u64 {
     let t =
         std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_nanos() as u64).unwrap_or(1);
     t ^ (std::process::id() as u64) << 32 | 1
-}
-
-/// A UDP/IP stack on DPDK ports. Cheap to clone (a handle).
-#[derive(Debug, Clone)]
-pub struct Stack {
-    pub(crate) shared: Arc<Shared>,
-}
-
-/// A stack polling on worker lcores in the background (from [`Stack::spawn`]).
-#[derive(Debug)]
-pub struct Running {
-    stack: Stack,
-    joins: Vec<lcore::LcoreJoin>,
-}
-
-impl Running {
-    /// Stops the lcores and waits for them.
-    pub fn stop(mut self) {
-        self.halt();
-    }
-
-    fn halt(&mut self) {
-        self.stack.shared.stop.store(true, Ordering::SeqCst);
-        for j in self.joins.drain(..) {
-            j.join();
-        }
-        self.stack.shared.running.store(false, Ordering::Release);
-    }
-
-    /// The stack.
-    pub fn stack(&self) -> &Stack {
-        &self.stack
-    }
-}
-
-impl Drop for Running {
-    fn drop(&mut self) {
-        self.halt();
-    }
 }
 
 impl Stack {
@@ -299,7 +125,7 @@ impl Stack {
         // write to its socket raise SIGPIPE, which would end the process.
         spate_dpdk::signal::ignore_sigpipe();
         for (index, spec) in cfg.ports.iter().enumerate() {
-            remove_stale_vhost_socket(&spec.device);
+            ports::remove_stale_vhost_socket(&spec.device);
             let mut port = if spec.is_pci() {
                 Port::open(spec.device.split(',').next().unwrap_or(""))?
             } else {
@@ -309,7 +135,7 @@ impl Stack {
                 }
             };
             let info = port.info().clone();
-            let plan = crate::pipeline::steer::plan_port(cfg.rss, workers, &info, &spec.device)?;
+            let plan = ports::plan_port(cfg.rss, workers, &info, &spec.device)?;
             let pc = PortConfig {
                 rx_queues: plan.rx_queues,
                 tx_queues: plan.tx_queues,
@@ -385,7 +211,7 @@ impl Stack {
         let mut secrets = Secrets::new(cfg.hash_seed);
         let outer_routes = Routes::new(&ifaces, &cfg.gateways);
         for spec in &cfg.vxlan {
-            ifaces.push(crate::pipeline::vxlan::inner_interface(spec, ifaces.len() as u16, &ifaces, &outer_routes)?);
+            ifaces.push(tunnels::inner_interface(spec, ifaces.len() as u16, &ifaces, &outer_routes)?);
         }
         let routes = Routes::new(&ifaces, &cfg.gateways);
         if workers > 1 {
@@ -431,7 +257,7 @@ impl Stack {
             cfg,
             pool,
         };
-        crate::pipeline::vxlan::register_endpoints(&shared)?;
+        tunnels::register_endpoints(&shared)?;
         Ok(Stack { shared: Arc::new(shared) })
     }
 
@@ -517,122 +343,5 @@ impl Stack {
     /// Whether lcores are polling.
     pub fn is_running(&self) -> bool {
         self.shared.is_running()
-    }
-
-    fn take_queues(&self) -> Result<Vec<WorkerQueues>> {
-        let mut q = self.shared.queues.lock().unwrap_or_else(|p| p.into_inner());
-        if q.iter().any(Option::is_none) || self.shared.running.swap(true, Ordering::AcqRel) {
-            return Err(Error::State("the stack is already running".into()));
-        }
-        self.shared.stop.store(false, Ordering::SeqCst);
-        Ok(q.iter_mut().map(|x| x.take().expect("checked")).collect())
-    }
-
-    fn give_back(&self, idx: usize, q: WorkerQueues) {
-        self.shared.queues.lock().unwrap_or_else(|p| p.into_inner())[idx] = Some(q);
-    }
-
-    /// Polls on every lcore of the stack until [`stop`](Self::stop) or a
-    /// signal. `app(index)` is called on each lcore to make its callback,
-    /// which then runs once per loop iteration (run-to-completion). The
-    /// calling thread must be the EAL main lcore if that is one of the
-    /// stack's lcores; it polls as that lcore.
-    pub fn run<F, H>(&self, app: F) -> Result<()>
-    where
-        F: Fn(usize) -> H + Send + Sync + 'static,
-        H: FnMut(&mut LcoreCtx<'_>) + 'static,
-    {
-        let here = lcore::current();
-        let main = lcore::main_lcore();
-        if self.shared.lcores.contains(&main) && here != Some(main) {
-            return Err(Error::State(format!(
-                "lcore {main} is the EAL main lcore: call run() on the thread that started the EAL"
-            )));
-        }
-        let app = Arc::new(app);
-        let mut queues = self.take_queues()?;
-        let mut joins = Vec::new();
-        let mut local = None;
-        for (idx, q) in queues.drain(..).enumerate() {
-            let l = self.shared.lcores[idx];
-            if Some(l) == here {
-                local = Some((idx, l, q));
-                continue;
-            }
-            match self.launch(idx, l, q, app.clone()) {
-                Ok(j) => joins.push(j),
-                Err(e) => {
-                    self.stop();
-                    for j in joins {
-                        j.join();
-                    }
-                    self.shared.running.store(false, Ordering::Release);
-                    return Err(e);
-                }
-            }
-        }
-        if let Some((idx, l, q)) = local {
-            let mut w = Worker::new(idx, l, self, q);
-            let mut h = app(idx);
-            w.run(&mut h);
-            self.give_back(idx, w.into_queues());
-            // This lcore stopped (a signal, `stop`): the others follow.
-            self.stop();
-        }
-        // Without a local lcore the calling thread waits here until the
-        // lcores stop on their own (a signal, `stop` from another thread).
-        for j in joins {
-            j.join();
-        }
-        self.shared.running.store(false, Ordering::Release);
-        Ok(())
-    }
-
-    /// Polls on the stack's lcores in the background (none of them may be
-    /// the calling thread's); application threads use sockets meanwhile.
-    pub fn spawn<F, H>(&self, app: F) -> Result<Running>
-    where
-        F: Fn(usize) -> H + Send + Sync + 'static,
-        H: FnMut(&mut LcoreCtx<'_>) + 'static,
-    {
-        let here = lcore::current();
-        if let Some(l) = self.shared.lcores.iter().find(|l| Some(**l) == here || **l == lcore::main_lcore()) {
-            return Err(Error::State(format!("lcore {l} is the calling thread's or the EAL main lcore: use run()")));
-        }
-        let app = Arc::new(app);
-        let mut queues = self.take_queues()?;
-        let mut joins = Vec::new();
-        for (idx, q) in queues.drain(..).enumerate() {
-            match self.launch(idx, self.shared.lcores[idx], q, app.clone()) {
-                Ok(j) => joins.push(j),
-                Err(e) => {
-                    drop(Running { stack: self.clone(), joins });
-                    return Err(e);
-                }
-            }
-        }
-        Ok(Running { stack: self.clone(), joins })
-    }
-
-    /// Polls in the background with no application callback (thread mode).
-    pub fn spawn_polling(&self) -> Result<Running> {
-        self.spawn(|_| |_: &mut LcoreCtx<'_>| {})
-    }
-
-    fn launch<F, H>(&self, idx: usize, l: u32, q: WorkerQueues, app: Arc<F>) -> Result<lcore::LcoreJoin>
-    where
-        F: Fn(usize) -> H + Send + Sync + 'static,
-        H: FnMut(&mut LcoreCtx<'_>) + 'static,
-    {
-        let stack = self.clone();
-        let job = lcore::launch(l, move || {
-            let mut w = Worker::new(idx, l, &stack, q);
-            let mut h = app(idx);
-            w.run(&mut h);
-            let q = w.into_queues();
-            stack.give_back(idx, q);
-            0
-        });
-        job.map_err(Error::from)
     }
 }

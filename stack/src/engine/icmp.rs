@@ -9,13 +9,13 @@ use std::sync::atomic::Ordering;
 
 use spate_dpdk::Mbuf;
 
+use super::Worker;
 use crate::iface::Interface;
 use crate::lookup::FlowKey;
 use crate::neigh::nd;
-use crate::pipeline::tx::TxPacket;
+use crate::shared::TxPacket;
 use crate::stats::Counter;
 use crate::wire::{checksum, get_u16, icmpv4, icmpv6, ip_proto, ipv4, ipv6, set_u16};
-use crate::worker::Worker;
 
 /// Most bytes of an ICMPv4 error (RFC 1812: 576).
 const ICMP4_ERROR_MAX: usize = 576;

@@ -4,15 +4,15 @@ use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 
 use spate_dpdk::{Mbuf, RxChecksum};
 
+use super::Worker;
+use super::gro::Flow;
 use crate::datagram::{Datagram, header_span};
 use crate::frag::reassembly;
 use crate::iface::Interface;
 use crate::lookup::{Family, FlowKey, ip_key};
 use crate::neigh;
-use crate::pipeline::gro::Flow;
 use crate::stats::Counter;
 use crate::wire::{WireError, arp, checksum, ethernet, ip_proto, ipv4, ipv6, udp};
-use crate::worker::Worker;
 
 /// Counters of one IP family's UDP.
 struct UdpCounters {

@@ -10,12 +10,12 @@ use std::net::IpAddr;
 
 use spate_dpdk::{Burst, Mbuf};
 
+use super::rx::UdpInFrame;
 use crate::datagram::{Datagram, header_span};
-use crate::pipeline::rx::UdpInFrame;
 use crate::wire::udp;
 
+use super::Worker;
 use crate::stats::Counter;
-use crate::worker::Worker;
 
 /// Segments in one coalesced datagram at most (Linux's `UDP_GRO` limit).
 pub const MAX_SEGMENTS: u16 = 64;

@@ -1,0 +1,155 @@
+//! The per-queue burst handles the datapath polls, and draining RX queues
+//! before a port stops.
+
+use std::sync::Arc;
+
+use super::{Port, PortShared};
+use crate::burst::Burst;
+use crate::error::Result;
+use crate::sys;
+
+/// The handle to one RX queue: owned by the lcore that polls it.
+#[derive(Debug)]
+pub struct RxQueue {
+    port: u16,
+    queue: u16,
+    shared: Arc<PortShared>,
+}
+
+impl RxQueue {
+    /// Receives into the free slots of `burst`; returns how many arrived.
+    #[inline]
+    pub fn rx_burst<const N: usize>(&mut self, burst: &mut Burst<N>) -> usize {
+        let spare = burst.spare();
+        if spare == 0 {
+            return 0;
+        }
+        // SAFETY: the spare slots take up to `spare` mbuf pointers; DPDK
+        // hands over ownership of the `got` it writes.
+        unsafe {
+            let got = sys::spate_rx_burst(self.port, self.queue, burst.spare_ptr(), spare as u16) as usize;
+            burst.set_len(burst.len() + got);
+            got
+        }
+    }
+
+    /// The port id.
+    pub fn port_id(&self) -> u16 {
+        self.port
+    }
+
+    /// The queue index.
+    pub fn queue_id(&self) -> u16 {
+        self.queue
+    }
+}
+
+impl Drop for RxQueue {
+    fn drop(&mut self) {
+        if let Ok(mut s) = self.shared.state.lock() {
+            if let Some(t) = s.rx_taken.get_mut(self.queue as usize) {
+                *t = false;
+            }
+        }
+    }
+}
+
+/// The handle to one TX queue: owned by the lcore that sends on it.
+#[derive(Debug)]
+pub struct TxQueue {
+    port: u16,
+    queue: u16,
+    shared: Arc<PortShared>,
+}
+
+impl TxQueue {
+    /// Sends from the front of `burst`; the mbufs the device did not take
+    /// stay in `burst`, in order. Returns how many were sent.
+    #[inline]
+    pub fn tx_burst<const N: usize>(&mut self, burst: &mut Burst<N>) -> usize {
+        let len = burst.len();
+        if len == 0 {
+            return 0;
+        }
+        // SAFETY: the first `len` slots hold owned mbufs; DPDK takes the
+        // first `sent` of them.
+        unsafe {
+            let sent = sys::spate_tx_burst(self.port, self.queue, burst.as_raw_ptr(), len as u16) as usize;
+            burst.consume_front(sent);
+            sent
+        }
+    }
+
+    /// The port id.
+    pub fn port_id(&self) -> u16 {
+        self.port
+    }
+
+    /// The queue index.
+    pub fn queue_id(&self) -> u16 {
+        self.queue
+    }
+}
+
+impl Drop for TxQueue {
+    fn drop(&mut self) {
+        if let Ok(mut s) = self.shared.state.lock() {
+            if let Some(t) = s.tx_taken.get_mut(self.queue as usize) {
+                *t = false;
+            }
+        }
+    }
+}
+
+impl Port {
+    /// The handle for RX queue `queue`; one handle per queue at a time.
+    pub fn rx_queue(&self, queue: u16) -> Result<RxQueue> {
+        self.take_queue(queue, true)?;
+        Ok(RxQueue { port: self.id(), queue, shared: self.shared.clone() })
+    }
+
+    /// The handle for TX queue `queue`; one handle per queue at a time.
+    pub fn tx_queue(&self, queue: u16) -> Result<TxQueue> {
+        self.take_queue(queue, false)?;
+        Ok(TxQueue { port: self.id(), queue, shared: self.shared.clone() })
+    }
+
+    fn take_queue(&self, queue: u16, rx: bool) -> Result<()> {
+        let mut state = self.shared.state.lock().expect("port state lock");
+        let kind = if rx { "RX" } else { "TX" };
+        let slots = if rx { &mut state.rx_taken } else { &mut state.tx_taken };
+        match slots.get_mut(queue as usize) {
+            None => Err(self.unsupported(format!("{kind} queue {queue} does not exist (configure the port first)"))),
+            Some(true) => Err(self.unsupported(format!("{kind} queue {queue} already has a handle"))),
+            Some(taken) => {
+                *taken = true;
+                Ok(())
+            }
+        }
+    }
+}
+
+/// Frees what still waits in the RX queues of a started port before it
+/// stops: software devices such as net_ring keep queued mbufs across a stop
+/// and a close, and would leak them.
+pub(super) fn drain_rx(port: u16, queues: u16) {
+    const MOST: usize = 1 << 20;
+    let mut burst: Burst = Burst::new();
+    for queue in 0..queues {
+        let mut drained = 0;
+        while drained < MOST {
+            // SAFETY: the caller holds the only handle to the port, so no
+            // lcore polls these queues; the burst takes ownership.
+            let got = unsafe {
+                let got = sys::spate_rx_burst(port, queue, burst.spare_ptr(), burst.spare() as u16) as usize;
+                burst.set_len(got);
+                got
+            };
+            burst.clear();
+            if got == 0 {
+                break;
+            }
+            drained += got;
+        }
+    }
+}

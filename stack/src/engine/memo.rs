@@ -1,0 +1,87 @@
+//! What a polling lcore keeps to itself on the transmit side: a memo of
+//! the neighbours it resolved recently (no shared table read per packet)
+//! and the ICMP error rate limit.
+
+use std::net::IpAddr;
+
+use crate::time::Instant;
+use crate::wire::MacAddr;
+
+#[derive(Debug, Clone, Copy)]
+struct MemoSlot {
+    iface: u16,
+    ip: IpAddr,
+    mac: MacAddr,
+    until: Instant,
+}
+
+/// Reachable neighbours this lcore resolved recently.
+#[derive(Debug, Default)]
+pub(crate) struct NeighMemo {
+    slots: [Option<MemoSlot>; 16],
+    generation: u64,
+}
+
+impl NeighMemo {
+    fn slot(ip: &IpAddr) -> usize {
+        let b = match ip {
+            IpAddr::V4(a) => a.octets()[3] ^ a.octets()[2],
+            IpAddr::V6(a) => a.octets()[15] ^ a.octets()[14],
+        };
+        (b & 15) as usize
+    }
+
+    #[inline]
+    pub fn get(&self, iface: u16, ip: &IpAddr, now: Instant) -> Option<MacAddr> {
+        match self.slots[Self::slot(ip)] {
+            Some(s) if s.iface == iface && s.ip == *ip && now < s.until => Some(s.mac),
+            _ => None,
+        }
+    }
+
+    pub fn put(&mut self, iface: u16, ip: IpAddr, mac: MacAddr, until: Instant) {
+        self.slots[Self::slot(&ip)] = Some(MemoSlot { iface, ip, mac, until });
+    }
+
+    /// Forgets everything when the table's generation moved.
+    #[inline]
+    pub fn sync(&mut self, generation: u64) {
+        if generation != self.generation {
+            self.slots = [None; 16];
+            self.generation = generation;
+        }
+    }
+}
+
+/// ICMP error rate limit: a token bucket.
+#[derive(Debug)]
+pub(crate) struct RateLimit {
+    tokens: u64,
+    burst: u64,
+    per_sec: u64,
+    last: Instant,
+}
+
+impl RateLimit {
+    pub fn new(per_sec: u64, burst: u64) -> RateLimit {
+        RateLimit { tokens: burst, burst, per_sec, last: Instant(0) }
+    }
+
+    /// Takes a token if there is one.
+    pub fn allow(&mut self, now: Instant) -> bool {
+        if self.per_sec > 0 {
+            let elapsed = now.0.saturating_sub(self.last.0);
+            let new = elapsed as u128 * self.per_sec as u128 / 1_000_000_000;
+            if new > 0 {
+                self.tokens = (self.tokens + new as u64).min(self.burst);
+                self.last = now;
+            }
+        }
+        if self.tokens > 0 {
+            self.tokens -= 1;
+            true
+        } else {
+            false
+        }
+    }
+}

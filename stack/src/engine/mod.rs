@@ -1,0 +1,207 @@
+//! The engine: what a polling lcore runs. [`Worker`] is one lcore's
+//! state; the receive stages run over each burst in the design's order:
+//!
+//! 1. burst RX ([`poll`]): a burst from each RX queue, prefetched, steered
+//!    to its flow's lcore in software where the port cannot ([`steer`]);
+//! 2. classification and validation ([`rx`]): Ethernet, ARP, IPv4, IPv6,
+//!    fragments (reassembled before the lookup), ICMP ([`icmp`]), UDP;
+//!    every frame ends in exactly one `Rx` counter;
+//! 3. the GRO stage ([`gro`]), only while a tunnel or a GRO socket exists
+//!    (one load per burst decides), which also hands a tunnel's datagrams
+//!    to decapsulation ([`vxlan`]);
+//! 4. the socket lookup (in [`rx`], against the lcore's snapshot of the
+//!    socket table);
+//! 5. queueing ([`deliver`]): each socket's datagrams of the burst under
+//!    one lock.
+//!
+//! Transmit ([`tx`]) resolves neighbours through the lcore's [`memo`] and
+//! the shared table and sends bursts. The engine reaches the sockets only
+//! through the shared state ([`crate::shared`]), never their API.
+
+use std::sync::Arc;
+
+use spate_dpdk::{Burst, Mbuf, RxQueue, TxQueue};
+
+use crate::datagram::Datagram;
+use crate::frag::reassembly::{Limits, Reassembler};
+use crate::lookup::Snapshot;
+use crate::shared::{BURST, LOCAL_TX_CAPACITY, Shared, SocketCore, Stack, Steering, TxPacket, WorkerQueues};
+use crate::stats::{Counter, CounterBlock};
+use crate::time::Instant;
+
+mod deliver;
+mod gro;
+mod icmp;
+mod memo;
+mod poll;
+mod rx;
+mod steer;
+mod tx;
+pub(crate) mod vxlan;
+
+use memo::{NeighMemo, RateLimit};
+
+/// What the application's per-lcore callback sees.
+#[derive(Debug)]
+pub struct LcoreCtx<'a> {
+    index: usize,
+    lcore: u32,
+    now: Instant,
+    stack: &'a Stack,
+    ready: &'a [u64],
+}
+
+impl LcoreCtx<'_> {
+    /// This lcore's index among the stack's polling lcores (0-based).
+    pub fn index(&self) -> usize {
+        self.index
+    }
+
+    /// The EAL lcore id.
+    pub fn lcore_id(&self) -> u32 {
+        self.lcore
+    }
+
+    /// The stack's clock at the start of this loop iteration.
+    pub fn now(&self) -> Instant {
+        self.now
+    }
+
+    /// The stack.
+    pub fn stack(&self) -> &Stack {
+        self.stack
+    }
+
+    /// Ids ([`UdpSocket::id`](crate::UdpSocket::id)) of the sockets this
+    /// lcore queued datagrams to since the callback last ran: an
+    /// application with many sockets reads only these.
+    pub fn ready(&self) -> &[u64] {
+        self.ready
+    }
+}
+
+/// One polling lcore's state, private to the engine, by concern.
+pub(crate) struct Worker<'s> {
+    // Who it is.
+    idx: usize,
+    lcore: u32,
+    shared: &'s Shared,
+    stack: &'s Stack,
+    counters: &'s CounterBlock,
+
+    // The loop.
+    /// The stack's clock at the start of this loop iteration.
+    now: Instant,
+    next_timer: Instant,
+    idle_polls: u32,
+    /// Link-change counts of the ports last looked at (lcore 0 logs them).
+    link_seen: Vec<u64>,
+
+    // Receive: queues, the socket table's snapshot, the burst's staging.
+    rx: Vec<(u16, RxQueue)>,
+    snapshot: Arc<Snapshot<Arc<SocketCore>>>,
+    snap_gen: u64,
+    /// Datagrams found a socket during this burst: (binding index in the
+    /// snapshot, interface, IPv4?, datagram), queued together after it.
+    staged: Vec<(u32, u16, bool, Datagram)>,
+    scratch: Vec<Datagram>,
+    /// Sockets this lcore queued datagrams to since the application's
+    /// callback last ran.
+    ready: Vec<u64>,
+    /// IPv4 and IPv6 fragments waiting for the rest of their datagram.
+    reasm: Reassembler,
+
+    // The GRO stage and tunnels.
+    /// Whether this burst runs the GRO stage (a tunnel or a GRO socket
+    /// exists): read once per burst.
+    gro_active: bool,
+    /// Frames taken from the ports so far (a GRO train grows only from one
+    /// frame to the very next).
+    frame_no: u64,
+    /// The coalesced datagram this burst may still grow (UDP GRO).
+    train: gro::Train,
+    /// An inner frame a tunnel just decapsulated, for the receive loop.
+    decapsulated: Option<(u16, Mbuf)>,
+
+    // Transmit.
+    /// Per port: this lcore's TX queue, or none (it hands its frames to
+    /// the lcore owning one).
+    tx: Vec<Option<TxQueue>>,
+    txbuf: Vec<Burst<BURST>>,
+    /// What the application's callback sent on this lcore.
+    local: Vec<TxPacket>,
+    memo: NeighMemo,
+    icmp_limit: RateLimit,
+
+    // Several lcores.
+    /// Software RSS and the rings to the other lcores (several lcores).
+    steer: Option<Steering>,
+}
+
+impl<'s> Worker<'s> {
+    pub fn new(idx: usize, lcore: u32, stack: &'s Stack, queues: WorkerQueues) -> Worker<'s> {
+        let shared: &'s Shared = &stack.shared;
+        let n_ifaces = queues.tx.len();
+        let per_lcore = (shared.cfg.icmp_rate as u64 / shared.workers as u64).max(1);
+        Worker {
+            idx,
+            lcore,
+            shared,
+            stack,
+            rx: queues.rx,
+            tx: queues.tx,
+            steer: queues.steer,
+            link_seen: Vec::new(),
+            txbuf: (0..n_ifaces).map(|_| Burst::new()).collect(),
+            snapshot: shared.sockets.snapshot(),
+            snap_gen: shared.sockets.generation(),
+            memo: NeighMemo::default(),
+            icmp_limit: RateLimit::new(per_lcore, shared.cfg.icmp_burst as u64),
+            now: shared.clock.now(),
+            next_timer: Instant(0),
+            local: Vec::with_capacity(LOCAL_TX_CAPACITY),
+            idle_polls: 0,
+            counters: shared.stats.lcore(idx),
+            staged: Vec::with_capacity(BURST),
+            scratch: Vec::with_capacity(BURST),
+            ready: Vec::with_capacity(64),
+            gro_active: false,
+            frame_no: 0,
+            train: Default::default(),
+            decapsulated: None,
+            reasm: Reassembler::new(Limits {
+                high: shared.cfg.reassembly_high_bytes,
+                low: shared.cfg.reassembly_low_bytes,
+                timeout_ns: shared.cfg.reassembly_timeout_ms * 1_000_000,
+                max_datagrams: shared.cfg.reassembly_datagrams,
+            }),
+        }
+    }
+
+    /// Gives the queue handles back (when the loop ends).
+    pub fn into_queues(self) -> WorkerQueues {
+        WorkerQueues { rx: self.rx, tx: self.tx, steer: self.steer }
+    }
+
+    #[inline]
+    pub fn counters(&self) -> &'s CounterBlock {
+        self.counters
+    }
+
+    #[inline]
+    pub fn inc(&self, c: Counter) {
+        self.counters().inc_local(c);
+    }
+
+    #[inline]
+    pub fn add(&self, c: Counter, n: u64) {
+        self.counters().add_local(c, n);
+    }
+
+    /// Whether this burst runs the GRO stage; always false in the
+    /// no-gro-stage build, so the compiler drops the stage there.
+    #[inline(always)]
+    pub fn gro_stage(&self) -> bool {
+        !cfg!(feature = "no-gro-stage") && self.gro_active
+    }
+}

@@ -1,0 +1,208 @@
+//! The polling loop: one burst from every RX queue through the receive
+//! stages, the application's callback, what application threads queued,
+//! the transmit flush and the timers, until the stack stops.
+
+use std::sync::atomic::Ordering;
+
+use spate_dpdk::Burst;
+
+use super::{LcoreCtx, Worker};
+use crate::shared::{BURST, LOCAL_TX, LocalTx, TxPacket};
+use crate::stats::Counter;
+use crate::time::Instant;
+
+/// Packets taken from the inbox per loop iteration.
+const INBOX_BATCH: usize = 256;
+/// Timer period.
+const TIMER_NS: u64 = 10_000_000;
+/// Empty polls before an idle lcore starts sleeping (when configured to).
+const IDLE_POLLS: u32 = 256;
+
+impl Worker<'_> {
+    /// Runs until the stack stops, calling `app` once per iteration.
+    pub fn run(&mut self, app: &mut dyn FnMut(&mut LcoreCtx<'_>)) {
+        let load = &self.shared.load[self.idx];
+        if self.idx == 0 && self.shared.cfg.announce {
+            self.now = self.shared.clock.now();
+            self.announce();
+            self.flush_all();
+        }
+        loop {
+            let start = spate_dpdk::lcore::tsc();
+            self.now = self.shared.clock.at(start);
+            let mut work = self.poll_rx();
+            work += self.run_app(app);
+            work += self.drain_inbox();
+            self.flush_all();
+            if self.now.0 >= self.next_timer.0 {
+                self.timers();
+                self.next_timer = Instant(self.now.0 + TIMER_NS);
+            }
+            load.loops.store(load.loops.load(Ordering::Relaxed) + 1, Ordering::Relaxed);
+            if work > 0 {
+                let spent = spate_dpdk::lcore::tsc().wrapping_sub(start);
+                load.busy_cycles.store(load.busy_cycles.load(Ordering::Relaxed) + spent, Ordering::Relaxed);
+                self.idle_polls = 0;
+            } else {
+                self.idle_polls = self.idle_polls.saturating_add(1);
+                let sleep = self.shared.cfg.idle_sleep_us;
+                if sleep > 0 && self.idle_polls > IDLE_POLLS {
+                    std::thread::sleep(std::time::Duration::from_micros(sleep as u64));
+                }
+            }
+            if self.shared.should_stop() {
+                break;
+            }
+        }
+        self.flush_all();
+    }
+
+    /// One burst from every RX queue through the receive pipeline.
+    #[inline]
+    pub fn poll_rx(&mut self) -> usize {
+        let g = self.shared.sockets.generation();
+        if g != self.snap_gen {
+            self.snapshot = self.shared.sockets.snapshot();
+            self.snap_gen = g;
+        }
+        // After the snapshot: a tunnel or GRO socket in it was counted
+        // before it was published. The no-gro-stage build (the benchmark's
+        // baseline) has no stage at all.
+        self.gro_active = !cfg!(feature = "no-gro-stage") && self.shared.gro_users.load(Ordering::Acquire) != 0;
+        self.memo.sync(self.shared.neigh.generation());
+        let mut total = 0;
+        let mut burst: Burst<BURST> = Burst::new();
+        for q in 0..self.rx.len() {
+            let iface = self.rx[q].0;
+            let n = self.rx[q].1.rx_burst(&mut burst);
+            if n == 0 {
+                continue;
+            }
+            total += n;
+            self.add(Counter::RxFrames, n as u64);
+            // The device wrote these frames from another core: start all
+            // the cache misses now, so they overlap.
+            for m in burst.as_slice() {
+                m.prefetch_data();
+            }
+            if self.steer.is_some() && self.shared.iface_steered(iface) {
+                self.steer_burst(&mut burst);
+            }
+            self.rx_run(iface, &mut burst);
+        }
+        if self.steer.is_some() {
+            total += self.poll_steered();
+        }
+        total
+    }
+
+    /// A burst of one interface's frames through the receive pipeline.
+    #[inline]
+    pub(crate) fn rx_run(&mut self, iface: u16, burst: &mut Burst<BURST>) {
+        if self.gro_stage() {
+            self.rx_frames_gro(iface, burst);
+        } else {
+            for m in burst.drain() {
+                if let Some(outcome) = self.rx_frame::<false>(iface, m) {
+                    self.inc(outcome);
+                }
+            }
+        }
+        self.deliver_staged();
+    }
+
+    /// The burst's frames with the GRO stage: a tunnel's inner frame is its
+    /// outer frame's next step, and trains end with the burst.
+    #[inline(never)]
+    fn rx_frames_gro(&mut self, iface: u16, burst: &mut Burst<BURST>) {
+        for m in burst.drain() {
+            self.frame_no += 1;
+            let (mut ifc, mut m) = (iface, m);
+            loop {
+                if let Some(outcome) = self.rx_frame::<true>(ifc, m) {
+                    self.inc(outcome);
+                }
+                match self.decapsulated.take() {
+                    Some(inner) => (ifc, m) = inner,
+                    None => break,
+                }
+            }
+        }
+        self.gro_flush();
+    }
+
+    /// Calls the application and sends what it sent.
+    fn run_app(&mut self, app: &mut dyn FnMut(&mut LcoreCtx<'_>)) -> usize {
+        let queue = std::mem::take(&mut self.local);
+        LOCAL_TX.with(|l| *l.borrow_mut() = Some(LocalTx { stack_id: self.shared.id, queue }));
+        let mut ctx =
+            LcoreCtx { index: self.idx, lcore: self.lcore, now: self.now, stack: self.stack, ready: &self.ready };
+        app(&mut ctx);
+        self.ready.clear();
+        let mut queue = LOCAL_TX.with(|l| l.borrow_mut().take()).map(|l| l.queue).unwrap_or_default();
+        let n = queue.len();
+        for pkt in queue.drain(..) {
+            self.count_out(&pkt);
+            self.transmit(pkt);
+        }
+        self.local = queue;
+        n
+    }
+
+    /// Sends what application threads queued for this lcore.
+    fn drain_inbox(&mut self) -> usize {
+        let inbox = &self.shared.inbox[self.idx];
+        let mut n = 0;
+        while n < INBOX_BATCH {
+            let Some(pkt) = inbox.pop() else { break };
+            self.count_out(&pkt);
+            self.transmit(pkt);
+            n += 1;
+        }
+        n
+    }
+
+    #[inline]
+    fn count_out(&self, pkt: &TxPacket) {
+        if !pkt.datagram {
+            return;
+        }
+        self.inc(if pkt.next_hop.is_ipv4() { Counter::UdpOutDatagrams } else { Counter::Udp6OutDatagrams });
+    }
+
+    fn timers(&mut self) {
+        if self.reasm.pending() > 0 {
+            self.reasm.expire(self.now);
+            self.count_reasm_drops();
+        }
+        if self.idx != 0 {
+            return;
+        }
+        self.shared.pmtu.prune();
+        self.shared.log_link_changes(&mut self.link_seen);
+        let expired = self.shared.neigh.poll(self.now);
+        self.add(Counter::NeighFailed, expired.failed);
+        self.add(Counter::NeighQueueDrops, expired.dropped.len() as u64);
+        drop(expired.dropped);
+        for s in expired.solicits {
+            self.solicit(s);
+        }
+    }
+}
+
+impl Worker<'_> {
+    /// Counts what reassembly dropped, and publishes what it holds.
+    pub(crate) fn count_reasm_drops(&mut self) {
+        let [v4, v6] = self.reasm.take_drops();
+        self.add(Counter::IpReasmFails, v4.failed + v4.evicted + v4.timed_out);
+        self.add(Counter::IpReasmTimeout, v4.timed_out);
+        self.add(Counter::Ip6ReasmFails, v6.failed + v6.evicted + v6.timed_out);
+        self.add(Counter::Ip6ReasmTimeout, v6.timed_out);
+        let held = self.reasm.bytes() as u64;
+        let load = &self.shared.load[self.idx];
+        load.reasm_bytes.store(held, Ordering::Relaxed);
+        if held > load.reasm_peak.load(Ordering::Relaxed) {
+            load.reasm_peak.store(held, Ordering::Relaxed);
+        }
+    }
+}

@@ -1,0 +1,155 @@
+//! Software RSS and the hand-offs between lcores.
+//!
+//! On a port in `sw` mode the lcores that poll the port's RX queues (one,
+//! on a port without RSS) hash each frame's flow as a NIC would (Toeplitz over the
+//! addresses and UDP ports, [`crate::rss`]): frames of its own flows it
+//! processes, the rest go to their owners over single-producer
+//! single-consumer rings, a burst per ring per poll. IP fragments carry no
+//! ports: they are steered by (source, destination, protocol, ID), so all
+//! fragments of a datagram meet on one lcore, which reassembles it and
+//! hands the whole datagram to the lcore owning its flow. Frames that are
+//! neither UDP nor fragments (ARP, ICMP) are processed where they arrive.
+//!
+//! Where a port has fewer TX queues than lcores, an lcore without a queue
+//! hands its frames to the lcore owning one, over the same kind of ring.
+
+use spate_dpdk::{Burst, Mbuf};
+
+use super::Worker;
+use crate::shared::{BURST, Lanes, Steering};
+use crate::stats::Counter;
+
+impl Worker<'_> {
+    /// Moves the frames of other lcores' flows out of `burst` (keeping the
+    /// order of the rest) and sends them on.
+    pub(crate) fn steer_burst(&mut self, burst: &mut Burst<BURST>) {
+        let Some(s) = self.steer.as_mut() else { return };
+        let me = self.idx;
+        let mut keep: Burst<BURST> = Burst::new();
+        for m in burst.drain() {
+            match s.owner(m.data()) {
+                Some(o) if o != me => {
+                    let _ = s.frames.out[o].push(m);
+                }
+                _ => {
+                    let _ = keep.push(m);
+                }
+            }
+        }
+        *burst = keep;
+        let (sent, dropped) = s.frames.flush();
+        self.add(Counter::SteerFrames, sent);
+        self.add(Counter::RxSteerDropped, dropped);
+    }
+
+    /// What waits on ring `r` of one kind of hand-off, into `burst`.
+    fn handed(&mut self, kind: fn(&mut Steering) -> &mut Lanes, r: usize, burst: &mut Burst<BURST>) -> usize {
+        self.steer.as_mut().map_or(0, |s| kind(s).from[r].dequeue(burst))
+    }
+
+    /// Frames other lcores handed over, through the receive pipeline.
+    pub(crate) fn poll_steered(&mut self) -> usize {
+        // One ring from each other lcore, for each kind.
+        let Some(rings) = self.steer.as_ref().map(|s| s.frames.from.len()) else { return 0 };
+        let mut total = 0;
+        for r in 0..rings {
+            let mut burst: Burst<BURST> = Burst::new();
+            let n = self.handed(|s| &mut s.frames, r, &mut burst);
+            if n == 0 {
+                continue;
+            }
+            total += n;
+            // Runs of one port through the pipeline (their interface is
+            // the port's).
+            let mut run: Burst<BURST> = Burst::new();
+            let mut iface = None;
+            for m in burst.drain() {
+                let i = self.shared.iface_of_port(m.port());
+                if let Some(prev) = iface.filter(|&p| p != i) {
+                    self.rx_run(prev, &mut run);
+                }
+                iface = Some(i);
+                let _ = run.push(m);
+            }
+            if let Some(i) = iface {
+                self.rx_run(i, &mut run);
+            }
+        }
+        for r in 0..rings {
+            let mut burst: Burst<BURST> = Burst::new();
+            total += self.handed(|s| &mut s.datagrams, r, &mut burst);
+            for m in burst.drain() {
+                if let Some(c) = self.rx_handed_datagram(m) {
+                    self.inc(c);
+                }
+            }
+            // At most a burst staged at a time.
+            self.deliver_staged();
+        }
+        for r in 0..rings {
+            let mut burst: Burst<BURST> = Burst::new();
+            total += self.handed(|s| &mut s.tx, r, &mut burst);
+            for m in burst.drain() {
+                let i = self.shared.iface_of_port(m.port()) as usize;
+                self.queue_tx(i, m);
+            }
+        }
+        total
+    }
+
+    /// Hands a reassembled datagram to the lcore owning its flow, when that
+    /// is another; gives it back otherwise. Its offsets travel in the
+    /// mbuf's hash field: IP header (5 bits) | UDP header (11) | length of
+    /// the UDP datagram (16); one whose headers lie further in stays here.
+    pub(crate) fn hand_datagram(&mut self, mut m: Mbuf, l3: usize, l4: usize, len: u32) -> Option<Mbuf> {
+        let me = self.idx;
+        let Some(s) = self.steer.as_mut() else { return Some(m) };
+        if !self.shared.port_steered(m.port()) || l3 >= 32 || l4 >= 2048 || len > 0xffff {
+            return Some(m);
+        }
+        let mut key = [0u8; 36];
+        let n = {
+            let data = m.data();
+            let mut put = |at: usize, from: Option<&[u8]>| from.map(|b| key[at..at + b.len()].copy_from_slice(b));
+            match data.get(l3).map(|v| v >> 4) {
+                Some(4) => put(0, data.get(l3 + 12..l3 + 20)).and(put(8, data.get(l4..l4 + 4))).map(|()| 12),
+                Some(6) => put(0, data.get(l3 + 8..l3 + 40)).and(put(32, data.get(l4..l4 + 4))).map(|()| 36),
+                _ => None,
+            }
+        };
+        let Some(n) = n else { return Some(m) };
+        let owner = s.reta.lcore(s.toeplitz.hash(&key[..n]));
+        if owner == me {
+            return Some(m);
+        }
+        m.set_rss_hash((l3 as u32) << 27 | (l4 as u32) << 16 | len);
+        let _ = s.datagrams.out[owner].push(m);
+        let (sent, dropped) = s.datagrams.flush();
+        self.add(Counter::SteerDatagrams, sent);
+        self.add(Counter::RxSteerDropped, dropped);
+        None
+    }
+
+    /// Hands what waits for port `i` to the lcore owning its TX queue.
+    pub(crate) fn hand_tx(&mut self, i: usize) {
+        let port = self.shared.ifaces[i].port_id;
+        let owner = self.shared.tx_owner(i, self.idx);
+        let Some(s) = self.steer.as_mut() else {
+            let n = self.txbuf[i].len() as u64;
+            self.txbuf[i].clear();
+            self.add(Counter::TxHandoffDropped, n);
+            return;
+        };
+        let mut lost = 0;
+        for mut m in self.txbuf[i].drain() {
+            m.set_port(port);
+            if s.tx.out[owner].push(m).is_err() {
+                lost += 1;
+            }
+        }
+        let (sent, dropped) = s.tx.flush();
+        let dropped = dropped + lost;
+        self.add(Counter::SteerTx, sent);
+        self.add(Counter::TxHandoffDropped, dropped);
+    }
+}

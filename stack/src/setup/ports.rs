@@ -1,0 +1,107 @@
+//! Port set-up decisions: how many RX and TX queues a port gets for the
+//! stack's lcores, whether it hashes flows itself or spate steers them in
+//! software, and the stale vhost-user socket a restarted server must
+//! remove first.
+
+use crate::config::RssMode;
+
+/// How a port is set up for the stack's lcores.
+#[derive(Debug, Clone, Copy)]
+pub(super) struct PortPlan {
+    pub mode: RssMode,
+    pub rx_queues: u16,
+    pub tx_queues: u16,
+    pub rss: spate_dpdk::Rss,
+    pub steered: bool,
+}
+
+impl PortPlan {
+    /// One line for the log.
+    pub fn describe(&self, workers: usize) -> String {
+        match self.mode {
+            RssMode::Sw => format!(
+                "software RSS: {} RX queue(s), their lcores hand flows to {workers} lcores; {} TX queue(s)",
+                self.rx_queues, self.tx_queues
+            ),
+            RssMode::Hw => format!("RSS by the port over {} RX queues; {} TX queues", self.rx_queues, self.tx_queues),
+            _ => format!("{} RX / {} TX queue(s), no RSS", self.rx_queues, self.tx_queues),
+        }
+    }
+}
+
+/// Drivers that keep each flow on one of their RX queues without an RSS
+/// hash (`net_af_packet`: the kernel's fanout hashes flows over its
+/// sockets).
+const SPREADS_FLOWS: &[&str] = &["net_af_packet"];
+
+/// Decides `mode` (auto: hw where the port spreads flows over enough RX
+/// queues, sw otherwise) for a port and `workers` lcores.
+pub(super) fn plan_port(
+    mode: RssMode,
+    workers: usize,
+    info: &spate_dpdk::DeviceInfo,
+    device: &str,
+) -> crate::error::Result<PortPlan> {
+    use crate::error::Error;
+    let n = workers as u16;
+    let tx_queues = n.min(info.max_tx_queues).max(1);
+    let spreads = info.supports_rss() || SPREADS_FLOWS.contains(&info.driver.as_str());
+    let enough = info.max_rx_queues >= n;
+    let mode = match mode {
+        _ if workers == 1 => RssMode::Off,
+        RssMode::Auto if spreads && enough => RssMode::Hw,
+        RssMode::Auto => RssMode::Sw,
+        m => m,
+    };
+    let rss_of = |on: bool| if on { spate_dpdk::Rss::Required } else { spate_dpdk::Rss::Off };
+    match mode {
+        // Every RX queue the device has (up to one per lcore) is polled:
+        // a device that spreads frames over its queues itself would lose
+        // those of a queue nobody polls.
+        RssMode::Sw => Ok(PortPlan {
+            mode,
+            rx_queues: info.max_rx_queues.min(n).max(1),
+            tx_queues,
+            rss: spate_dpdk::Rss::Off,
+            steered: true,
+        }),
+        RssMode::Hw if !spreads => Err(Error::Config(format!(
+            "port {device} ({}) hashes no flows (no RSS) and does not spread them itself: use rss = \"sw\"",
+            info.driver
+        ))),
+        RssMode::Hw | RssMode::Off if !enough => Err(Error::Config(format!(
+            "port {device} ({}) has {} RX queues, fewer than the {workers} lcores: use rss = \"sw\"",
+            info.driver, info.max_rx_queues
+        ))),
+        RssMode::Hw => Ok(PortPlan { mode, rx_queues: n, tx_queues, rss: rss_of(info.supports_rss()), steered: false }),
+        _ => Ok(PortPlan {
+            mode: RssMode::Off,
+            rx_queues: n,
+            tx_queues,
+            rss: if workers == 1 { spate_dpdk::Rss::Auto } else { spate_dpdk::Rss::Off },
+            steered: false,
+        }),
+    }
+}
+
+/// A `net_virtio_user` port in server mode binds its `path`; a socket file
+/// left there by an earlier run that nobody listens on any more would make
+/// the bind fail ("Address already in use"): remove it.
+pub(super) fn remove_stale_vhost_socket(device: &str) {
+    if !device.starts_with("net_virtio_user") {
+        return;
+    }
+    let args: Vec<&str> = device.split(',').skip(1).collect();
+    let server = args.contains(&"server=1");
+    let Some(path) = args.iter().find_map(|a| a.strip_prefix("path=")) else { return };
+    use std::os::unix::fs::FileTypeExt;
+    let is_socket = std::fs::symlink_metadata(path).is_ok_and(|m| m.file_type().is_socket());
+    if server && is_socket {
+        if let Err(e) = std::os::unix::net::UnixStream::connect(path) {
+            if e.kind() == std::io::ErrorKind::ConnectionRefused {
+                log::info!("spate: removing the stale vhost-user socket {path} (nobody listens on it)");
+                let _ = std::fs::remove_file(path);
+            }
+        }
+    }
+}

@@ -1,0 +1,186 @@
+//! State shared by the lcores and the sockets: the tables, the pool, the
+//! ports, the per-lcore load figures and inboxes ([`Shared`]), the
+//! [`Stack`] handle to it, the part of a socket the receive path reaches
+//! ([`SocketCore`]), and the hand-off types ([`handoff`]). Built by the
+//! setup layer; read by the engine and the sockets, which never reach
+//! each other.
+
+use std::net::IpAddr;
+use std::sync::atomic::{AtomicBool, AtomicI32, AtomicU32, AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+
+use crossbeam::queue::ArrayQueue;
+use crossbeam_utils::CachePadded;
+use spate_dpdk::{Mempool, Port};
+
+use crate::config::StackConfig;
+use crate::datagram::Datagram;
+use crate::iface::Interface;
+use crate::ip_id::IpIdGen;
+use crate::lookup::SocketTable;
+use crate::neigh::NeighTable;
+use crate::route::{Route, Routes};
+use crate::rx_queue::RxQueue;
+use crate::stats::StatsRegistry;
+use crate::time::Clock;
+
+pub(crate) mod handoff;
+
+pub(crate) use handoff::{BURST, LOCAL_TX, LOCAL_TX_CAPACITY, Lanes, LocalTx, Steering, TxPacket, WorkerQueues};
+
+/// The part of a socket the receive path reaches through the socket table.
+#[derive(Debug)]
+pub(crate) struct SocketCore {
+    pub id: u64,
+    pub queue: RxQueue<Datagram>,
+    /// A pending error (errno) for the next call, as `SO_ERROR` keeps it.
+    pub error: AtomicI32,
+    /// The IPv4 ID counter of a connected socket (Linux's `inet_id`).
+    pub ident: AtomicU32,
+    /// Bumped after every change of the socket's binding (u64::MAX once
+    /// closed): an lcore holding an older snapshot sees its pick is stale.
+    pub epoch: AtomicU64,
+    /// UDP GRO: the socket takes coalesced datagrams (read by the lcores
+    /// only while the GRO stage runs, beside `epoch` on one line).
+    pub gro: AtomicBool,
+    /// The tunnel interface this socket terminates (a VXLAN endpoint the
+    /// stack made); `None` for an application's socket.
+    pub tunnel: Option<u16>,
+}
+
+/// Load figures of one lcore, written by it alone.
+#[derive(Debug, Default)]
+pub struct LcoreLoad {
+    /// TSC cycles spent in loop iterations that did some work.
+    pub busy_cycles: AtomicU64,
+    /// Loop iterations.
+    pub loops: AtomicU64,
+    /// Bytes of fragments waiting for reassembly.
+    pub reasm_bytes: AtomicU64,
+    /// The most `reasm_bytes` has been.
+    pub reasm_peak: AtomicU64,
+}
+
+/// State shared by the lcores and the sockets.
+#[derive(Debug)]
+pub(crate) struct Shared {
+    pub id: u64,
+    pub cfg: StackConfig,
+    pub ifaces: Vec<Interface>,
+    pub routes: Routes,
+    pub neigh: NeighTable<TxPacket>,
+    pub sockets: SocketTable<Arc<SocketCore>>,
+    pub ip_id: IpIdGen,
+    pub stats: StatsRegistry,
+    pub load: Box<[CachePadded<LcoreLoad>]>,
+    pub inbox: Box<[CachePadded<ArrayQueue<TxPacket>>]>,
+    pub workers: usize,
+    pub lcores: Vec<u32>,
+    pub clock: Clock,
+    pub next_socket_id: AtomicU64,
+    pub next_tx_worker: AtomicUsize,
+    /// Sockets with UDP GRO on and registered tunnels: while zero, the
+    /// lcores skip the GRO stage (one load per burst).
+    pub gro_users: CachePadded<AtomicUsize>,
+    /// Path MTUs learnt from ICMP.
+    pub pmtu: crate::frag::pmtu::PathMtu,
+    /// Per port id: its interface (ports are few; DPDK numbers them from 0).
+    pub(crate) port_iface: Vec<u16>,
+    /// Per interface: whether its frames are steered in software.
+    pub(crate) steered: Vec<bool>,
+    /// Per interface: its TX queues (lcore `i` uses queue `i % n`; only the
+    /// first `n` lcores own one).
+    pub(crate) tx_queues: Vec<usize>,
+    pub(crate) stop: AtomicBool,
+    pub(crate) running: AtomicBool,
+    pub(crate) rng: Mutex<u64>,
+    pub(crate) queues: Mutex<Vec<Option<WorkerQueues>>>,
+    pub(crate) ports: Vec<Port>,
+    // Last: queued packets above must go back to the pool first.
+    pub pool: Arc<Mempool>,
+}
+
+impl Shared {
+    /// Logs ports whose link went down or came up since the last call
+    /// (`seen`: the link-change counts last looked at).
+    pub fn log_link_changes(&self, seen: &mut Vec<u64>) {
+        seen.resize(self.ports.len(), 0);
+        for (i, port) in self.ports.iter().enumerate() {
+            let n = port.link_changes();
+            if n != seen[i] {
+                seen[i] = n;
+                let up = port.link_up_by_interrupt();
+                log::warn!("spate: port {} link {}", port.name(), if up { "up" } else { "down" });
+            }
+        }
+    }
+
+    /// The interface of a port id.
+    #[inline]
+    pub fn iface_of_port(&self, port: u16) -> u16 {
+        self.port_iface.get(port as usize).copied().unwrap_or(0)
+    }
+
+    /// Whether the interface's frames are steered in software.
+    #[inline]
+    pub fn iface_steered(&self, iface: u16) -> bool {
+        self.steered.get(iface as usize).copied().unwrap_or(false)
+    }
+
+    /// Whether the port's frames are steered in software.
+    #[inline]
+    pub fn port_steered(&self, port: u16) -> bool {
+        self.iface_steered(self.iface_of_port(port))
+    }
+
+    /// The lcore that transmits for lcore `idx` on interface `iface`.
+    #[inline]
+    pub fn tx_owner(&self, iface: usize, idx: usize) -> usize {
+        idx % self.tx_queues.get(iface).copied().unwrap_or(1).max(1)
+    }
+
+    /// Whether `ip` is one of our addresses.
+    pub fn is_local(&self, ip: &IpAddr) -> bool {
+        self.ifaces.iter().any(|i| match ip {
+            IpAddr::V4(a) => i.has_ipv4(*a),
+            IpAddr::V6(a) => i.has_ipv6(a),
+        })
+    }
+
+    /// The route to `dst`.
+    #[inline]
+    pub fn route(&self, dst: &IpAddr, src: Option<&IpAddr>) -> Option<Route> {
+        let mut r = self.routes.lookup(&self.ifaces, dst, src)?;
+        if let Some(mtu) = self.pmtu.get(dst) {
+            r.mtu = r.mtu.min(mtu);
+        }
+        Some(r)
+    }
+
+    /// Whether the lcores should stop.
+    #[inline]
+    pub fn should_stop(&self) -> bool {
+        self.stop.load(Ordering::Relaxed) || (self.cfg.stop_on_signal && spate_dpdk::signal::stop_requested())
+    }
+
+    /// Whether lcores are polling.
+    pub fn is_running(&self) -> bool {
+        self.running.load(Ordering::Acquire)
+    }
+
+    /// A random number (xorshift over a seed from the OS, or from
+    /// `StackConfig::hash_seed`).
+    pub fn random_u32(&self) -> u32 {
+        let mut s = self.rng.lock().unwrap_or_else(|p| p.into_inner());
+        *s ^= *s << 13;
+        *s ^= *s >> 7;
+        *s ^= *s << 17;
+        (*s >> 16) as u32
+    }
+}
+
+/// A UDP/IP stack on DPDK ports. Cheap to clone (a handle).
+#[derive(Debug, Clone)]
+pub struct Stack {
+    pub(crate) shared: Arc<Shared>,
+}

@@ -1,0 +1,414 @@
+//! The socket API: binding (with its options), connecting, the socket's
+//! options, receiving, and closing.
+
+use std::io;
+use std::net::{IpAddr, Ipv6Addr, SocketAddr, ToSocketAddrs};
+use std::sync::atomic::{AtomicBool, AtomicI32, AtomicU32, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant as StdInstant};
+
+use super::{State, UdpSocket, errno};
+use crate::addr::{mapped, normalize};
+use crate::datagram::{Datagram, DatagramBatch};
+use crate::lookup::{BindError, Binding, Family};
+use crate::rx_queue::{RxQueue, Wait};
+use crate::shared::{SocketCore, Stack};
+
+/// Options set before `bind`.
+#[derive(Debug, Clone)]
+pub struct SocketBuilder {
+    stack: Stack,
+    reuseport: bool,
+    v6only: bool,
+    rcvbuf: Option<usize>,
+    iface: Option<u16>,
+    incoming_lcore: Option<u32>,
+}
+
+impl SocketBuilder {
+    /// Shares the address and port with other sockets that set it too
+    /// (`SO_REUSEPORT`): datagrams are spread over the group by flow.
+    pub fn reuseport(mut self, on: bool) -> Self {
+        self.reuseport = on;
+        self
+    }
+
+    /// An IPv6 socket that does not receive IPv4 (`IPV6_V6ONLY`).
+    pub fn only_v6(mut self, on: bool) -> Self {
+        self.v6only = on;
+        self
+    }
+
+    /// The receive buffer in bytes (`SO_RCVBUF`, not doubled as Linux does).
+    pub fn recv_buffer_size(mut self, bytes: usize) -> Self {
+        self.rcvbuf = Some(bytes);
+        self
+    }
+
+    /// Prefers datagrams polled by the stack's lcore `index`
+    /// (`SO_INCOMING_CPU`): its score gains one point there, and a
+    /// reuseport group gives such a member every flow that lcore receives.
+    pub fn incoming_lcore(mut self, index: u32) -> Self {
+        self.incoming_lcore = Some(index);
+        self
+    }
+
+    /// Receives only from interface `index` (`SO_BINDTODEVICE`).
+    pub fn bind_device(mut self, index: u16) -> Self {
+        self.iface = Some(index);
+        self
+    }
+
+    /// Creates the socket bound to `addr` (port 0 picks an ephemeral port).
+    pub fn bind(self, addr: impl ToSocketAddrs) -> io::Result<UdpSocket> {
+        let mut last = io::Error::new(io::ErrorKind::InvalidInput, "no address to bind");
+        for a in addr.to_socket_addrs()? {
+            match self.bind_one(a) {
+                Ok(s) => return Ok(s),
+                Err(e) => last = e,
+            }
+        }
+        Err(last)
+    }
+
+    fn bind_one(&self, addr: SocketAddr) -> io::Result<UdpSocket> {
+        let shared = &self.stack.shared;
+        let family = if addr.is_ipv4() { Family::V4 } else { Family::V6 };
+        let local = normalize(addr);
+        if family == Family::V6 && self.v6only && local.is_ipv4() {
+            return Err(errno(libc::EINVAL, "an IPv6-only socket cannot bind an IPv4-mapped address"));
+        }
+        let ip = local.ip();
+        if !ip.is_unspecified() && !shared.is_local(&ip) {
+            return Err(errno(libc::EADDRNOTAVAIL, "not an address of this stack"));
+        }
+        if let Some(i) = self.iface {
+            if i as usize >= shared.ifaces.len() {
+                return Err(errno(libc::ENODEV, "no such interface"));
+            }
+        }
+        if let Some(l) = self.incoming_lcore {
+            if l as usize >= shared.workers {
+                return Err(errno(libc::EINVAL, "no such polling lcore"));
+            }
+        }
+        let rcvbuf = self.rcvbuf.unwrap_or(shared.cfg.rcvbuf);
+        let id = shared.next_socket_id.fetch_add(1, Ordering::Relaxed);
+        let queue = RxQueue::new(shared.workers, rcvbuf);
+        queue.set_nap((shared.cfg.reader_nap_us > 0).then(|| Duration::from_micros(shared.cfg.reader_nap_us as u64)));
+        let core = Arc::new(SocketCore {
+            id,
+            queue,
+            error: AtomicI32::new(0),
+            ident: AtomicU32::new(shared.random_u32()),
+            epoch: AtomicU64::new(0),
+            gro: AtomicBool::new(false),
+            tunnel: None,
+        });
+        let binding = Binding {
+            id,
+            family,
+            local,
+            bound: local.ip(),
+            peer: None,
+            v6only: self.v6only,
+            iface: self.iface,
+            reuseport: self.reuseport,
+            incoming_lcore: self.incoming_lcore,
+            epoch: 0,
+            sock: core.clone(),
+        };
+        let local = shared.sockets.bind(binding).map_err(|e| match e {
+            BindError::InUse => errno(libc::EADDRINUSE, "address in use"),
+            BindError::NoPorts => errno(libc::EAGAIN, "no ephemeral port free"),
+        })?;
+        let tx_worker = shared.next_tx_worker.fetch_add(1, Ordering::Relaxed) % shared.workers;
+        Ok(UdpSocket {
+            stack: self.stack.clone(),
+            core,
+            family,
+            v6only: self.v6only,
+            state: Mutex::new(State { local, peer: None, explicit_ip: !local.ip().is_unspecified() }),
+            nonblocking: AtomicBool::new(false),
+            read_timeout: AtomicU64::new(0),
+            write_timeout: Mutex::new(None),
+            tx_worker,
+            gso_size: AtomicU32::new(0),
+            dont_fragment: AtomicBool::new(false),
+        })
+    }
+}
+
+impl UdpSocket {
+    /// A socket bound to `addr` with default options.
+    pub fn bind(stack: &Stack, addr: impl ToSocketAddrs) -> io::Result<UdpSocket> {
+        Self::builder(stack).bind(addr)
+    }
+
+    /// Options for a socket before it is bound.
+    pub fn builder(stack: &Stack) -> SocketBuilder {
+        SocketBuilder {
+            stack: stack.clone(),
+            reuseport: false,
+            v6only: false,
+            rcvbuf: None,
+            iface: None,
+            incoming_lcore: None,
+        }
+    }
+
+    /// The local address (IPv4 addresses of an IPv6 socket shown mapped).
+    pub fn local_addr(&self) -> io::Result<SocketAddr> {
+        Ok(self.present(self.state().local))
+    }
+
+    /// The connected peer.
+    pub fn peer_addr(&self) -> io::Result<SocketAddr> {
+        self.state().peer.map(|p| self.present(p)).ok_or_else(|| errno(libc::ENOTCONN, "not connected"))
+    }
+
+    fn present(&self, a: SocketAddr) -> SocketAddr {
+        if self.family == Family::V6 { mapped(a) } else { a }
+    }
+
+    /// The destination as the wire sees it, checked against the family.
+    pub(super) fn destination(&self, addr: SocketAddr) -> io::Result<SocketAddr> {
+        let dst = normalize(addr);
+        match (self.family, addr, dst) {
+            (Family::V4, SocketAddr::V6(_), _) => Err(errno(libc::EAFNOSUPPORT, "IPv6 address on an IPv4 socket")),
+            (Family::V6, _, SocketAddr::V4(_)) if self.v6only => {
+                Err(errno(libc::ENETUNREACH, "IPv4-mapped address on an IPv6-only socket"))
+            }
+            _ if dst.port() == 0 || dst.ip().is_unspecified() => {
+                Err(errno(libc::EINVAL, "no destination port or address"))
+            }
+            _ => Ok(dst),
+        }
+    }
+
+    /// Connects to `addr`: `send` goes there and only its datagrams are
+    /// received. The local address is fixed to the route's source if the
+    /// socket was bound to the unspecified address, as Linux does.
+    pub fn connect(&self, addr: impl ToSocketAddrs) -> io::Result<()> {
+        let addr = addr.to_socket_addrs()?.next().ok_or_else(|| errno(libc::EINVAL, "no address"))?;
+        let dst = self.destination(addr)?;
+        let shared = self.shared();
+        let mut st = self.state.lock().unwrap_or_else(|p| p.into_inner());
+        let bound_ip = Some(st.local.ip()).filter(|ip| !ip.is_unspecified() && ip.is_ipv4() == dst.is_ipv4());
+        let route = shared.route(&dst.ip(), bound_ip.as_ref()).ok_or_else(|| errno(libc::ENETUNREACH, "no route"))?;
+        let mut local = st.local;
+        if local.ip().is_unspecified() || local.is_ipv4() != dst.is_ipv4() {
+            local.set_ip(route.src);
+        }
+        self.rebind(local, Some(dst));
+        st.local = local;
+        st.peer = Some(dst);
+        Ok(())
+    }
+
+    /// Publishes a new local address and peer, then tells the lcores the
+    /// old binding is stale.
+    fn rebind(&self, local: SocketAddr, peer: Option<SocketAddr>) {
+        let epoch = self.core.epoch.load(Ordering::Relaxed) + 1;
+        self.shared().sockets.update(self.core.id, local, peer, epoch);
+        self.core.epoch.store(epoch, Ordering::Release);
+    }
+
+    /// This socket's id (what [`LcoreCtx::ready`](crate::LcoreCtx::ready) lists).
+    pub fn id(&self) -> u64 {
+        self.core.id
+    }
+
+    /// Undoes `connect` (Linux's connect to `AF_UNSPEC`).
+    pub fn disconnect(&self) -> io::Result<()> {
+        let mut st = self.state.lock().unwrap_or_else(|p| p.into_inner());
+        if !st.explicit_ip {
+            let any =
+                if self.family == Family::V4 { IpAddr::from([0u8; 4]) } else { IpAddr::V6(Ipv6Addr::UNSPECIFIED) };
+            st.local.set_ip(any);
+        }
+        st.peer = None;
+        self.rebind(st.local, None);
+        Ok(())
+    }
+
+    /// Moves the blocking mode.
+    pub fn set_nonblocking(&self, on: bool) -> io::Result<()> {
+        self.nonblocking.store(on, Ordering::Relaxed);
+        Ok(())
+    }
+
+    /// Sets how long a receive waits; `None` waits forever. A zero duration
+    /// is an error, as for `std::net::UdpSocket`.
+    pub fn set_read_timeout(&self, t: Option<Duration>) -> io::Result<()> {
+        if t == Some(Duration::ZERO) {
+            return Err(io::Error::new(io::ErrorKind::InvalidInput, "cannot set a 0 duration timeout"));
+        }
+        let nanos = t.map(|d| d.as_nanos().min(u64::MAX as u128) as u64).unwrap_or(0);
+        self.read_timeout.store(nanos, Ordering::Relaxed);
+        Ok(())
+    }
+
+    /// The receive timeout.
+    pub fn read_timeout(&self) -> io::Result<Option<Duration>> {
+        Ok(match self.read_timeout.load(Ordering::Relaxed) {
+            0 => None,
+            n => Some(Duration::from_nanos(n)),
+        })
+    }
+
+    /// Sets how long a send waits for room in the lcore's queue.
+    pub fn set_write_timeout(&self, t: Option<Duration>) -> io::Result<()> {
+        if t == Some(Duration::ZERO) {
+            return Err(io::Error::new(io::ErrorKind::InvalidInput, "cannot set a 0 duration timeout"));
+        }
+        *self.write_timeout.lock().unwrap_or_else(|p| p.into_inner()) = t;
+        Ok(())
+    }
+
+    /// The send timeout.
+    pub fn write_timeout(&self) -> io::Result<Option<Duration>> {
+        Ok(*self.write_timeout.lock().unwrap_or_else(|p| p.into_inner()))
+    }
+
+    /// Sets the receive buffer in bytes.
+    pub fn set_recv_buffer_size(&self, bytes: usize) -> io::Result<()> {
+        if bytes < 2048 {
+            return Err(errno(libc::EINVAL, "receive buffer below 2048 bytes"));
+        }
+        self.core.queue.set_rcvbuf(bytes);
+        Ok(())
+    }
+
+    /// The receive buffer in bytes.
+    pub fn recv_buffer_size(&self) -> io::Result<usize> {
+        Ok(self.core.queue.rcvbuf())
+    }
+
+    /// Turns UDP GRO on or off (Linux's `UDP_GRO`): with it on, datagrams
+    /// that arrive back to back in one burst from one sender, all of one
+    /// size but the last, come as one [`Datagram`] of up to 64 segments
+    /// with [`gso_size`](Datagram::gso_size) set; `recv_from` copies them
+    /// out as one payload. While any socket has it on (or a tunnel is
+    /// registered) the lcores run the GRO stage for every UDP datagram.
+    pub fn set_gro(&self, on: bool) -> io::Result<()> {
+        let shared = self.shared();
+        if on && !self.core.gro.swap(true, Ordering::AcqRel) {
+            shared.gro_users.fetch_add(1, Ordering::AcqRel);
+        } else if !on && self.core.gro.swap(false, Ordering::AcqRel) {
+            shared.gro_users.fetch_sub(1, Ordering::AcqRel);
+        }
+        Ok(())
+    }
+
+    /// Whether UDP GRO is on.
+    pub fn gro(&self) -> io::Result<bool> {
+        Ok(self.core.gro.load(Ordering::Acquire))
+    }
+
+    /// Times the polling lcores woke a reader sleeping in `recv` on this
+    /// socket (each a system call; none while readers keep up awake).
+    pub fn reader_wakeups(&self) -> u64 {
+        self.core.queue.wakeups()
+    }
+
+    /// Datagrams this socket's queue refused for lack of room.
+    pub fn rcvbuf_drops(&self) -> u64 {
+        self.core.queue.total_drops()
+    }
+
+    /// Takes the pending error, if any (`SO_ERROR`).
+    pub fn take_error(&self) -> io::Result<Option<io::Error>> {
+        Ok(match self.core.error.swap(0, Ordering::AcqRel) {
+            0 => None,
+            e => Some(io::Error::from_raw_os_error(e)),
+        })
+    }
+
+    #[inline]
+    pub(super) fn pending_error(&self) -> io::Result<()> {
+        // A plain load first: the common case writes nothing.
+        if self.core.error.load(Ordering::Relaxed) == 0 {
+            return Ok(());
+        }
+        match self.core.error.swap(0, Ordering::AcqRel) {
+            0 => Ok(()),
+            e => Err(io::Error::from_raw_os_error(e)),
+        }
+    }
+
+    #[inline]
+    fn wait_mode(&self) -> Wait {
+        if self.nonblocking.load(Ordering::Relaxed) {
+            return Wait::No;
+        }
+        match self.read_timeout.load(Ordering::Relaxed) {
+            0 => Wait::Forever,
+            n => Wait::Until(StdInstant::now() + Duration::from_nanos(n)),
+        }
+    }
+
+    fn no_data(&self) -> io::Error {
+        // A timeout reports WouldBlock, as std does on Unix.
+        io::Error::from_raw_os_error(libc::EAGAIN)
+    }
+
+    /// Receives one datagram; bytes beyond `buf` are cut off.
+    pub fn recv_from(&self, buf: &mut [u8]) -> io::Result<(usize, SocketAddr)> {
+        crate::app_thread::enter();
+        self.pending_error()?;
+        let d = self
+            .core
+            .queue
+            .pop(self.wait_mode())
+            .ok_or_else(|| self.pending_error().err().unwrap_or_else(|| self.no_data()))?;
+        let n = d.copy_to(buf);
+        Ok((n, self.present(d.src())))
+    }
+
+    /// Receives one datagram from the connected peer.
+    pub fn recv(&self, buf: &mut [u8]) -> io::Result<usize> {
+        self.recv_from(buf).map(|(n, _)| n)
+    }
+
+    /// Receives one datagram without copying it.
+    pub fn recv_datagram(&self) -> io::Result<Datagram> {
+        crate::app_thread::enter();
+        self.pending_error()?;
+        self.core
+            .queue
+            .pop(self.wait_mode())
+            .ok_or_else(|| self.pending_error().err().unwrap_or_else(|| self.no_data()))
+    }
+
+    /// Moves up to `max` datagrams into `out` without copying them; waits
+    /// (as the socket's mode says) only for the first. Allocates nothing
+    /// while `out` has capacity; clearing `out` frees the mbufs in bulk.
+    pub fn recv_batch(&self, out: &mut DatagramBatch, max: usize) -> io::Result<usize> {
+        crate::app_thread::enter();
+        self.pending_error()?;
+        match self.core.queue.pop_batch(out.vec(), max, self.wait_mode()) {
+            0 if max > 0 => Err(self.pending_error().err().unwrap_or_else(|| self.no_data())),
+            n => Ok(n),
+        }
+    }
+
+    /// The stack this socket lives on.
+    pub fn stack(&self) -> &Stack {
+        &self.stack
+    }
+}
+
+impl Drop for UdpSocket {
+    fn drop(&mut self) {
+        let port = self.state().local.port();
+        self.shared().sockets.unbind(self.core.id, port);
+        self.core.epoch.store(u64::MAX, Ordering::Release);
+        self.core.queue.close();
+        // After the unbind: no snapshot that still holds this socket is
+        // read with the GRO stage off because of it.
+        if self.core.gro.swap(false, Ordering::AcqRel) {
+            self.shared().gro_users.fetch_sub(1, Ordering::AcqRel);
+        }
+    }
+}

@@ -1,0 +1,337 @@
+//! The send path of a socket: the route and source address, UDP and IP
+//! headers written in place, datagrams larger than the path MTU as IP
+//! fragments, UDP GSO segments, and the hand-off to the transmit path (the
+//! lcore's own queue inside its callback, else the socket's lcore's inbox).
+
+use std::io;
+use std::net::{IpAddr, SocketAddr, ToSocketAddrs};
+use std::sync::atomic::Ordering;
+use std::time::Instant as StdInstant;
+
+use super::{UdpSocket, errno};
+use crate::datagram::SendBuf;
+use crate::hdr::{MAX_HEADERS, MAX_UDP_PAYLOAD_V4, MAX_UDP_PAYLOAD_V6, UdpHeaders, push_udp_ip};
+use crate::lookup::Family;
+use crate::shared::{LOCAL_TX, LOCAL_TX_CAPACITY, TxPacket};
+use crate::stats::Counter;
+use crate::wire::{ipv4, ipv6, udp};
+
+/// Segments one UDP GSO send may make at most (Linux raised
+/// `UDP_MAX_SEGMENTS` from 64 to 128 in 6.9).
+pub const GSO_MAX_SEGMENTS: usize = 128;
+
+impl UdpSocket {
+    /// A send buffer of `len` bytes (contents unspecified) to fill in place.
+    pub fn alloc_send_buf(&self, len: usize) -> io::Result<SendBuf> {
+        crate::app_thread::enter();
+        let shared = self.shared();
+        let room = shared.pool.data_room() as usize - MAX_HEADERS;
+        if len > room {
+            return Err(errno(libc::EMSGSIZE, "longer than one mbuf"));
+        }
+        let mut m = shared.pool.alloc().ok_or_else(|| self.mem_error())?;
+        m.append(len).map_err(|_| errno(libc::EMSGSIZE, "longer than one mbuf"))?;
+        Ok(SendBuf::new(m))
+    }
+
+    fn mem_error(&self) -> io::Error {
+        let c = if self.family == Family::V4 { Counter::UdpMemErrors } else { Counter::Udp6MemErrors };
+        self.shared().stats.shared().add_shared(c, 1);
+        errno(libc::ENOBUFS, "no mbuf free")
+    }
+
+    /// Sends `buf` to `addr`; returns `buf.len()`.
+    pub fn send_to(&self, buf: &[u8], addr: impl ToSocketAddrs) -> io::Result<usize> {
+        let addr = addr.to_socket_addrs()?.next().ok_or_else(|| errno(libc::EINVAL, "no address"))?;
+        let dst = self.destination(addr)?;
+        if let Some(seg) = self.segment_size()?.filter(|s| buf.len() > *s as usize) {
+            return self.send_segments(buf, seg as usize, dst);
+        }
+        self.send_slice(buf, dst)
+    }
+
+    /// Sends `buf` as one datagram: copied into one mbuf, or, when it is
+    /// longer than one holds, straight into IP fragments.
+    fn send_slice(&self, buf: &[u8], dst: SocketAddr) -> io::Result<usize> {
+        if buf.len() > self.shared().pool.data_room() as usize - MAX_HEADERS {
+            crate::app_thread::enter();
+            self.pending_error()?;
+            let st = self.state();
+            let route = self.route_to(dst, &st)?;
+            self.send_fragments(std::iter::once(buf), buf.len(), dst, route, st.local.port())?;
+            return Ok(buf.len());
+        }
+        let sb = self.copy_in(buf)?;
+        self.send_prepared(sb, dst)?;
+        Ok(buf.len())
+    }
+
+    /// The route to `dst` for this socket (its bound address as source).
+    fn route_to(&self, dst: SocketAddr, st: &super::State) -> io::Result<crate::route::Route> {
+        let shared = self.shared();
+        let bound_ip = Some(st.local.ip()).filter(|ip| !ip.is_unspecified() && ip.is_ipv4() == dst.is_ipv4());
+        shared.route(&dst.ip(), bound_ip.as_ref()).ok_or_else(|| {
+            let c = if dst.is_ipv4() { Counter::IpOutNoRoutes } else { Counter::Ip6OutNoRoutes };
+            shared.stats.shared().add_shared(c, 1);
+            errno(libc::ENETUNREACH, "no route")
+        })
+    }
+
+    /// Sends `buf` to the connected peer.
+    pub fn send(&self, buf: &[u8]) -> io::Result<usize> {
+        let peer = self.state().peer.ok_or_else(|| errno(libc::EDESTADDRREQ, "not connected"))?;
+        if let Some(seg) = self.segment_size()?.filter(|s| buf.len() > *s as usize) {
+            return self.send_segments(buf, seg as usize, peer);
+        }
+        self.send_slice(buf, peer)
+    }
+
+    /// Sends `buf` to `addr` as datagrams of `segment` bytes each (the last
+    /// one possibly shorter), in one call: Linux's UDP GSO (`UDP_SEGMENT`),
+    /// segmented in software. Errors as Linux gives them: a segment that
+    /// does not fit the path MTU with its headers is `EMSGSIZE`, as is a
+    /// payload longer than one IP datagram could carry; a segment size of
+    /// 0, or more than [`GSO_MAX_SEGMENTS`] segments, is `EINVAL`. Returns
+    /// `buf.len()`.
+    pub fn send_to_segmented(&self, buf: &[u8], segment: usize, addr: impl ToSocketAddrs) -> io::Result<usize> {
+        let addr = addr.to_socket_addrs()?.next().ok_or_else(|| errno(libc::EINVAL, "no address"))?;
+        let dst = self.destination(addr)?;
+        self.send_segments(buf, segment, dst)
+    }
+
+    /// Sets a segment size for every later `send` and `send_to` longer than
+    /// it (Linux's `UDP_SEGMENT` socket option); `None` turns it off.
+    pub fn set_segment_size(&self, segment: Option<u16>) -> io::Result<()> {
+        if segment == Some(0) {
+            return Err(errno(libc::EINVAL, "segment size 0"));
+        }
+        self.gso_size.store(segment.unwrap_or(0) as u32, Ordering::Relaxed);
+        Ok(())
+    }
+
+    /// The segment size set with [`set_segment_size`](Self::set_segment_size).
+    pub fn segment_size(&self) -> io::Result<Option<u16>> {
+        Ok(match self.gso_size.load(Ordering::Relaxed) {
+            0 => None,
+            n => Some(n as u16),
+        })
+    }
+
+    fn send_segments(&self, buf: &[u8], segment: usize, dst: SocketAddr) -> io::Result<usize> {
+        crate::app_thread::enter();
+        self.pending_error()?;
+        if segment == 0 {
+            return Err(errno(libc::EINVAL, "segment size 0"));
+        }
+        let shared = self.shared();
+        let v4 = dst.is_ipv4();
+        let st = self.state();
+        let bound_ip = Some(st.local.ip()).filter(|ip| !ip.is_unspecified() && ip.is_ipv4() == v4);
+        let Some(route) = shared.route(&dst.ip(), bound_ip.as_ref()) else {
+            let c = if v4 { Counter::IpOutNoRoutes } else { Counter::Ip6OutNoRoutes };
+            shared.stats.shared().add_shared(c, 1);
+            return Err(errno(libc::ENETUNREACH, "no route"));
+        };
+        let ip_hdr = if v4 { ipv4::HEADER_LEN } else { ipv6::HEADER_LEN };
+        let max_payload = if v4 { MAX_UDP_PAYLOAD_V4 } else { MAX_UDP_PAYLOAD_V6 };
+        if segment + udp::HEADER_LEN + ip_hdr > route.mtu as usize {
+            return Err(errno(libc::EMSGSIZE, "segment larger than the path MTU allows"));
+        }
+        if buf.len() > max_payload {
+            return Err(errno(libc::EMSGSIZE, "longer than one IP datagram"));
+        }
+        let count = buf.len().div_ceil(segment).max(1);
+        if count > GSO_MAX_SEGMENTS {
+            return Err(errno(libc::EINVAL, "more segments than UDP GSO allows"));
+        }
+        // Every mbuf first: all the segments go, or none.
+        let mut mbufs: spate_dpdk::Burst<GSO_MAX_SEGMENTS> = spate_dpdk::Burst::new();
+        shared.pool.alloc_bulk(&mut mbufs, count).map_err(|_| self.mem_error())?;
+        let src = SocketAddr::new(route.src, st.local.port());
+        let connected = st.peer == Some(dst);
+        let first_ident = match src.ip() {
+            IpAddr::V4(_) if connected => self.core.ident.fetch_add(count as u32, Ordering::Relaxed) as u16,
+            _ => 0,
+        };
+        let iface = &shared.ifaces[route.iface as usize];
+        for (i, mut m) in mbufs.drain().enumerate() {
+            let chunk = &buf[(i * segment).min(buf.len())..((i + 1) * segment).min(buf.len())];
+            let room = m.append(chunk.len()).map_err(|_| errno(libc::EMSGSIZE, "segment longer than one mbuf"))?;
+            room.copy_from_slice(chunk);
+            let ident = if connected { first_ident.wrapping_add(i as u16) } else { 0 };
+            let headers = UdpHeaders { src, dst, ident, dont_frag: true, ttl: 64, zero_checksum: false };
+            push_udp_ip(&mut m, &headers, iface).map_err(|e| io::Error::new(io::ErrorKind::InvalidInput, e))?;
+            self.submit(TxPacket { mbuf: m, iface: route.iface, next_hop: route.next_hop, datagram: true }, v4)?;
+        }
+        Ok(buf.len())
+    }
+
+    fn copy_in(&self, buf: &[u8]) -> io::Result<SendBuf> {
+        let mut sb = self.alloc_send_buf(buf.len())?;
+        sb.copy_from_slice(buf);
+        Ok(sb)
+    }
+
+    /// Sends a filled buffer (or a received datagram turned around) to
+    /// `addr` without copying its payload.
+    pub fn send_buf_to(&self, buf: SendBuf, addr: SocketAddr) -> io::Result<()> {
+        let dst = self.destination(addr)?;
+        self.send_prepared(buf, dst)
+    }
+
+    /// Sends a filled buffer to the connected peer.
+    pub fn send_buf(&self, buf: SendBuf) -> io::Result<()> {
+        let peer = self.state().peer.ok_or_else(|| errno(libc::EDESTADDRREQ, "not connected"))?;
+        self.send_prepared(buf, peer)
+    }
+
+    fn send_prepared(&self, mut buf: SendBuf, dst: SocketAddr) -> io::Result<()> {
+        self.pending_error()?;
+        let shared = self.shared();
+        let st = self.state();
+        let route = self.route_to(dst, &st)?;
+        let v4 = dst.is_ipv4();
+        let ip_hdr = if v4 { ipv4::HEADER_LEN } else { ipv6::HEADER_LEN };
+        if buf.len() + udp::HEADER_LEN + ip_hdr > route.mtu as usize {
+            // Larger than the path: fragments, copied out of the buffer.
+            let len = buf.len();
+            return self.send_fragments(buf.mbuf.segment_data(), len, dst, route, st.local.port());
+        }
+        let src = SocketAddr::new(route.src, st.local.port());
+        let connected = st.peer == Some(dst);
+        let ident = match (src.ip(), dst.ip()) {
+            // Linux: connected sockets count on their own; unconnected
+            // datagrams that may not be fragmented carry 0 (RFC 6864).
+            (IpAddr::V4(_), _) if connected => self.core.ident.fetch_add(1, Ordering::Relaxed) as u16,
+            (IpAddr::V4(_), _) => 0,
+            _ => 0,
+        };
+        buf.mbuf.set_ol_flags(0);
+        let headers = UdpHeaders { src, dst, ident, dont_frag: true, ttl: 64, zero_checksum: false };
+        let iface = &shared.ifaces[route.iface as usize];
+        push_udp_ip(&mut buf.mbuf, &headers, iface).map_err(|e| io::Error::new(io::ErrorKind::InvalidInput, e))?;
+        self.submit(TxPacket { mbuf: buf.mbuf, iface: route.iface, next_hop: route.next_hop, datagram: true }, v4)
+    }
+
+    /// Sends a datagram larger than the path MTU as IP fragments (unless
+    /// the socket asked for don't-fragment: then `EMSGSIZE`, as Linux's
+    /// `IP_PMTUDISC_DO`). IPv4 fragments carry an ID from the generator
+    /// (they are not atomic); IPv6 ones a random 32-bit identification.
+    fn send_fragments<'a>(
+        &self,
+        parts: impl Iterator<Item = &'a [u8]> + Clone,
+        len: usize,
+        dst: SocketAddr,
+        route: crate::route::Route,
+        local_port: u16,
+    ) -> io::Result<()> {
+        let shared = self.shared();
+        let v4 = dst.is_ipv4();
+        let (fails, oks, creates) = if v4 {
+            (Counter::IpFragFails, Counter::IpFragOKs, Counter::IpFragCreates)
+        } else {
+            (Counter::Ip6FragFails, Counter::Ip6FragOKs, Counter::Ip6FragCreates)
+        };
+        let max = if v4 { MAX_UDP_PAYLOAD_V4 } else { MAX_UDP_PAYLOAD_V6 };
+        if len > max {
+            return Err(errno(libc::EMSGSIZE, "longer than one IP datagram"));
+        }
+        if self.dont_fragment.load(Ordering::Relaxed) {
+            shared.stats.shared().add_shared(fails, 1);
+            return Err(errno(libc::EMSGSIZE, "larger than the path MTU and don't-fragment is set"));
+        }
+        let src = SocketAddr::new(route.src, local_port);
+        let ident = match (src.ip(), dst.ip()) {
+            (IpAddr::V4(s), IpAddr::V4(d)) => shared.ip_id.reserve(s, d, crate::wire::ip_proto::UDP, 1) as u32,
+            _ => crate::ip_id::random_u32(),
+        };
+        let iface = &shared.ifaces[route.iface as usize];
+        let plan = crate::frag::fragment::Plan {
+            src,
+            dst,
+            mtu: route.mtu as usize,
+            ident,
+            ttl: 64,
+            offload_ip_checksum: iface.tx_checksum,
+        };
+        let mut out: spate_dpdk::Burst<{ crate::frag::fragment::MAX_FRAGMENTS }> = spate_dpdk::Burst::new();
+        let n = crate::frag::fragment::fragment_udp(&shared.pool, &plan, parts, len, &mut out).map_err(|e| {
+            shared.stats.shared().add_shared(fails, 1);
+            match e {
+                crate::frag::fragment::FragError::NoMbufs => self.mem_error(),
+                crate::frag::fragment::FragError::TooLong => {
+                    errno(libc::EMSGSIZE, "cannot be fragmented to the path MTU")
+                }
+            }
+        })?;
+        for (i, m) in out.drain().enumerate() {
+            self.submit(TxPacket { mbuf: m, iface: route.iface, next_hop: route.next_hop, datagram: i == 0 }, v4)?;
+        }
+        let stats = shared.stats.shared();
+        stats.add_shared(oks, 1);
+        stats.add_shared(creates, n as u64);
+        Ok(())
+    }
+
+    /// Asks that datagrams never be fragmented (Linux's `IP_MTU_DISCOVER`
+    /// with `IP_PMTUDISC_DO`, `IPV6_DONTFRAG`): a send larger than the
+    /// path MTU fails with `EMSGSIZE`. Off by default: larger datagrams are
+    /// fragmented, smaller ones go with DF set so routers report the path
+    /// MTU (`IP_PMTUDISC_WANT`).
+    pub fn set_dont_fragment(&self, on: bool) -> io::Result<()> {
+        self.dont_fragment.store(on, Ordering::Relaxed);
+        Ok(())
+    }
+
+    /// Whether don't-fragment is asked for.
+    pub fn dont_fragment(&self) -> io::Result<bool> {
+        Ok(self.dont_fragment.load(Ordering::Relaxed))
+    }
+
+    /// Hands a packet to the transmit path: the lcore's own queue when
+    /// called from its callback, else the inbox of this socket's lcore.
+    fn submit(&self, pkt: TxPacket, v4: bool) -> io::Result<()> {
+        let shared = self.shared();
+        let pkt = match LOCAL_TX.with(|l| match &mut *l.borrow_mut() {
+            Some(local) if local.stack_id == shared.id => {
+                if local.queue.len() < LOCAL_TX_CAPACITY {
+                    local.queue.push(pkt);
+                    Ok(())
+                } else {
+                    Err(Err(pkt))
+                }
+            }
+            _ => Err(Ok(pkt)),
+        }) {
+            Ok(()) => return Ok(()),
+            Err(Err(_full)) => return Err(self.sndbuf_error(v4)),
+            Err(Ok(pkt)) => pkt,
+        };
+        let inbox = &shared.inbox[self.tx_worker];
+        let mut pkt = match inbox.push(pkt) {
+            Ok(()) => return Ok(()),
+            Err(p) => p,
+        };
+        if self.nonblocking.load(Ordering::Relaxed) || !shared.is_running() {
+            return Err(self.sndbuf_error(v4));
+        }
+        let timeout = *self.write_timeout.lock().unwrap_or_else(|p| p.into_inner());
+        let deadline = timeout.map(|t| StdInstant::now() + t);
+        loop {
+            std::thread::yield_now();
+            pkt = match inbox.push(pkt) {
+                Ok(()) => return Ok(()),
+                Err(p) => p,
+            };
+            if deadline.is_some_and(|d| StdInstant::now() >= d) || !shared.is_running() {
+                return Err(self.sndbuf_error(v4));
+            }
+        }
+    }
+
+    fn sndbuf_error(&self, v4: bool) -> io::Error {
+        let c = if v4 { Counter::UdpSndbufErrors } else { Counter::Udp6SndbufErrors };
+        self.shared().stats.shared().add_shared(c, 1);
+        io::Error::from_raw_os_error(libc::EAGAIN)
+    }
+}
