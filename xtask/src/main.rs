@@ -7,10 +7,13 @@
 //! cargo xtask setup    only install packages and reserve hugepages
 //! cargo xtask bench [--quick] [NAME...]   run the benchmarks (see the README)
 //! cargo xtask leftovers  fail if a test left a process, folder or namespace
+//! cargo xtask layers   check stack/src against its layer table
 //! ```
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, ExitCode};
+
+mod layers;
 
 /// What building and running spate needs (testpmd is in dpdk-dev).
 const RUN_PACKAGES: &[&str] = &["dpdk", "dpdk-dev", "libdpdk-dev", "pkg-config", "clang", "libclang-dev", "iproute2"];
@@ -62,9 +65,10 @@ fn main() -> ExitCode {
         "bench" => bench(rest),
         "leftovers" => leftovers(),
         "inline-check" => inline_check(),
+        "layers" => layer_check(),
         _ => {
             eprintln!(
-                "usage: cargo xtask <demo | test | setup [--tests] | bench [--quick] | leftovers>\n\
+                "usage: cargo xtask <demo | test | setup [--tests] | bench [--quick] | leftovers | layers>\n\
                  demo: install what is missing, build, and run spate's main job\n\
                  test: install what the tests need and run the whole suite"
             );
@@ -303,6 +307,7 @@ impl Drop for Child {
 }
 
 fn test(args: &[String]) -> Result {
+    layer_check()?;
     setup(true)?;
     let before = leftover_report();
     let result = run(cargo().args(["test", "--workspace"]).args(args))
@@ -319,6 +324,45 @@ fn test(args: &[String]) -> Result {
         ));
     }
     eprintln!("no process, socket, DPDK folder or namespace left behind");
+    Ok(())
+}
+
+/// stack/src against stack/layers.toml (see `layers`), then the negative
+/// control: the same tree with an upward import and a circle planted must
+/// fail, so the check is known to be able to.
+fn layer_check() -> Result {
+    let table_path = root().join("stack/layers.toml");
+    let table = std::fs::read_to_string(&table_path).map_err(|e| format!("{}: {e}", table_path.display()))?;
+    let table = layers::parse_table(&table).map_err(|e| format!("{}: {e}", table_path.display()))?;
+    let tree = layers::read_tree(&root().join("stack/src"))?;
+    let problems = layers::check(&table, &tree);
+    if !problems.is_empty() {
+        return Err(format!("layer check: stack/src breaks stack/layers.toml:\n  {}", problems.join("\n  ")));
+    }
+    eprintln!("layer check: {} files of stack/src import only down their layers, in no circle", tree.len());
+    let plant = |file: &str, line: &str| -> Result<Vec<String>> {
+        let mut t = tree.clone();
+        let text = t.get_mut(file).ok_or_else(|| format!("layer check: negative control: no {file}"))?;
+        text.push_str(line);
+        Ok(layers::check(&table, &t))
+    };
+    let up = plant("wire/mod.rs", "\nuse crate::setup::Running;\n")?;
+    if !up.iter().any(|p| p.contains("a layer above")) {
+        return Err(format!("layer check: the negative control (wire importing setup) was not caught: {up:?}"));
+    }
+    let mut t = tree.clone();
+    for (file, to) in [("iface.rs", "hdr"), ("hdr.rs", "iface")] {
+        t.get_mut(file)
+            .ok_or_else(|| format!("layer check: negative control: no {file}"))?
+            .push_str(&format!("\n#[allow(unused_imports)]\nuse crate::{to} as _planted;\n"));
+    }
+    let circle = layers::check(&table, &t);
+    if !circle.iter().any(|p| p.starts_with("circle: hdr -> iface -> hdr")) {
+        return Err(format!(
+            "layer check: the negative control (hdr and iface importing each other) was not caught: {circle:?}"
+        ));
+    }
+    eprintln!("layer check: negative controls caught (an upward import, a circle)");
     Ok(())
 }
 

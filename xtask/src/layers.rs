@@ -1,0 +1,447 @@
+//! The layer check of spate-stack: every `crate::` path in `stack/src`
+//! names a module of the same layer or of one below it (as
+//! `stack/layers.toml` orders them), the modules of an `apart` layer do
+//! not import each other, and no modules import each other in a circle.
+//!
+//! It reads paths, not types: a `crate::` path in code or in a `use`
+//! (grouped `use crate::{a, b::{c}}` too), with comments and string
+//! literals skipped. A path to an item of the crate root (`crate::Stack`)
+//! is refused: the root re-exports from every layer, so a module must name
+//! the module it means.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::Path;
+
+/// One layer of the table.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Layer {
+    pub name: String,
+    pub modules: Vec<String>,
+    /// Its modules may not import each other.
+    pub apart: bool,
+}
+
+/// Reads the layer table: `[[layer]]` sections with `name = "..."`,
+/// `modules = ["...", ...]` (on one line) and an optional `apart = true`,
+/// top layer first.
+pub fn parse_table(text: &str) -> Result<Vec<Layer>, String> {
+    let mut layers: Vec<Layer> = Vec::new();
+    for (n, raw) in text.lines().enumerate() {
+        let line = raw.split('#').next().unwrap_or("").trim();
+        if line.is_empty() {
+            continue;
+        }
+        if line == "[[layer]]" {
+            layers.push(Layer { name: String::new(), modules: Vec::new(), apart: false });
+            continue;
+        }
+        let Some(layer) = layers.last_mut() else {
+            return Err(format!("line {}: {line:?} before the first [[layer]]", n + 1));
+        };
+        let Some((key, value)) = line.split_once('=') else {
+            return Err(format!("line {}: expected key = value, found {line:?}", n + 1));
+        };
+        let value = value.trim();
+        match key.trim() {
+            "name" => layer.name = value.trim_matches('"').to_string(),
+            "apart" => layer.apart = value == "true",
+            "modules" => {
+                let inner = value
+                    .strip_prefix('[')
+                    .and_then(|v| v.strip_suffix(']'))
+                    .ok_or_else(|| format!("line {}: modules must be a list on one line", n + 1))?;
+                layer.modules = inner
+                    .split(',')
+                    .map(|m| m.trim().trim_matches('"').to_string())
+                    .filter(|m| !m.is_empty())
+                    .collect();
+            }
+            other => return Err(format!("line {}: unknown key {other:?}", n + 1)),
+        }
+    }
+    let mut seen = BTreeSet::new();
+    for l in &layers {
+        if l.modules.is_empty() {
+            return Err(format!("layer {:?} lists no modules", l.name));
+        }
+        for m in &l.modules {
+            if !seen.insert(m.clone()) {
+                return Err(format!("module {m} is in two layers"));
+            }
+        }
+    }
+    if layers.is_empty() {
+        return Err("no [[layer]] in the table".into());
+    }
+    Ok(layers)
+}
+
+/// The source with comments and the contents of string and character
+/// literals blanked (newlines kept, so line numbers stay).
+fn strip(src: &str) -> String {
+    let b = src.as_bytes();
+    let mut out = Vec::with_capacity(b.len());
+    let mut i = 0;
+    let blank = |c: u8| if c == b'\n' { b'\n' } else { b' ' };
+    while i < b.len() {
+        match b[i] {
+            b'/' if b.get(i + 1) == Some(&b'/') => {
+                while i < b.len() && b[i] != b'\n' {
+                    out.push(b' ');
+                    i += 1;
+                }
+            }
+            b'/' if b.get(i + 1) == Some(&b'*') => {
+                let mut depth = 0;
+                while i < b.len() {
+                    if b[i] == b'/' && b.get(i + 1) == Some(&b'*') {
+                        depth += 1;
+                        out.extend([b' ', b' ']);
+                        i += 2;
+                    } else if b[i] == b'*' && b.get(i + 1) == Some(&b'/') {
+                        depth -= 1;
+                        out.extend([b' ', b' ']);
+                        i += 2;
+                        if depth == 0 {
+                            break;
+                        }
+                    } else {
+                        out.push(blank(b[i]));
+                        i += 1;
+                    }
+                }
+            }
+            b'r' if matches!(b.get(i + 1), Some(b'"') | Some(b'#')) && !ident_byte(out.last().copied()) => {
+                // A raw string: r"..." or r#"..."#.
+                let mut j = i + 1;
+                let mut hashes = 0;
+                while b.get(j) == Some(&b'#') {
+                    hashes += 1;
+                    j += 1;
+                }
+                if b.get(j) != Some(&b'"') {
+                    out.push(b[i]);
+                    i += 1;
+                    continue;
+                }
+                out.extend(std::iter::repeat_n(b' ', j + 1 - i));
+                i = j + 1;
+                while i < b.len() {
+                    if b[i] == b'"' && b[i + 1..].iter().take(hashes).filter(|&&c| c == b'#').count() == hashes {
+                        out.extend(std::iter::repeat_n(b' ', hashes + 1));
+                        i += hashes + 1;
+                        break;
+                    }
+                    out.push(blank(b[i]));
+                    i += 1;
+                }
+            }
+            b'"' => {
+                out.push(b' ');
+                i += 1;
+                while i < b.len() && b[i] != b'"' {
+                    if b[i] == b'\\' && i + 1 < b.len() {
+                        out.push(b' ');
+                        i += 1;
+                    }
+                    out.push(blank(b[i]));
+                    i += 1;
+                }
+                out.push(b' ');
+                i += 1;
+            }
+            b'\'' => {
+                // A character literal ('a', '\n', '\''), or a lifetime.
+                let lit = match (b.get(i + 1), b.get(i + 2), b.get(i + 3)) {
+                    (Some(b'\\'), _, _) => b[i + 2..].iter().position(|&c| c == b'\'').map(|p| p + 3),
+                    (Some(_), Some(b'\''), _) => Some(3),
+                    _ => None,
+                };
+                match lit {
+                    Some(len) => {
+                        out.extend(std::iter::repeat_n(b' ', len.min(b.len() - i)));
+                        i += len;
+                    }
+                    None => {
+                        out.push(b'\'');
+                        i += 1;
+                    }
+                }
+            }
+            c => {
+                out.push(c);
+                i += 1;
+            }
+        }
+    }
+    String::from_utf8_lossy(&out).into_owned()
+}
+
+fn ident_byte(c: Option<u8>) -> bool {
+    c.is_some_and(|c| c.is_ascii_alphanumeric() || c == b'_')
+}
+
+/// The first path segment of every `crate::` path in `code` (stripped),
+/// with its line: `crate::a::b` gives `a`; `crate::{a::b, c}` gives `a`
+/// and `c`.
+fn crate_paths(code: &str) -> Vec<(usize, String)> {
+    let b = code.as_bytes();
+    let mut found = Vec::new();
+    let mut from = 0;
+    while let Some(p) = code[from..].find("crate::") {
+        let at = from + p;
+        from = at + "crate::".len();
+        if ident_byte(at.checked_sub(1).map(|i| b[i])) {
+            continue; // `spate_crate::`, not ours
+        }
+        let line = code[..at].matches('\n').count() + 1;
+        let rest = code[from..].trim_start();
+        if let Some(group) = rest.strip_prefix('{') {
+            let mut depth = 0;
+            let mut item_start = true;
+            let mut word = String::new();
+            for c in group.chars() {
+                match c {
+                    '{' => depth += 1,
+                    '}' if depth == 0 => break,
+                    '}' => depth -= 1,
+                    ',' if depth == 0 => item_start = true,
+                    c if item_start && (c.is_alphanumeric() || c == '_') => word.push(c),
+                    _ if item_start && !word.is_empty() => {
+                        found.push((line, std::mem::take(&mut word)));
+                        item_start = false;
+                    }
+                    _ => {}
+                }
+            }
+            if !word.is_empty() {
+                found.push((line, word));
+            }
+        } else {
+            let word: String = rest.chars().take_while(|c| c.is_alphanumeric() || *c == '_').collect();
+            if !word.is_empty() {
+                found.push((line, word));
+            }
+        }
+    }
+    found
+}
+
+/// The top-level module a file of `stack/src` belongs to (`None` for the
+/// crate root, `lib.rs`).
+fn module_of(relative: &str) -> Option<String> {
+    let first = relative.split('/').next()?;
+    if relative == "lib.rs" {
+        return None;
+    }
+    Some(first.strip_suffix(".rs").unwrap_or(first).to_string())
+}
+
+/// Checks sources (path relative to `stack/src` -> text) against the
+/// table; returns every violation, one line each.
+pub fn check(layers: &[Layer], files: &BTreeMap<String, String>) -> Vec<String> {
+    let mut problems = Vec::new();
+    let rank: BTreeMap<&str, usize> =
+        layers.iter().enumerate().flat_map(|(i, l)| l.modules.iter().map(move |m| (m.as_str(), i))).collect();
+    let mut edges: BTreeMap<String, BTreeMap<String, String>> = BTreeMap::new();
+    let mut modules = BTreeSet::new();
+    for (path, src) in files {
+        let Some(from) = module_of(path) else { continue };
+        modules.insert(from.clone());
+        let Some(&from_rank) = rank.get(from.as_str()) else {
+            problems.push(format!("{path}: module {from} is in no layer of the table"));
+            continue;
+        };
+        for (line, to) in crate_paths(&strip(src)) {
+            let at = format!("{path}:{line}");
+            if to == from || to == "self" {
+                continue;
+            }
+            let Some(&to_rank) = rank.get(to.as_str()) else {
+                problems.push(format!(
+                    "{at}: crate::{to} is no module of the table (an item of the crate root?): name its module"
+                ));
+                continue;
+            };
+            if to_rank < from_rank {
+                problems.push(format!(
+                    "{at}: {from} ({}) imports {to} ({}), a layer above it",
+                    layers[from_rank].name, layers[to_rank].name
+                ));
+            } else if to_rank == from_rank && layers[from_rank].apart {
+                problems.push(format!(
+                    "{at}: {from} imports {to}: the modules of layer {:?} never import each other",
+                    layers[from_rank].name
+                ));
+            }
+            edges.entry(from.clone()).or_default().entry(to).or_insert(at);
+        }
+    }
+    for l in layers {
+        for m in &l.modules {
+            if !modules.contains(m) {
+                problems.push(format!("the table lists {m} (layer {:?}), which stack/src does not have", l.name));
+            }
+        }
+    }
+    problems.extend(circles(&edges));
+    problems
+}
+
+/// Every circle among the modules, once each (as the path from its least
+/// module round to it again, with where each step imports the next).
+fn circles(edges: &BTreeMap<String, BTreeMap<String, String>>) -> Vec<String> {
+    let mut found = BTreeSet::new();
+    // A depth-first walk from each module; a circle is reported from its
+    // least module only, so each appears once.
+    for start in edges.keys() {
+        let mut stack: Vec<(String, Vec<String>)> = vec![(start.clone(), vec![start.clone()])];
+        let mut steps = 0;
+        while let Some((node, path)) = stack.pop() {
+            steps += 1;
+            if steps > 100_000 {
+                break; // the module graph is small; this bounds the walk
+            }
+            for next in edges.get(&node).map(|e| e.keys().cloned().collect::<Vec<_>>()).unwrap_or_default() {
+                if next == *start {
+                    let mut ring = path.clone();
+                    ring.push(next.clone());
+                    let where_ = ring
+                        .windows(2)
+                        .map(|w| format!("{} -> {} ({})", w[0], w[1], edges[&w[0]][&w[1]]))
+                        .collect::<Vec<_>>()
+                        .join(", ");
+                    found.insert(format!("circle: {} [{where_}]", ring.join(" -> ")));
+                } else if next > *start && !path.contains(&next) {
+                    let mut p = path.clone();
+                    p.push(next.clone());
+                    stack.push((next, p));
+                }
+            }
+        }
+    }
+    found.into_iter().collect()
+}
+
+/// Every `.rs` file below `src`, by path relative to it.
+pub fn read_tree(src: &Path) -> Result<BTreeMap<String, String>, String> {
+    let mut files = BTreeMap::new();
+    let mut dirs = vec![src.to_path_buf()];
+    while let Some(dir) = dirs.pop() {
+        let entries = std::fs::read_dir(&dir).map_err(|e| format!("{}: {e}", dir.display()))?;
+        for e in entries.flatten() {
+            let p = e.path();
+            if p.is_dir() {
+                dirs.push(p);
+            } else if p.extension().is_some_and(|x| x == "rs") {
+                let rel = p.strip_prefix(src).map_err(|e| e.to_string())?.to_string_lossy().replace('\\', "/");
+                let text = std::fs::read_to_string(&p).map_err(|e| format!("{}: {e}", p.display()))?;
+                files.insert(rel, text);
+            }
+        }
+    }
+    Ok(files)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn table() -> Vec<Layer> {
+        parse_table(
+            "[[layer]]\nname = \"top\"\nmodules = [\"setup\"]\n\
+             [[layer]]\nname = \"io\"\napart = true\nmodules = [\"engine\", \"socket\"]\n\
+             [[layer]]\nname = \"leaves\" # the bottom\nmodules = [\"wire\", \"stats\"]\n",
+        )
+        .unwrap()
+    }
+
+    fn tree(files: &[(&str, &str)]) -> BTreeMap<String, String> {
+        let mut t: BTreeMap<String, String> =
+            ["setup/mod.rs", "engine/mod.rs", "socket.rs", "wire/mod.rs", "stats.rs", "lib.rs"]
+                .iter()
+                .map(|p| (p.to_string(), String::new()))
+                .collect();
+        for (p, s) in files {
+            t.insert(p.to_string(), s.to_string());
+        }
+        t
+    }
+
+    #[test]
+    fn downward_imports_pass() {
+        let t = tree(&[
+            ("setup/mod.rs", "use crate::engine::Worker;\nuse crate::{socket::UdpSocket, wire};"),
+            ("engine/rx.rs", "use crate::wire::{ipv4, udp};\nfn f() { crate::stats::Counter::A; }"),
+            ("wire/mod.rs", "use crate::stats::Counter;"),
+            ("lib.rs", "pub use crate::setup::Stack;"),
+        ]);
+        assert_eq!(check(&table(), &t), Vec::<String>::new());
+    }
+
+    #[test]
+    fn an_upward_import_fails() {
+        let t = tree(&[("wire/ipv4.rs", "fn f() {}\nuse crate::engine::Worker;")]);
+        let p = check(&table(), &t);
+        assert_eq!(p.len(), 1, "{p:?}");
+        assert!(p[0].starts_with("wire/ipv4.rs:2: wire (leaves) imports engine (io), a layer above"), "{p:?}");
+    }
+
+    #[test]
+    fn a_grouped_upward_import_fails() {
+        let t = tree(&[("stats.rs", "use crate::{\n    wire::MacAddr,\n    setup::{self, Stack},\n};")]);
+        let p = check(&table(), &t);
+        assert!(p.iter().any(|l| l.contains("stats (leaves) imports setup (top)")), "{p:?}");
+    }
+
+    #[test]
+    fn apart_modules_may_not_meet() {
+        let t = tree(&[("socket.rs", "use crate::engine::LOCAL;")]);
+        let p = check(&table(), &t);
+        assert!(p.iter().any(|l| l.contains("never import each other")), "{p:?}");
+    }
+
+    #[test]
+    fn a_circle_fails() {
+        let t = tree(&[("wire/mod.rs", "use crate::stats::X;"), ("stats.rs", "use crate::wire::Y;")]);
+        let p = check(&table(), &t);
+        assert_eq!(p.len(), 1, "{p:?}");
+        assert!(p[0].starts_with("circle: stats -> wire -> stats"), "{p:?}");
+    }
+
+    #[test]
+    fn comments_strings_and_other_crates_do_not_count() {
+        let t = tree(&[(
+            "wire/mod.rs",
+            "// use crate::setup::X;\n/* crate::engine */\nconst S: &str = \"crate::setup\";\n\
+             const R: &str = r#\"crate::engine\"#;\nuse spate_crate::setup;\nconst C: char = '\"';\nfn f<'a>() {}",
+        )]);
+        assert_eq!(check(&table(), &t), Vec::<String>::new());
+    }
+
+    #[test]
+    fn root_items_and_unknown_modules_fail() {
+        let t = tree(&[("engine/mod.rs", "use crate::Stack;"), ("extra.rs", "")]);
+        let p = check(&table(), &t);
+        assert!(p.iter().any(|l| l.contains("crate::Stack is no module of the table")), "{p:?}");
+        assert!(p.iter().any(|l| l.contains("module extra is in no layer")), "{p:?}");
+    }
+
+    #[test]
+    fn a_listed_module_must_exist() {
+        let mut t = tree(&[]);
+        t.remove("stats.rs");
+        let p = check(&table(), &t);
+        assert!(p.iter().any(|l| l.contains("lists stats")), "{p:?}");
+    }
+
+    #[test]
+    fn the_table_is_checked() {
+        assert!(parse_table("name = \"x\"").is_err());
+        assert!(
+            parse_table("[[layer]]\nname = \"a\"\nmodules = [\"x\"]\n[[layer]]\nname = \"b\"\nmodules = [\"x\"]")
+                .is_err()
+        );
+        assert!(parse_table("[[layer]]\nname = \"a\"\nmodules = []").is_err());
+    }
+}
