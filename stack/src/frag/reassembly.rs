@@ -15,6 +15,10 @@
 //! fragment shorter than a UDP header, a fragment reaching past 64 KiB, a
 //! non-last fragment whose length is not a multiple of 8, and lengths that
 //! contradict the last fragment's are refused the same way.
+//!
+//! The table is generic over what holds a fragment ([`FragBuf`]): an
+//! [`Mbuf`] on the lcores, a plain byte buffer in the unit tests below,
+//! which run the state machine without an EAL.
 
 use std::collections::{HashMap, VecDeque};
 use std::hash::{BuildHasher, Hash, Hasher};
@@ -88,11 +92,76 @@ impl Hasher for KeyedHasher {
     }
 }
 
+/// What the table keeps a fragment in.
+pub trait FragBuf: Sized {
+    /// Where one datagram's fragments wait: room for [`MAX_FRAGMENTS`],
+    /// allocated with the table.
+    type Held: Default + std::fmt::Debug;
+
+    /// Fragments held.
+    fn held_len(held: &Self::Held) -> usize;
+    /// Holds one more (there is room: the table counts them).
+    fn hold(held: &mut Self::Held, buf: Self);
+    /// Frees every fragment held.
+    fn release(held: &mut Self::Held);
+    /// Takes the fragments out, in the order they came.
+    fn take(held: &mut Self::Held) -> impl Iterator<Item = Self>;
+    /// Bytes charged against the memory budget (the whole buffer).
+    fn charge(&self) -> usize;
+    /// Cuts `n` bytes off the front.
+    fn trim_front(&mut self, n: usize) -> Result<(), ()>;
+    /// Chains `rest` after this buffer, in order.
+    fn chain(&mut self, rest: impl Iterator<Item = Self>) -> Result<(), ()>;
+}
+
+impl FragBuf for Mbuf {
+    type Held = Burst<MAX_FRAGMENTS>;
+
+    #[inline]
+    fn held_len(held: &Self::Held) -> usize {
+        held.len()
+    }
+
+    #[inline]
+    fn hold(held: &mut Self::Held, buf: Mbuf) {
+        let _ = held.push(buf);
+    }
+
+    #[inline]
+    fn release(held: &mut Self::Held) {
+        held.clear();
+    }
+
+    #[inline]
+    fn take(held: &mut Self::Held) -> impl Iterator<Item = Mbuf> {
+        held.drain()
+    }
+
+    #[inline]
+    fn charge(&self) -> usize {
+        self.buf_len()
+    }
+
+    #[inline]
+    fn trim_front(&mut self, n: usize) -> Result<(), ()> {
+        self.adj(n).map_err(|_| ())
+    }
+
+    #[inline]
+    fn chain(&mut self, rest: impl Iterator<Item = Mbuf>) -> Result<(), ()> {
+        let mut tails: Burst<MAX_FRAGMENTS> = Burst::new();
+        for m in rest {
+            let _ = tails.push(m);
+        }
+        self.chain_all(&mut tails).map_err(|_| ())
+    }
+}
+
 /// One fragment as the table takes it.
 #[derive(Debug)]
-pub struct Fragment {
+pub struct Fragment<B = Mbuf> {
     /// The frame, its data starting at the Ethernet header.
-    pub mbuf: Mbuf,
+    pub mbuf: B,
     /// Where the IP header starts in the frame.
     pub l3: usize,
     /// Where the fragmentable part starts in the frame (after the IP
@@ -108,7 +177,7 @@ pub struct Fragment {
 
 /// What became of a fragment.
 #[derive(Debug)]
-pub enum Outcome {
+pub enum Outcome<B = Mbuf> {
     /// Kept until the datagram is complete.
     Held,
     /// The same fragment was held already; this one was dropped.
@@ -121,7 +190,7 @@ pub enum Outcome {
     /// part's length.
     Complete {
         /// The chain.
-        mbuf: Mbuf,
+        mbuf: B,
         /// Where the IP header starts.
         l3: usize,
         /// Where the fragmentable part starts.
@@ -134,7 +203,7 @@ pub enum Outcome {
 /// A datagram being reassembled: a slot of the table's slab, reused in
 /// place (at about 1.3 KB it is not moved in and out of the hash map).
 #[derive(Debug)]
-struct Entry {
+struct Entry<B: FragBuf> {
     key: Key,
     created: Instant,
     /// Order of arrival among the table's datagrams (ties in `created`
@@ -143,7 +212,7 @@ struct Entry {
     seq: u64,
     /// (offset, len, data_at, l3) per held fragment, parallel to `mbufs`.
     spans: [(u32, u32, u16, u16); MAX_FRAGMENTS],
-    mbufs: Burst<MAX_FRAGMENTS>,
+    mbufs: B::Held,
     /// The datagram's length, once the last fragment came.
     total: Option<u32>,
     received: u32,
@@ -179,10 +248,10 @@ const FREE: u64 = u64::MAX;
 
 /// The reassembly table of one lcore.
 #[derive(Debug)]
-pub struct Reassembler {
+pub struct Reassembler<B: FragBuf = Mbuf> {
     /// Datagram -> its slot in `entries`.
     table: HashMap<Key, u32, Keyed>,
-    entries: Vec<Entry>,
+    entries: Vec<Entry<B>>,
     /// Unused slots.
     free: Vec<u32>,
     /// Datagrams oldest first, by (seq, slot); records of datagrams gone
@@ -195,10 +264,10 @@ pub struct Reassembler {
     drops: [Drops; 2],
 }
 
-impl Reassembler {
+impl<B: FragBuf> Reassembler<B> {
     /// An empty table with room for `limits.max_datagrams` datagrams
     /// (allocated now: taking fragments allocates nothing).
-    pub fn new(limits: Limits) -> Reassembler {
+    pub fn new(limits: Limits) -> Reassembler<B> {
         let max = limits.max_datagrams;
         let key = [crate::ip_id::random_u32(), crate::ip_id::random_u32(), crate::ip_id::random_u32()];
         Reassembler {
@@ -214,7 +283,7 @@ impl Reassembler {
                     created: Instant(0),
                     seq: FREE,
                     spans: [(0, 0, 0, 0); MAX_FRAGMENTS],
-                    mbufs: Burst::new(),
+                    mbufs: B::Held::default(),
                     total: None,
                     received: 0,
                     bytes: 0,
@@ -245,7 +314,7 @@ impl Reassembler {
     }
 
     /// Takes fragment `f` of datagram `key`.
-    pub fn insert(&mut self, key: Key, f: Fragment, now: Instant) -> Outcome {
+    pub fn insert(&mut self, key: Key, f: Fragment<B>, now: Instant) -> Outcome<B> {
         let end = f.offset + f.len;
         let tiny_first = f.offset == 0 && f.len < 8;
         let bad = (f.len == 0 && f.more) || end > MAX_PAYLOAD || (f.more && f.len % 8 != 0) || tiny_first;
@@ -268,7 +337,7 @@ impl Reassembler {
             }
         };
         let e = &mut self.entries[slot as usize];
-        let n = e.mbufs.len();
+        let n = B::held_len(&e.mbufs);
         for &(s, l, _, _) in &e.spans[..n] {
             if s == f.offset && l == f.len {
                 return Outcome::Duplicate;
@@ -292,9 +361,9 @@ impl Reassembler {
         if !f.more {
             e.total = Some(end);
         }
-        let size = f.mbuf.buf_len();
+        let size = f.mbuf.charge();
         e.spans[n] = (f.offset, f.len, f.data_at as u16, f.l3 as u16);
-        let _ = e.mbufs.push(f.mbuf);
+        B::hold(&mut e.mbufs, f.mbuf);
         e.received += f.len;
         e.bytes += size;
         let complete = e.total == Some(e.received);
@@ -322,7 +391,7 @@ impl Reassembler {
     /// Frees a slot and whatever mbufs it still holds.
     fn release(&mut self, slot: u32) {
         let e = &mut self.entries[slot as usize];
-        e.mbufs.clear();
+        B::release(&mut e.mbufs);
         e.seq = FREE;
         self.free.push(slot);
     }
@@ -338,7 +407,7 @@ impl Reassembler {
             if !keep {
                 freed += e.bytes;
                 drops[k.v6 as usize].timed_out += 1;
-                e.mbufs.clear();
+                B::release(&mut e.mbufs);
                 e.seq = FREE;
                 free.push(*slot);
             }
@@ -392,38 +461,264 @@ impl Reassembler {
     }
 }
 
-impl Outcome {
+impl<B: FragBuf> Outcome<B> {
     /// Links a complete datagram's fragments in offset order (taking them
     /// out of the entry).
-    fn complete(e: &mut Entry) -> Outcome {
-        let n = e.mbufs.len();
+    fn complete(e: &mut Entry<B>) -> Outcome<B> {
+        let n = B::held_len(&e.mbufs);
         let mut order: [u8; MAX_FRAGMENTS] = [0; MAX_FRAGMENTS];
         for (i, o) in order.iter_mut().enumerate().take(n) {
             *o = i as u8;
         }
         order[..n].sort_unstable_by_key(|&i| e.spans[i as usize].0);
         // Take the mbufs out in arrival order, then place them by offset.
-        let mut slots: [Option<Mbuf>; MAX_FRAGMENTS] = [const { None }; MAX_FRAGMENTS];
-        for (i, m) in e.mbufs.drain().enumerate() {
+        let mut slots: [Option<B>; MAX_FRAGMENTS] = [const { None }; MAX_FRAGMENTS];
+        for (i, m) in B::take(&mut e.mbufs).enumerate() {
             slots[i] = Some(m);
         }
         let first = order[0] as usize;
         let mut head = slots[first].take().expect("first fragment");
         let (data_at, l3) = (e.spans[first].2 as usize, e.spans[first].3 as usize);
-        let mut rest: Burst<MAX_FRAGMENTS> = Burst::new();
         for &i in &order[1..n] {
             let i = i as usize;
-            let mut m = slots[i].take().expect("held");
             // Only the fragment's share of the payload stays.
-            if m.adj(e.spans[i].2 as usize).is_err() {
+            if slots[i].as_mut().expect("held").trim_front(e.spans[i].2 as usize).is_err() {
                 return Outcome::Failed;
             }
-            let _ = rest.push(m);
         }
         let len = e.total.expect("complete");
-        if head.chain_all(&mut rest).is_err() {
+        let rest = order[1..n].iter().map(|&i| slots[i as usize].take().expect("held"));
+        if head.chain(rest).is_err() {
             return Outcome::Failed;
         }
         Outcome::Complete { mbuf: head, l3, data_at, len }
+    }
+}
+
+/// The state machine on byte buffers: no EAL, no mbufs.
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A fragment's frame as bytes; once chained, the segments after it.
+    #[derive(Debug)]
+    struct Bytes {
+        segs: Vec<Vec<u8>>,
+    }
+
+    /// What each buffer is charged, as a 2,048-byte mbuf with headroom.
+    const CHARGE: usize = 2176;
+    /// Ethernet + IPv4 header in front of the fragmentable part.
+    const L3: usize = 14;
+    const DATA_AT: usize = 34;
+
+    impl FragBuf for Bytes {
+        type Held = Vec<Bytes>;
+        fn held_len(held: &Vec<Bytes>) -> usize {
+            held.len()
+        }
+        fn hold(held: &mut Vec<Bytes>, buf: Bytes) {
+            held.push(buf);
+        }
+        fn release(held: &mut Vec<Bytes>) {
+            held.clear();
+        }
+        fn take(held: &mut Vec<Bytes>) -> impl Iterator<Item = Bytes> {
+            std::mem::take(held).into_iter()
+        }
+        fn charge(&self) -> usize {
+            CHARGE
+        }
+        fn trim_front(&mut self, n: usize) -> Result<(), ()> {
+            if n > self.segs[0].len() {
+                return Err(());
+            }
+            self.segs[0].drain(..n);
+            Ok(())
+        }
+        fn chain(&mut self, rest: impl Iterator<Item = Bytes>) -> Result<(), ()> {
+            for r in rest {
+                self.segs.extend(r.segs);
+            }
+            Ok(())
+        }
+    }
+
+    fn limits() -> Limits {
+        Limits { high: 64 * CHARGE, low: 48 * CHARGE, timeout_ns: 1_000_000, max_datagrams: 16 }
+    }
+
+    fn key(ident: u32, v6: bool) -> Key {
+        Key { src: 0xc612_0001, dst: 0xc612_0002, protocol: 17, ident, v6 }
+    }
+
+    /// Fragment [offset, offset + len) of `datagram`.
+    fn frag(datagram: &[u8], offset: usize, len: usize, more: bool) -> Fragment<Bytes> {
+        let mut frame = vec![0xee; DATA_AT];
+        frame.extend_from_slice(&datagram[offset..offset + len]);
+        Fragment {
+            mbuf: Bytes { segs: vec![frame] },
+            l3: L3,
+            data_at: DATA_AT,
+            offset: offset as u32,
+            len: len as u32,
+            more,
+        }
+    }
+
+    fn datagram(len: usize) -> Vec<u8> {
+        (0..len).map(|i| (i * 7 + i / 251) as u8).collect()
+    }
+
+    /// The fragmentable part a complete datagram carries.
+    fn payload(done: Outcome<Bytes>) -> Vec<u8> {
+        let Outcome::Complete { mbuf, l3, data_at, len } = done else { panic!("not complete: {done:?}") };
+        assert_eq!((l3, data_at), (L3, DATA_AT));
+        let mut out = mbuf.segs[0][data_at..].to_vec();
+        for s in &mbuf.segs[1..] {
+            out.extend_from_slice(s);
+        }
+        assert_eq!(out.len(), len as usize);
+        out
+    }
+
+    #[test]
+    fn every_order_reassembles_byte_exact() {
+        let d = datagram(3000);
+        let parts = [(0, 1480, true), (1480, 1480, true), (2960, 40, false)];
+        let orders = [[0, 1, 2], [0, 2, 1], [1, 0, 2], [1, 2, 0], [2, 0, 1], [2, 1, 0]];
+        let mut r: Reassembler<Bytes> = Reassembler::new(limits());
+        for (n, order) in orders.iter().enumerate() {
+            for (i, &p) in order.iter().enumerate() {
+                let (off, len, more) = parts[p];
+                let out = r.insert(key(n as u32, false), frag(&d, off, len, more), Instant(0));
+                if i < 2 {
+                    assert!(matches!(out, Outcome::Held), "order {order:?} step {i}: {out:?}");
+                    assert_eq!(r.bytes(), (i + 1) * CHARGE);
+                } else {
+                    assert_eq!(payload(out), d, "order {order:?}");
+                }
+            }
+            assert_eq!((r.pending(), r.bytes()), (0, 0));
+        }
+        assert_eq!(r.take_drops(), [Drops::default(); 2]);
+    }
+
+    #[test]
+    fn a_duplicate_is_dropped_alone() {
+        let d = datagram(2000);
+        let mut r: Reassembler<Bytes> = Reassembler::new(limits());
+        assert!(matches!(r.insert(key(1, false), frag(&d, 0, 1480, true), Instant(0)), Outcome::Held));
+        assert!(matches!(r.insert(key(1, false), frag(&d, 0, 1480, true), Instant(0)), Outcome::Duplicate));
+        assert_eq!(r.bytes(), CHARGE, "the duplicate is not held");
+        assert_eq!(payload(r.insert(key(1, false), frag(&d, 1480, 520, false), Instant(0))), d);
+    }
+
+    #[test]
+    fn an_overlap_drops_the_datagram() {
+        let d = datagram(3000);
+        let mut r: Reassembler<Bytes> = Reassembler::new(limits());
+        assert!(matches!(r.insert(key(1, true), frag(&d, 0, 1480, true), Instant(0)), Outcome::Held));
+        // Overlaps the first by 8 bytes (RFC 5722: the whole datagram goes).
+        assert!(matches!(r.insert(key(1, true), frag(&d, 1472, 1480, true), Instant(0)), Outcome::Failed));
+        assert_eq!((r.pending(), r.bytes()), (0, 0));
+        assert_eq!(r.take_drops(), [Drops::default(), Drops { failed: 1, ..Drops::default() }]);
+        // What comes later for the same key starts afresh.
+        assert!(matches!(r.insert(key(1, true), frag(&d, 2960, 40, false), Instant(0)), Outcome::Held));
+    }
+
+    #[test]
+    fn malformed_fragments_are_refused() {
+        let d = datagram(70_000);
+        let mut r: Reassembler<Bytes> = Reassembler::new(limits());
+        let refused = |r: &mut Reassembler<Bytes>, f: Fragment<Bytes>| {
+            matches!(r.insert(key(9, false), f, Instant(0)), Outcome::Failed)
+        };
+        assert!(refused(&mut r, frag(&d, 0, 4, true)), "a first fragment shorter than a UDP header");
+        assert!(refused(&mut r, frag(&d, 8, 12, true)), "a non-last fragment not a multiple of 8");
+        assert!(refused(&mut r, frag(&d, 65528, 16, false)), "past 64 KiB");
+        assert!(refused(&mut r, frag(&d, 8, 0, true)), "empty, more to come");
+        assert!(matches!(r.insert(key(9, false), frag(&d, 0, 1480, true), Instant(0)), Outcome::Held));
+        assert!(refused(&mut r, frag(&d, 800, 200, false)), "a last fragment ending inside one held");
+        assert!(matches!(r.insert(key(9, false), frag(&d, 1480, 100, false), Instant(0)), Outcome::Held));
+        assert!(matches!(r.insert(key(9, false), frag(&d, 0, 1480, true), Instant(0)), Outcome::Complete { .. }));
+        assert!(matches!(r.insert(key(9, false), frag(&d, 1480, 100, false), Instant(0)), Outcome::Held));
+        assert!(refused(&mut r, frag(&d, 1600, 8, true)), "a fragment past the known end");
+        assert_eq!(r.take_drops()[0].failed, 6);
+        assert_eq!((r.pending(), r.bytes()), (0, 0));
+    }
+
+    #[test]
+    fn a_datagram_holds_at_most_max_fragments() {
+        let d = datagram(8 * (MAX_FRAGMENTS + 1));
+        let mut r: Reassembler<Bytes> = Reassembler::new(limits());
+        for i in 0..MAX_FRAGMENTS {
+            let out = r.insert(key(3, false), frag(&d, 8 * i, 8, true), Instant(0));
+            assert!(matches!(out, Outcome::Held), "fragment {i}: {out:?}");
+        }
+        let out = r.insert(key(3, false), frag(&d, 8 * MAX_FRAGMENTS, 8, false), Instant(0));
+        assert!(matches!(out, Outcome::Failed), "{out:?}");
+        assert_eq!((r.pending(), r.bytes(), r.take_drops()[0].failed), (0, 0, 1));
+    }
+
+    #[test]
+    fn datagrams_time_out() {
+        let d = datagram(2000);
+        let mut r: Reassembler<Bytes> = Reassembler::new(limits());
+        let _ = r.insert(key(1, false), frag(&d, 0, 1480, true), Instant(0));
+        let _ = r.insert(key(2, true), frag(&d, 0, 1480, true), Instant(500_000));
+        r.expire(Instant(999_999));
+        assert_eq!(r.pending(), 2);
+        r.expire(Instant(1_000_000));
+        assert_eq!((r.pending(), r.bytes()), (1, CHARGE));
+        r.expire(Instant(1_500_000));
+        assert_eq!((r.pending(), r.bytes()), (0, 0));
+        let [v4, v6] = r.take_drops();
+        assert_eq!((v4.timed_out, v6.timed_out), (1, 1));
+    }
+
+    #[test]
+    fn over_the_budget_the_oldest_go_down_to_the_low_mark() {
+        let d = datagram(2000);
+        let small = Limits { high: 5 * CHARGE, low: 3 * CHARGE, ..limits() };
+        let mut r: Reassembler<Bytes> = Reassembler::new(small);
+        for ident in 1..=5 {
+            assert!(matches!(r.insert(key(ident, false), frag(&d, 0, 1480, true), Instant(0)), Outcome::Held));
+        }
+        // The sixth takes it over the high mark: 1, 2 and 3 go.
+        assert!(matches!(r.insert(key(6, false), frag(&d, 0, 1480, true), Instant(0)), Outcome::Held));
+        assert_eq!((r.pending(), r.bytes()), (3, 3 * CHARGE));
+        assert_eq!(r.take_drops()[0].evicted, 3);
+        assert!(matches!(r.insert(key(1, false), frag(&d, 1480, 520, false), Instant(0)), Outcome::Held), "1 is gone");
+        assert_eq!(payload(r.insert(key(4, false), frag(&d, 1480, 520, false), Instant(0))), d, "4 stayed");
+    }
+
+    #[test]
+    fn the_table_holds_at_most_max_datagrams() {
+        let d = datagram(2000);
+        let mut r: Reassembler<Bytes> = Reassembler::new(Limits { max_datagrams: 4, ..limits() });
+        for ident in 0..5 {
+            let _ = r.insert(key(ident, false), frag(&d, 0, 1480, true), Instant(0));
+        }
+        assert_eq!((r.pending(), r.take_drops()[0].evicted), (4, 1));
+        assert!(
+            matches!(r.insert(key(0, false), frag(&d, 1480, 520, false), Instant(0)), Outcome::Held),
+            "the oldest went"
+        );
+    }
+
+    #[test]
+    fn bookkeeping_stays_bounded_over_many_datagrams() {
+        let d = datagram(2000);
+        let lim = Limits { max_datagrams: 8, ..limits() };
+        let mut r: Reassembler<Bytes> = Reassembler::new(lim);
+        for ident in 0..10_000u32 {
+            let _ = r.insert(key(ident, false), frag(&d, 0, 1480, true), Instant(ident as u64));
+            if ident % 3 == 0 {
+                let out = r.insert(key(ident, false), frag(&d, 1480, 520, false), Instant(ident as u64));
+                assert!(matches!(out, Outcome::Complete { .. }));
+            }
+            assert!(r.pending() <= 8 && r.order.len() <= 16 && r.free.len() + r.pending() == 8);
+        }
     }
 }
