@@ -597,11 +597,13 @@ fn native(runs: &[Vec<String>], datagrams: u64) -> Vec<Run> {
 /// The same benchmark built without the GRO stage (`--features
 /// no-gro-stage`, in a target directory of its own).
 fn no_gro_stage_build() -> PathBuf {
-    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    // The benchmarks are spate-apps' targets: the workspace is one up.
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).parent().expect("apps/ sits in the workspace");
     let out = Command::new(std::env::var("CARGO").unwrap_or_else(|_| "cargo".into()))
         .current_dir(root)
         .env("CARGO_TARGET_DIR", root.join("target/no-gro-stage"))
-        .args(["build", "--release", "--bench", "pipeline", "--features", "no-gro-stage", "--message-format=json"])
+        .args(["build", "--release", "-p", "spate-apps", "--bench", "pipeline", "--features", "no-gro-stage"])
+        .arg("--message-format=json")
         .output()
         .expect("cargo build");
     assert!(out.status.success(), "building without the GRO stage: {}", String::from_utf8_lossy(&out.stderr));

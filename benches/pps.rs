@@ -332,7 +332,10 @@ fn main() {
     let args: Vec<String> = std::env::args().skip(1).collect();
     let flag = |name: &str| args.iter().position(|a| a == name).and_then(|i| args.get(i + 1)).cloned();
     let quick = args.iter().any(|a| a == "--quick");
-    let out_dir = PathBuf::from(flag("--out").unwrap_or_else(|| "target/pps".into()));
+    // The benchmarks are spate-apps' targets, run in apps/: the default
+    // output goes to the workspace's target/.
+    let workspace = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).parent().expect("apps/ sits in the workspace");
+    let out_dir = flag("--out").map(PathBuf::from).unwrap_or_else(|| workspace.join("target/pps"));
     let t = if quick { Timing { warmup: 1, seconds: 1 } } else { Timing { warmup: 2, seconds: 5 } };
     let _ = env_logger::builder().filter_level(log::LevelFilter::Warn).try_init();
     if !spate::dpdk::eal::hugepages_available() {

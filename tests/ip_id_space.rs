@@ -2,7 +2,7 @@
 //! lcores reserve 10 million IDs for one destination, and in the order the IDs were
 //! reserved no ID repeats within 65,536 - L consecutive sends, L = FRESH +
 //! (threads - 1) x (LEASE - 1) + the positions skipped in between (see
-//! `spate::ip_id`). Per-core ID ranges fail the same check (a core
+//! `stack/src/ip_id.rs`). Per-core ID ranges fail the same check (a core
 //! that sends alone repeats its IDs after half the space); a shared
 //! counter, Linux's design, passes it with L = 0.
 //!

@@ -5,7 +5,7 @@
 //!
 //! ```text
 //! RUSTFLAGS="--cfg loom" CARGO_TARGET_DIR=target/loom \
-//!     cargo test -p spate-stack --test loom_rx_queue --release
+//!     cargo test -p spate-stack --test loom_rx_queue --features internals --release
 //! ```
 //! (`cargo xtask test` runs it so.)
 #![cfg(loom)]
