@@ -63,5 +63,8 @@ pub mod internals {
     pub use crate::ip_id::{BUCKETS, FRESH, IDLE_STEP_MAX, IpIdGen, LEASE};
     pub use crate::lookup::{Binding, Family, FlowKey, SocketTable};
     pub use crate::rx_queue::{Refusal, RxQueue, Truesize, Wait};
-    pub use crate::wire::fixtures;
+    /// Frames captured from Linux (the fuzz test mutates them).
+    pub mod fixtures {
+        pub use crate::wire::fixtures::*;
+    }
 }

@@ -17,7 +17,7 @@ impl Worker<'_> {
     /// sort is stable (each socket's datagrams keep their order), takes one
     /// pass when the burst is one run already, and uses no heap at this size.
     #[inline]
-    pub(crate) fn deliver_staged(&mut self) {
+    pub(super) fn deliver_staged(&mut self) {
         if self.staged.is_empty() {
             return;
         }

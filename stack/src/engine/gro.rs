@@ -57,7 +57,7 @@ impl Worker<'_> {
     /// line, so the path without the stage stays as it was.
     #[inline(never)]
     #[allow(clippy::too_many_arguments)]
-    pub(crate) fn gro_stage_udp(
+    pub(super) fn gro_stage_udp(
         &mut self,
         iface: u16,
         mut m: Mbuf,
@@ -93,7 +93,7 @@ impl Worker<'_> {
     /// Adds the payload in `m` (`payload` bytes, headers already cut off)
     /// to the open train when it continues it; gives `m` back otherwise.
     #[inline]
-    pub(crate) fn gro_merge(&mut self, index: u32, flow: &Flow, m: Mbuf, payload: usize) -> Result<(), Mbuf> {
+    pub(super) fn gro_merge(&mut self, index: u32, flow: &Flow, m: Mbuf, payload: usize) -> Result<(), Mbuf> {
         let frame = self.frame_no;
         let t = &mut self.train;
         let continues = t.open
@@ -119,7 +119,7 @@ impl Worker<'_> {
     /// Opens a train at the datagram about to be staged (ending the open
     /// one), or just ends the open one when this socket does not coalesce.
     #[inline]
-    pub(crate) fn gro_open(&mut self, coalesce: bool, index: u32, flow: Flow, payload: usize) {
+    pub(super) fn gro_open(&mut self, coalesce: bool, index: u32, flow: Flow, payload: usize) {
         self.gro_flush();
         if coalesce && payload > 0 && payload <= u16::MAX as usize {
             let t = &mut self.train;
@@ -135,7 +135,7 @@ impl Worker<'_> {
 
     /// Ends the open train: its segments join its first datagram.
     #[inline]
-    pub(crate) fn gro_flush(&mut self) {
+    pub(super) fn gro_flush(&mut self) {
         let t = &mut self.train;
         if !t.open {
             return;

@@ -31,7 +31,7 @@ enum Icmp6Action {
 
 impl Worker<'_> {
     #[allow(clippy::too_many_arguments)]
-    pub(crate) fn rx_icmpv4(
+    pub(super) fn rx_icmpv4(
         &mut self,
         iface: &Interface,
         m: Mbuf,
@@ -120,7 +120,7 @@ impl Worker<'_> {
     }
 
     /// Sends an ICMPv4 destination-unreachable about the packet at `l3`.
-    pub(crate) fn icmp_error_v4(
+    pub(super) fn icmp_error_v4(
         &mut self,
         mut m: Mbuf,
         l3: usize,
@@ -175,7 +175,7 @@ impl Worker<'_> {
     }
 
     #[allow(clippy::too_many_arguments)]
-    pub(crate) fn rx_icmpv6(
+    pub(super) fn rx_icmpv6(
         &mut self,
         iface: &Interface,
         m: Mbuf,
@@ -312,7 +312,7 @@ impl Worker<'_> {
 
     /// Sends an ICMPv6 error of `msg_type`/`code` about the packet at `l3`.
     #[allow(clippy::too_many_arguments)]
-    pub(crate) fn icmp_error_v6(
+    pub(super) fn icmp_error_v6(
         &mut self,
         mut m: Mbuf,
         l3: usize,
@@ -363,7 +363,7 @@ impl Worker<'_> {
     }
 
     /// Parameter problem, unrecognised next header, pointing at `pointer`.
-    pub(crate) fn icmp_param_problem_v6(&mut self, m: Mbuf, l3: usize, src: Ipv6Addr, dst: Ipv6Addr, pointer: u32) {
+    pub(super) fn icmp_param_problem_v6(&mut self, m: Mbuf, l3: usize, src: Ipv6Addr, dst: Ipv6Addr, pointer: u32) {
         self.icmp_error_v6(
             m,
             l3,
@@ -376,7 +376,7 @@ impl Worker<'_> {
     }
 
     /// Routes a packet spate made (the mbuf starts at its IP header).
-    pub(crate) fn route_and_send(&mut self, mut m: Mbuf, dst: IpAddr, src: IpAddr) {
+    pub(super) fn route_and_send(&mut self, mut m: Mbuf, dst: IpAddr, src: IpAddr) {
         m.set_ol_flags(0);
         match self.shared.route(&dst, Some(&src)) {
             Some(r) => self.transmit(TxPacket { mbuf: m, iface: r.iface, next_hop: r.next_hop, datagram: false }),

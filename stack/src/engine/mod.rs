@@ -4,15 +4,19 @@
 //! 1. burst RX ([`poll`]): a burst from each RX queue, prefetched, steered
 //!    to its flow's lcore in software where the port cannot ([`steer`]);
 //! 2. classification and validation ([`rx`]): Ethernet, ARP, IPv4, IPv6,
-//!    fragments (reassembled before the lookup), ICMP ([`icmp`]), UDP;
-//!    every frame ends in exactly one `Rx` counter;
+//!    fragments (reassembled here, before the lookup), ICMP ([`icmp`]),
+//!    UDP; every frame ends in exactly one `Rx` counter;
 //! 3. the GRO stage ([`gro`]), only while a tunnel or a GRO socket exists
-//!    (one load per burst decides), which also hands a tunnel's datagrams
-//!    to decapsulation ([`vxlan`]);
-//! 4. the socket lookup (in [`rx`], against the lcore's snapshot of the
-//!    socket table);
+//!    (one load per burst decides, and the receive path is built twice, so
+//!    without them it is the code it was before the stage existed); it
+//!    hands a tunnel's datagrams to decapsulation ([`vxlan`]), coalesces
+//!    trains for GRO sockets and passes the rest on. Linux looks the
+//!    socket up inside its GRO stage; spate's stage takes the answer of
+//!    the one lookup each datagram gets;
+//! 4. the socket lookup (in [`rx`]: the lcore's snapshot of the socket
+//!    table, the reuseport group's member picked by the flow's hash);
 //! 5. queueing ([`deliver`]): each socket's datagrams of the burst under
-//!    one lock.
+//!    one lock, the sockets named for the application's `ready` list.
 //!
 //! Transmit ([`tx`]) resolves neighbours through the lcore's [`memo`] and
 //! the shared table and sends bursts. The engine reaches the sockets only
@@ -37,7 +41,7 @@ mod poll;
 mod rx;
 mod steer;
 mod tx;
-pub(crate) mod vxlan;
+mod vxlan;
 
 use memo::{NeighMemo, RateLimit};
 
@@ -184,24 +188,24 @@ impl<'s> Worker<'s> {
     }
 
     #[inline]
-    pub fn counters(&self) -> &'s CounterBlock {
+    fn counters(&self) -> &'s CounterBlock {
         self.counters
     }
 
     #[inline]
-    pub fn inc(&self, c: Counter) {
+    fn inc(&self, c: Counter) {
         self.counters().inc_local(c);
     }
 
     #[inline]
-    pub fn add(&self, c: Counter, n: u64) {
+    fn add(&self, c: Counter, n: u64) {
         self.counters().add_local(c, n);
     }
 
     /// Whether this burst runs the GRO stage; always false in the
     /// no-gro-stage build, so the compiler drops the stage there.
     #[inline(always)]
-    pub fn gro_stage(&self) -> bool {
+    fn gro_stage(&self) -> bool {
         !cfg!(feature = "no-gro-stage") && self.gro_active
     }
 }

@@ -98,7 +98,7 @@ impl Worker<'_> {
 
     /// A burst of one interface's frames through the receive pipeline.
     #[inline]
-    pub(crate) fn rx_run(&mut self, iface: u16, burst: &mut Burst<BURST>) {
+    pub(super) fn rx_run(&mut self, iface: u16, burst: &mut Burst<BURST>) {
         if self.gro_stage() {
             self.rx_frames_gro(iface, burst);
         } else {
@@ -192,7 +192,7 @@ impl Worker<'_> {
 
 impl Worker<'_> {
     /// Counts what reassembly dropped, and publishes what it holds.
-    pub(crate) fn count_reasm_drops(&mut self) {
+    pub(super) fn count_reasm_drops(&mut self) {
         let [v4, v6] = self.reasm.take_drops();
         self.add(Counter::IpReasmFails, v4.failed + v4.evicted + v4.timed_out);
         self.add(Counter::IpReasmTimeout, v4.timed_out);

@@ -60,7 +60,7 @@ impl Worker<'_> {
     /// of the code), so the path without it is what it was before the
     /// stage existed.
     #[inline]
-    pub(crate) fn rx_frame<const GRO: bool>(&mut self, ifx: u16, m: Mbuf) -> Option<Counter> {
+    pub(super) fn rx_frame<const GRO: bool>(&mut self, ifx: u16, m: Mbuf) -> Option<Counter> {
         let shared = self.shared;
         let iface: &Interface = &shared.ifaces[ifx as usize];
         let data = m.data();
@@ -255,7 +255,7 @@ impl Worker<'_> {
 
     /// UDP: validate, look the socket up, queue the datagram.
     #[inline]
-    pub(crate) fn rx_udp<const GRO: bool>(&mut self, iface: &Interface, m: Mbuf, at: UdpInFrame) -> Option<Counter> {
+    pub(super) fn rx_udp<const GRO: bool>(&mut self, iface: &Interface, m: Mbuf, at: UdpInFrame) -> Option<Counter> {
         let c = if at.src.is_ipv4() { &UDP4 } else { &UDP6 };
         let data = &m.data()[at.l4..at.end];
         let p = udp::Packet::new_unchecked(data);
@@ -409,7 +409,7 @@ impl Worker<'_> {
 
     /// A reassembled datagram another lcore handed over (its offsets in
     /// the hash field, as [`Worker::hand_datagram`] packed them).
-    pub(crate) fn rx_handed_datagram(&mut self, m: Mbuf) -> Option<Counter> {
+    pub(super) fn rx_handed_datagram(&mut self, m: Mbuf) -> Option<Counter> {
         let packed = m.rss_hash().unwrap_or(0);
         let (l3, l4, len) = ((packed >> 27) as usize, (packed >> 16 & 0x7ff) as usize, (packed & 0xffff) as usize);
         let iface = &self.shared.ifaces[self.shared.iface_of_port(m.port()) as usize];

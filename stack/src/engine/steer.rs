@@ -22,7 +22,7 @@ use crate::stats::Counter;
 impl Worker<'_> {
     /// Moves the frames of other lcores' flows out of `burst` (keeping the
     /// order of the rest) and sends them on.
-    pub(crate) fn steer_burst(&mut self, burst: &mut Burst<BURST>) {
+    pub(super) fn steer_burst(&mut self, burst: &mut Burst<BURST>) {
         let Some(s) = self.steer.as_mut() else { return };
         let me = self.idx;
         let mut keep: Burst<BURST> = Burst::new();
@@ -48,7 +48,7 @@ impl Worker<'_> {
     }
 
     /// Frames other lcores handed over, through the receive pipeline.
-    pub(crate) fn poll_steered(&mut self) -> usize {
+    pub(super) fn poll_steered(&mut self) -> usize {
         // One ring from each other lcore, for each kind.
         let Some(rings) = self.steer.as_ref().map(|s| s.frames.from.len()) else { return 0 };
         let mut total = 0;
@@ -101,7 +101,7 @@ impl Worker<'_> {
     /// is another; gives it back otherwise. Its offsets travel in the
     /// mbuf's hash field: IP header (5 bits) | UDP header (11) | length of
     /// the UDP datagram (16); one whose headers lie further in stays here.
-    pub(crate) fn hand_datagram(&mut self, mut m: Mbuf, l3: usize, l4: usize, len: u32) -> Option<Mbuf> {
+    pub(super) fn hand_datagram(&mut self, mut m: Mbuf, l3: usize, l4: usize, len: u32) -> Option<Mbuf> {
         let me = self.idx;
         let Some(s) = self.steer.as_mut() else { return Some(m) };
         if !self.shared.port_steered(m.port()) || l3 >= 32 || l4 >= 2048 || len > 0xffff {
@@ -131,7 +131,7 @@ impl Worker<'_> {
     }
 
     /// Hands what waits for port `i` to the lcore owning its TX queue.
-    pub(crate) fn hand_tx(&mut self, i: usize) {
+    pub(super) fn hand_tx(&mut self, i: usize) {
         let port = self.shared.ifaces[i].port_id;
         let owner = self.shared.tx_owner(i, self.idx);
         let Some(s) = self.steer.as_mut() else {

@@ -20,7 +20,7 @@ impl Worker<'_> {
     /// Sends an IP packet: Ethernet header from the neighbour cache, or a
     /// wait in the neighbour's queue while it is resolved.
     #[inline]
-    pub(crate) fn transmit(&mut self, pkt: TxPacket) {
+    pub(super) fn transmit(&mut self, pkt: TxPacket) {
         if let Some(mac) = self.memo.get(pkt.iface, &pkt.next_hop, self.now) {
             self.send_ip(pkt, mac);
             return;
@@ -50,7 +50,7 @@ impl Worker<'_> {
 
     /// Sends an IP packet to a known MAC.
     #[inline]
-    pub(crate) fn send_ip(&mut self, pkt: TxPacket, mac: MacAddr) {
+    pub(super) fn send_ip(&mut self, pkt: TxPacket, mac: MacAddr) {
         let ethertype = ethertype_for(&pkt.next_hop);
         self.inc(if pkt.next_hop.is_ipv4() { Counter::IpOutRequests } else { Counter::Ip6OutRequests });
         self.send_frame(pkt.iface, pkt.mbuf, mac, ethertype);
@@ -58,7 +58,7 @@ impl Worker<'_> {
 
     /// Adds the Ethernet header and queues the frame for its port.
     #[inline]
-    pub(crate) fn send_frame(&mut self, iface: u16, mut m: Mbuf, dst: MacAddr, ethertype: u16) {
+    pub(super) fn send_frame(&mut self, iface: u16, mut m: Mbuf, dst: MacAddr, ethertype: u16) {
         let ifc = &self.shared.ifaces[iface as usize];
         if push_ethernet(&mut m, ifc, dst, ethertype).is_err() {
             return;
@@ -72,7 +72,7 @@ impl Worker<'_> {
 
     /// Queues a finished frame for port `i`, flushing first when full.
     #[inline]
-    pub(crate) fn queue_tx(&mut self, i: usize, m: Mbuf) {
+    pub(super) fn queue_tx(&mut self, i: usize, m: Mbuf) {
         if let Err(m) = self.txbuf[i].push(m) {
             self.flush(i);
             let _ = self.txbuf[i].push(m);
@@ -80,7 +80,7 @@ impl Worker<'_> {
     }
 
     /// Sends what waits for port `i`, retrying a full ring a few times.
-    pub(crate) fn flush(&mut self, i: usize) {
+    pub(super) fn flush(&mut self, i: usize) {
         if self.tx[i].is_none() {
             self.hand_tx(i);
             return;
@@ -102,7 +102,7 @@ impl Worker<'_> {
     }
 
     /// Flushes every port.
-    pub(crate) fn flush_all(&mut self) {
+    pub(super) fn flush_all(&mut self) {
         for i in 0..self.txbuf.len() {
             if !self.txbuf[i].is_empty() {
                 self.flush(i);
@@ -111,7 +111,7 @@ impl Worker<'_> {
     }
 
     /// Sends an ARP request or neighbour solicitation.
-    pub(crate) fn solicit(&mut self, s: Solicit) {
+    pub(super) fn solicit(&mut self, s: Solicit) {
         let iface = &self.shared.ifaces[s.iface as usize];
         match s.target {
             IpAddr::V4(t) => {
@@ -129,7 +129,7 @@ impl Worker<'_> {
 
     /// Gratuitous ARP and unsolicited neighbour advertisements for every
     /// address, so peers update their caches when spate (re)starts.
-    pub(crate) fn announce(&mut self) {
+    pub(super) fn announce(&mut self) {
         for iface in self.shared.ifaces.iter() {
             for c in &iface.ipv4 {
                 if let IpAddr::V4(a) = c.addr {
@@ -145,7 +145,7 @@ impl Worker<'_> {
     }
 
     /// Sends an ARP packet in a fresh mbuf.
-    pub(crate) fn send_arp(&mut self, iface: u16, repr: crate::wire::arp::Repr, dst: MacAddr) {
+    pub(super) fn send_arp(&mut self, iface: u16, repr: crate::wire::arp::Repr, dst: MacAddr) {
         let Some(mut m) = self.shared.pool.alloc() else {
             self.inc(Counter::TxNoMbuf);
             return;
@@ -163,7 +163,7 @@ impl Worker<'_> {
     }
 
     /// Sends a neighbour-discovery message in a fresh mbuf (hop limit 255).
-    pub(crate) fn send_nd(&mut self, iface: u16, out: nd::Outgoing) {
+    pub(super) fn send_nd(&mut self, iface: u16, out: nd::Outgoing) {
         let Some(mut m) = self.shared.pool.alloc() else {
             self.inc(Counter::TxNoMbuf);
             return;

@@ -25,20 +25,13 @@ use crate::hdr::{UdpHeaders, push_udp_ip};
 use crate::iface::Tunnel;
 use crate::shared::TxPacket;
 use crate::stats::Counter;
-use crate::wire::{ethernet, ipv4, udp};
-
-/// Bytes of the VXLAN header.
-pub const HEADER_LEN: usize = 8;
-/// The I flag: the VNI is valid.
-const FLAG_VNI: u8 = 0x08;
-
-/// What VXLAN adds in front of an inner frame over IPv4 (over IPv6: 70).
-pub const OVERHEAD_V4: u16 = (ethernet::HEADER_LEN + ipv4::HEADER_LEN + udp::HEADER_LEN + HEADER_LEN) as u16;
+use crate::wire::vxlan::{FLAG_VNI, HEADER_LEN};
+use crate::wire::{ethernet, udp};
 
 impl Worker<'_> {
     /// A datagram for a tunnel endpoint on UDP port `port`: its inner frame
     /// goes to the inner interface of its VNI.
-    pub(crate) fn rx_vxlan(&mut self, port: u16, mut m: Mbuf, at: UdpInFrame) -> Option<Counter> {
+    pub(super) fn rx_vxlan(&mut self, port: u16, mut m: Mbuf, at: UdpInFrame) -> Option<Counter> {
         let start = at.l4 + udp::HEADER_LEN;
         let inner_at = start + HEADER_LEN;
         let data = m.data();
@@ -72,7 +65,7 @@ impl Worker<'_> {
     }
 
     /// Sends frame `m` of inner interface `ifc` to its tunnel's remote.
-    pub(crate) fn vxlan_encap(&mut self, t: Tunnel, mut m: Mbuf) {
+    pub(super) fn vxlan_encap(&mut self, t: Tunnel, mut m: Mbuf) {
         let sport = source_port(m.data());
         let Ok(h) = m.prepend(HEADER_LEN) else {
             self.inc(Counter::TxNoMbuf);

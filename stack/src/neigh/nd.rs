@@ -164,7 +164,7 @@ mod tests {
     use crate::wire::icmpv6::Packet;
 
     fn iface() -> Interface {
-        super::super::arp::tests::iface()
+        crate::neigh::arp::tests::iface()
     }
 
     fn parse(frame: &[u8]) -> (Repr<'_>, Ipv6Addr, Ipv6Addr, u8) {

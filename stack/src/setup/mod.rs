@@ -4,7 +4,7 @@
 //! the engine and the sockets.
 
 use std::net::IpAddr;
-use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 
 use crossbeam::queue::ArrayQueue;
@@ -18,7 +18,7 @@ use crate::ip_id::IpIdGen;
 use crate::lookup::SocketTable;
 use crate::neigh::NeighTable;
 use crate::route::Routes;
-use crate::shared::{Lanes, LcoreLoad, Shared, Stack, Steering, WorkerQueues};
+use crate::shared::{Control, Lanes, LcoreLoad, Shared, Stack, Steering, WorkerQueues};
 use crate::stats::{Counters, StatsRegistry};
 use crate::time::Clock;
 use crate::wire::MacAddr;
@@ -247,10 +247,8 @@ impl Stack {
             port_iface,
             steered,
             tx_queues,
-            stop: AtomicBool::new(false),
-            running: AtomicBool::new(false),
+            control: Control::new(queues),
             rng: Mutex::new(secrets.next()),
-            queues: Mutex::new(queues.into_iter().map(Some).collect()),
             ports,
             routes,
             ifaces,
@@ -337,7 +335,7 @@ impl Stack {
 
     /// Asks the lcores to stop.
     pub fn stop(&self) {
-        self.shared.stop.store(true, Ordering::SeqCst);
+        self.shared.control.request_stop();
     }
 
     /// Whether lcores are polling.

@@ -3,7 +3,6 @@
 //! threads use the sockets.
 
 use std::sync::Arc;
-use std::sync::atomic::Ordering;
 
 use spate_dpdk::lcore;
 
@@ -25,11 +24,11 @@ impl Running {
     }
 
     fn halt(&mut self) {
-        self.stack.shared.stop.store(true, Ordering::SeqCst);
+        self.stack.shared.control.request_stop();
         for j in self.joins.drain(..) {
             j.join();
         }
-        self.stack.shared.running.store(false, Ordering::Release);
+        self.stack.shared.control.stopped();
     }
 
     /// The stack.
@@ -45,19 +44,6 @@ impl Drop for Running {
 }
 
 impl Stack {
-    fn take_queues(&self) -> Result<Vec<WorkerQueues>> {
-        let mut q = self.shared.queues.lock().unwrap_or_else(|p| p.into_inner());
-        if q.iter().any(Option::is_none) || self.shared.running.swap(true, Ordering::AcqRel) {
-            return Err(Error::State("the stack is already running".into()));
-        }
-        self.shared.stop.store(false, Ordering::SeqCst);
-        Ok(q.iter_mut().map(|x| x.take().expect("checked")).collect())
-    }
-
-    fn give_back(&self, idx: usize, q: WorkerQueues) {
-        self.shared.queues.lock().unwrap_or_else(|p| p.into_inner())[idx] = Some(q);
-    }
-
     /// Polls on every lcore of the stack until [`stop`](Self::stop) or a
     /// signal. `app(index)` is called on each lcore to make its callback,
     /// which then runs once per loop iteration (run-to-completion). The
@@ -76,7 +62,7 @@ impl Stack {
             )));
         }
         let app = Arc::new(app);
-        let mut queues = self.take_queues()?;
+        let mut queues = self.shared.control.start()?;
         let mut joins = Vec::new();
         let mut local = None;
         for (idx, q) in queues.drain(..).enumerate() {
@@ -92,7 +78,7 @@ impl Stack {
                     for j in joins {
                         j.join();
                     }
-                    self.shared.running.store(false, Ordering::Release);
+                    self.shared.control.stopped();
                     return Err(e);
                 }
             }
@@ -101,7 +87,7 @@ impl Stack {
             let mut w = Worker::new(idx, l, self, q);
             let mut h = app(idx);
             w.run(&mut h);
-            self.give_back(idx, w.into_queues());
+            self.shared.control.give_back(idx, w.into_queues());
             // This lcore stopped (a signal, `stop`): the others follow.
             self.stop();
         }
@@ -110,7 +96,7 @@ impl Stack {
         for j in joins {
             j.join();
         }
-        self.shared.running.store(false, Ordering::Release);
+        self.shared.control.stopped();
         Ok(())
     }
 
@@ -126,7 +112,7 @@ impl Stack {
             return Err(Error::State(format!("lcore {l} is the calling thread's or the EAL main lcore: use run()")));
         }
         let app = Arc::new(app);
-        let mut queues = self.take_queues()?;
+        let mut queues = self.shared.control.start()?;
         let mut joins = Vec::new();
         for (idx, q) in queues.drain(..).enumerate() {
             match self.launch(idx, self.shared.lcores[idx], q, app.clone()) {
@@ -156,7 +142,7 @@ impl Stack {
             let mut h = app(idx);
             w.run(&mut h);
             let q = w.into_queues();
-            stack.give_back(idx, q);
+            stack.shared.control.give_back(idx, q);
             0
         });
         job.map_err(Error::from)

@@ -7,7 +7,6 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicI32, AtomicU32, AtomicU64, Ordering};
 
 use crate::config::VxlanSpec;
-use crate::engine::vxlan::OVERHEAD_V4;
 use crate::error::{Error, Result};
 use crate::iface::{Interface, Tunnel};
 use crate::lookup::{Binding, Family};
@@ -16,6 +15,7 @@ use crate::rx_queue::RxQueue;
 use crate::shared::{Shared, SocketCore};
 use crate::wire::ipv4;
 use crate::wire::ipv6;
+use crate::wire::vxlan::OVERHEAD_V4;
 
 /// The inner interface of tunnel `spec`, at `index`; its outer interface is
 /// the one `routes` picks for the remote.

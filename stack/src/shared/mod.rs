@@ -15,6 +15,7 @@ use spate_dpdk::{Mempool, Port};
 
 use crate::config::StackConfig;
 use crate::datagram::Datagram;
+use crate::error::{Error, Result};
 use crate::iface::Interface;
 use crate::ip_id::IpIdGen;
 use crate::lookup::SocketTable;
@@ -91,10 +92,9 @@ pub(crate) struct Shared {
     /// Per interface: its TX queues (lcore `i` uses queue `i % n`; only the
     /// first `n` lcores own one).
     pub(crate) tx_queues: Vec<usize>,
-    pub(crate) stop: AtomicBool,
-    pub(crate) running: AtomicBool,
+    /// Starting and stopping the lcores.
+    pub(crate) control: Control,
     pub(crate) rng: Mutex<u64>,
-    pub(crate) queues: Mutex<Vec<Option<WorkerQueues>>>,
     pub(crate) ports: Vec<Port>,
     // Last: queued packets above must go back to the pool first.
     pub pool: Arc<Mempool>,
@@ -160,12 +160,12 @@ impl Shared {
     /// Whether the lcores should stop.
     #[inline]
     pub fn should_stop(&self) -> bool {
-        self.stop.load(Ordering::Relaxed) || (self.cfg.stop_on_signal && spate_dpdk::signal::stop_requested())
+        self.control.stop.load(Ordering::Relaxed) || (self.cfg.stop_on_signal && spate_dpdk::signal::stop_requested())
     }
 
     /// Whether lcores are polling.
     pub fn is_running(&self) -> bool {
-        self.running.load(Ordering::Acquire)
+        self.control.running.load(Ordering::Acquire)
     }
 
     /// A random number (xorshift over a seed from the OS, or from
@@ -176,6 +176,53 @@ impl Shared {
         *s ^= *s >> 7;
         *s ^= *s << 17;
         (*s >> 16) as u32
+    }
+}
+
+/// Starting and stopping the polling lcores: the setup layer changes it,
+/// the lcores and the sockets only read it (through [`Shared`]).
+#[derive(Debug)]
+pub(crate) struct Control {
+    stop: AtomicBool,
+    running: AtomicBool,
+    /// Each lcore's queue handles while it does not poll.
+    queues: Mutex<Vec<Option<WorkerQueues>>>,
+}
+
+impl Control {
+    /// Stopped, with the lcores' queue handles.
+    pub fn new(queues: Vec<WorkerQueues>) -> Control {
+        Control {
+            stop: AtomicBool::new(false),
+            running: AtomicBool::new(false),
+            queues: Mutex::new(queues.into_iter().map(Some).collect()),
+        }
+    }
+
+    /// Asks the lcores to stop.
+    pub fn request_stop(&self) {
+        self.stop.store(true, Ordering::SeqCst);
+    }
+
+    /// The lcores have stopped.
+    pub fn stopped(&self) {
+        self.running.store(false, Ordering::Release);
+    }
+
+    /// Marks the stack running and takes every lcore's queue handles (an
+    /// error when it runs already).
+    pub fn start(&self) -> Result<Vec<WorkerQueues>> {
+        let mut q = self.queues.lock().unwrap_or_else(|p| p.into_inner());
+        if q.iter().any(Option::is_none) || self.running.swap(true, Ordering::AcqRel) {
+            return Err(Error::State("the stack is already running".into()));
+        }
+        self.stop.store(false, Ordering::SeqCst);
+        Ok(q.iter_mut().map(|x| x.take().expect("checked")).collect())
+    }
+
+    /// Lcore `idx` stopped polling: its queue handles come back.
+    pub fn give_back(&self, idx: usize, q: WorkerQueues) {
+        self.queues.lock().unwrap_or_else(|p| p.into_inner())[idx] = Some(q);
     }
 }
 

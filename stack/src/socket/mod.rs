@@ -32,8 +32,8 @@ struct State {
 /// It behaves like `std::net::UdpSocket`: blocking by default, with
 /// `set_nonblocking` and timeouts; errors carry the errno Linux would give
 /// (`AddrInUse`, `ConnectionRefused`, `WouldBlock`...). Received datagrams
-/// can also be taken in batches as [`Datagram`]s that own their mbufs, and
-/// payloads can be sent from a [`SendBuf`] filled in place, without copies.
+/// can also be taken in batches as [`Datagram`](crate::Datagram)s that own their mbufs, and
+/// payloads can be sent from a [`SendBuf`](crate::SendBuf) filled in place, without copies.
 #[derive(Debug)]
 pub struct UdpSocket {
     stack: Stack,

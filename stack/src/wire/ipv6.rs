@@ -330,7 +330,7 @@ mod tests {
         let me: Ipv6Addr = "fd00::2".parse().unwrap();
         assert!(is_solicited_node_of(&p.dst(), &me));
         assert_eq!(solicited_node(&me), p.dst());
-        let mac = super::super::MacAddr([0x6a, 0x1f, 0x3c, 0x55, 0x10, 0x9e]);
+        let mac = crate::wire::MacAddr([0x6a, 0x1f, 0x3c, 0x55, 0x10, 0x9e]);
         assert_eq!(link_local_from_mac(&mac), "fe80::681f:3cff:fe55:109e".parse::<Ipv6Addr>().unwrap());
     }
 

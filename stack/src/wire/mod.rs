@@ -14,10 +14,10 @@ pub mod icmpv6;
 pub mod ipv4;
 pub mod ipv6;
 pub mod udp;
+pub mod vxlan;
 
 #[cfg(any(test, feature = "internals"))]
-#[doc(hidden)]
-pub mod fixtures;
+pub(crate) mod fixtures;
 #[cfg(test)]
 mod proptests;
 
