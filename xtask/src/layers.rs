@@ -6,8 +6,10 @@
 //! It reads paths, not types: a `crate::` path in code or in a `use`
 //! (grouped `use crate::{a, b::{c}}` too), with comments and string
 //! literals skipped. A path to an item of the crate root (`crate::Stack`)
-//! is refused: the root re-exports from every layer, so a module must name
-//! the module it means.
+//! or a glob of it (`crate::*`) is refused: the root re-exports from every
+//! layer, so a module must name the module it means. So is
+//! `super::super::`, which could climb out of a module unseen: a path
+//! that leaves a module starts with `crate::`.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::Path;
@@ -206,6 +208,10 @@ fn crate_paths(code: &str) -> Vec<(usize, String)> {
                     '}' if depth == 0 => break,
                     '}' => depth -= 1,
                     ',' if depth == 0 => item_start = true,
+                    '*' if depth == 0 && item_start && word.is_empty() => {
+                        found.push((line, "*".to_string()));
+                        item_start = false;
+                    }
                     c if item_start && (c.is_alphanumeric() || c == '_') => word.push(c),
                     _ if item_start && !word.is_empty() => {
                         found.push((line, std::mem::take(&mut word)));
@@ -217,6 +223,8 @@ fn crate_paths(code: &str) -> Vec<(usize, String)> {
             if !word.is_empty() {
                 found.push((line, word));
             }
+        } else if rest.starts_with('*') {
+            found.push((line, "*".to_string()));
         } else {
             let word: String = rest.chars().take_while(|c| c.is_alphanumeric() || *c == '_').collect();
             if !word.is_empty() {
@@ -252,9 +260,19 @@ pub fn check(layers: &[Layer], files: &BTreeMap<String, String>) -> Vec<String> 
             problems.push(format!("{path}: module {from} is in no layer of the table"));
             continue;
         };
-        for (line, to) in crate_paths(&strip(src)) {
+        let code = strip(src);
+        for (n, l) in code.lines().enumerate() {
+            if l.contains("super::super") {
+                problems.push(format!("{path}:{}: super::super:: climbs out of a module: name it with crate::", n + 1));
+            }
+        }
+        for (line, to) in crate_paths(&code) {
             let at = format!("{path}:{line}");
             if to == from || to == "self" {
+                continue;
+            }
+            if to == "*" {
+                problems.push(format!("{at}: a glob of the crate root (crate::*): name the modules"));
                 continue;
             }
             let Some(&to_rank) = rank.get(to.as_str()) else {
@@ -425,6 +443,18 @@ mod tests {
         let p = check(&table(), &t);
         assert!(p.iter().any(|l| l.contains("crate::Stack is no module of the table")), "{p:?}");
         assert!(p.iter().any(|l| l.contains("module extra is in no layer")), "{p:?}");
+    }
+
+    #[test]
+    fn globs_of_the_root_and_super_super_fail() {
+        let t = tree(&[
+            ("wire/mod.rs", "use crate::*;"),
+            ("stats.rs", "use crate::{*, wire};"),
+            ("engine/rx.rs", "mod t {\n    use super::super::super::setup;\n}"),
+        ]);
+        let p = check(&table(), &t);
+        assert_eq!(p.iter().filter(|l| l.contains("a glob of the crate root")).count(), 2, "{p:?}");
+        assert!(p.iter().any(|l| l.starts_with("engine/rx.rs:2: super::super::")), "{p:?}");
     }
 
     #[test]

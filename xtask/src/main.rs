@@ -5,9 +5,10 @@
 //! cargo xtask demo     install what is missing, build, run spate's main job
 //! cargo xtask test     install what the tests need, run the whole suite
 //! cargo xtask setup    only install packages and reserve hugepages
-//! cargo xtask bench [--quick] [NAME...]   run the benchmarks (see the README)
+//! cargo xtask bench [--quick] [NAME...]   run the benchmarks (see docs/performance.md)
 //! cargo xtask leftovers  fail if a test left a process, folder or namespace
 //! cargo xtask layers   check stack/src against its layer table
+//! cargo xtask deps     check that the spate library brings no app dependency
 //! ```
 
 use std::path::{Path, PathBuf};
@@ -66,6 +67,7 @@ fn main() -> ExitCode {
         "leftovers" => leftovers(),
         "inline-check" => inline_check(),
         "layers" => layer_check(),
+        "deps" => dependency_check(),
         _ => {
             eprintln!(
                 "usage: cargo xtask <demo | test | setup [--tests] | bench [--quick] | leftovers | layers>\n\
@@ -309,6 +311,7 @@ impl Drop for Child {
 fn test(args: &[String]) -> Result {
     layer_check()?;
     setup(true)?;
+    dependency_check()?;
     let before = leftover_report();
     let result = run(cargo().args(["test", "--workspace"]).args(args))
         .and_then(|()| loom())
@@ -366,6 +369,41 @@ fn layer_check() -> Result {
     Ok(())
 }
 
+/// What the programs need and the library must not bring along.
+const APP_ONLY: &[&str] = &["clap", "mimalloc", "env_logger"];
+
+/// `cargo tree -p spate -e normal` lists none of [`APP_ONLY`]: depending on
+/// spate brings the stack and the DPDK layer alone. The negative control:
+/// the same listing for spate-apps must show all of them.
+fn dependency_check() -> Result {
+    let tree = |pkg: &str| -> Result<Vec<String>> {
+        let out = cargo()
+            .args(["tree", "-p", pkg, "-e", "normal", "--prefix", "none", "--format", "{p}"])
+            .output()
+            .map_err(|e| format!("cargo tree: {e}"))?;
+        if !out.status.success() {
+            return Err(format!("cargo tree -p {pkg} failed: {}", String::from_utf8_lossy(&out.stderr)));
+        }
+        Ok(String::from_utf8_lossy(&out.stdout).lines().filter_map(|l| l.split(' ').next()).map(String::from).collect())
+    };
+    let lib = tree("spate")?;
+    let leaked: Vec<&&str> = APP_ONLY.iter().filter(|d| lib.iter().any(|l| l == *d)).collect();
+    if !leaked.is_empty() {
+        return Err(format!("dependency check: cargo tree -p spate -e normal lists {leaked:?}"));
+    }
+    let apps = tree("spate-apps")?;
+    if let Some(missing) = APP_ONLY.iter().find(|d| !apps.iter().any(|l| l == *d)) {
+        return Err(format!(
+            "dependency check: the negative control (spate-apps) does not list {missing}, so the check cannot fail"
+        ));
+    }
+    eprintln!(
+        "dependency check: spate depends on none of {APP_ONLY:?} ({} lines of cargo tree); spate-apps on all",
+        lib.len()
+    );
+    Ok(())
+}
+
 /// The receive queue's loom models: the production code built with
 /// `--cfg loom`, in a target directory of its own so the normal build is
 /// not invalidated.
@@ -376,6 +414,8 @@ fn loom() -> Result {
         "spate-stack",
         "--test",
         "loom_rx_queue",
+        "--features",
+        "internals",
         "--release",
     ]))
 }
