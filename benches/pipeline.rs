@@ -11,8 +11,12 @@
 //!
 //! ```text
 //! cargo bench --bench pipeline -- [--callgrind] [--datagrams N] [--flows F] [--sockets S] [--json PATH]
-//! cargo bench --bench pipeline -- --gro-table | --frag-table | --scale-table
+//! cargo bench --bench pipeline -- --gro-table | --frag-table | --scale-table | --guard
 //! ```
+//! `--guard` prints spate's own instructions per datagram on the paths
+//! `cargo xtask perf-guard` holds to their budgets (receive with one
+//! socket and with a 64-member group, echo), each less its floor; with
+//! `--echo`, `--inject-only` sends every frame straight back unread.
 //! `--inject-only` measures the source and a bare rx_burst + free loop
 //! without the stack, the floor the stack's cost is read against.
 //! `--echo LEN` makes the callback an echo service for LEN-byte datagrams
@@ -193,14 +197,21 @@ fn run_once(a: &Args) {
         a_port.configure(&PortConfig::default(), pool).expect("configure");
         a_port.start().expect("start");
         let mut rx = a_port.rx_queue(0).unwrap();
+        let mut tx = a_port.tx_queue(0).unwrap();
         let mut src = source;
         let mut b: Burst = Burst::new();
         let mut got = 0u64;
         while got < a.datagrams {
             src.inject();
             let n = rx.rx_burst(&mut b);
-            for m in b.as_slice() {
-                std::hint::black_box(read_every_byte(m.data()));
+            if a.echo.is_some() {
+                // The echo's floor: every frame straight back, unread.
+                tx.tx_burst(&mut b);
+                src.drain();
+            } else {
+                for m in b.as_slice() {
+                    std::hint::black_box(read_every_byte(m.data()));
+                }
             }
             b.clear();
             got += n as u64;
@@ -394,6 +405,37 @@ fn echo(stack: &Stack, source: Source, target: u64, start: u64) {
     let (n, bytes) = (done.0.load(Ordering::Relaxed), done.1.load(Ordering::Relaxed));
     assert!(n >= target, "echoed {n} of {target}");
     println!("{n} {} {bytes} {}", spate::dpdk::lcore::tsc() - start, spate::dpdk::lcore::tsc_hz());
+}
+
+/// What `cargo xtask perf-guard` holds to its budget: spate's own
+/// instructions per datagram (the path minus its floor), 16 flows of
+/// 64-byte datagrams, on small runs. Prints one `perf-guard` line.
+fn guard(json: Option<String>) {
+    let n = 10_000;
+    let args = |extra: &[&str]| -> Vec<String> {
+        let mut v: Vec<String> = ["--flows", "16"].map(String::from).to_vec();
+        v.extend(extra.iter().map(|s| s.to_string()));
+        v
+    };
+    let floor = instructions_per_datagram(&args(&["--inject-only"]), n);
+    let one = instructions_per_datagram(&args(&["--sockets", "1"]), n) - floor;
+    let group = instructions_per_datagram(&args(&["--sockets", "64"]), n) - floor;
+    let echo_floor = instructions_per_datagram(&args(&["--echo", "64", "--inject-only"]), n);
+    let echo = instructions_per_datagram(&args(&["--echo", "64"]), n) - echo_floor;
+    println!("spate's own instructions per datagram (callgrind, 16 flows, 64 bytes, {n} and {} datagrams):", 2 * n);
+    println!("| path | floor | spate's own |");
+    println!("|---|---|---|");
+    println!("| receive, 1 socket | {floor:.1} | {one:.1} |");
+    println!("| receive, 64-member group | {floor:.1} | {group:.1} |");
+    println!("| echo (reply in the request's mbuf) | {echo_floor:.1} | {echo:.1} |");
+    println!("perf-guard receive_1_socket={one:.1} receive_64_group={group:.1} echo={echo:.1}");
+    if let Some(path) = json {
+        let body = serde_json::json!({
+            "bench": "pipeline-guard", "floor": floor, "receive_1_socket": one,
+            "receive_64_group": group, "echo_floor": echo_floor, "echo": echo,
+        });
+        std::fs::write(path, body.to_string()).expect("write JSON");
+    }
 }
 
 /// 2,000-byte datagrams (two fragments each way) against 1,400-byte ones
@@ -694,6 +736,10 @@ fn main() {
     }
     if std::env::args().any(|a| a == "--scale-table") {
         scale_table(json);
+        return;
+    }
+    if std::env::args().any(|a| a == "--guard") {
+        guard(json);
         return;
     }
     if !under_callgrind {

@@ -9,12 +9,14 @@
 //! cargo xtask leftovers  fail if a test left a process, folder or namespace
 //! cargo xtask layers   check stack/src against its layer table
 //! cargo xtask deps     check that the spate library brings no app dependency
+//! cargo xtask perf-guard [--update]   spate's own instructions per datagram against perf-budget.toml
 //! ```
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, ExitCode};
 
 mod layers;
+mod perf;
 
 /// What building and running spate needs (testpmd is in dpdk-dev).
 const RUN_PACKAGES: &[&str] = &["dpdk", "dpdk-dev", "libdpdk-dev", "pkg-config", "clang", "libclang-dev", "iproute2"];
@@ -68,6 +70,7 @@ fn main() -> ExitCode {
         "inline-check" => inline_check(),
         "layers" => layer_check(),
         "deps" => dependency_check(),
+        "perf-guard" => perf_guard(rest.iter().any(|a| a == "--update")),
         _ => {
             eprintln!(
                 "usage: cargo xtask <demo | test | setup [--tests] | bench [--quick] | leftovers | layers>\n\
@@ -316,6 +319,7 @@ fn test(args: &[String]) -> Result {
     let result = run(cargo().args(["test", "--workspace"]).args(args))
         .and_then(|()| loom())
         .and_then(|()| inline_check())
+        .and_then(|()| perf_guard(false))
         .and_then(|()| container_smoke());
     let after = leftover_report();
     let new: Vec<&String> = after.iter().filter(|l| !before.contains(l)).collect();
@@ -401,6 +405,54 @@ fn dependency_check() -> Result {
         "dependency check: spate depends on none of {APP_ONLY:?} ({} lines of cargo tree); spate-apps on all",
         lib.len()
     );
+    Ok(())
+}
+
+/// spate's own instructions per datagram (the pipeline benchmark's
+/// `--guard` paths, under callgrind) against `perf-budget.toml`: more than
+/// [`perf::TOLERANCE`] over a budget fails. `--update` writes what was
+/// measured as the new budgets (after a compiler or DPDK change, or when
+/// the work brings a path below its budget).
+fn perf_guard(update: bool) -> Result {
+    if !installed("valgrind") {
+        return Err("perf-guard needs valgrind: cargo xtask setup --tests".into());
+    }
+    let out = cargo()
+        .args(["bench", "--bench", "pipeline", "--", "--guard"])
+        .stderr(std::process::Stdio::inherit())
+        .output()
+        .map_err(|e| format!("cargo bench: {e}"))?;
+    let text = String::from_utf8_lossy(&out.stdout);
+    print!("{}", text.lines().filter(|l| !l.starts_with("perf-guard ")).map(|l| format!("{l}\n")).collect::<String>());
+    if !out.status.success() {
+        return Err(format!("the pipeline benchmark failed: {}", out.status));
+    }
+    let measured = perf::parse_measured(&text)?;
+    let path = root().join("perf-budget.toml");
+    let budget_text = std::fs::read_to_string(&path).map_err(|e| format!("{}: {e}", path.display()))?;
+    if update {
+        std::fs::write(&path, perf::rewrite(&budget_text, &measured)?).map_err(|e| e.to_string())?;
+        eprintln!("perf-guard: {} updated to what was measured", path.display());
+        return Ok(());
+    }
+    let budgets = perf::parse_budgets(&budget_text)?;
+    let report = perf::judge(&budgets, &measured)?;
+    for line in &report.lines {
+        eprintln!("perf-guard: {line}");
+    }
+    // The negative control: 5% less than measured must fail, so the
+    // comparison is known to be able to.
+    let tight: Vec<(String, f64)> = measured.iter().map(|(k, v)| (k.clone(), v / 1.05)).collect();
+    if perf::judge(&tight, &measured)?.over.is_empty() {
+        return Err("perf-guard: the negative control (budgets 5% under the measurement) passed".into());
+    }
+    if !report.over.is_empty() {
+        return Err(format!(
+            "perf-guard: over budget by more than {:.0}%: {} (see docs/performance.md, the guard)",
+            perf::TOLERANCE * 100.0,
+            report.over.join(", ")
+        ));
+    }
     Ok(())
 }
 
