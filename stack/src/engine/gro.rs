@@ -86,7 +86,7 @@ impl Worker<'_> {
         }
         self.gro_open(coalesce, index, flow, payload);
         let d = Datagram::new(m, header_span(at.l3, at.l4), mapped);
-        self.staged.push((index, iface, at.src.is_ipv4(), d));
+        self.stage(index, iface, at.src.is_ipv4(), d);
         None
     }
 
@@ -142,7 +142,7 @@ impl Worker<'_> {
         }
         t.open = false;
         if !t.pending.is_empty() {
-            self.staged[t.pos].3.append_segments(&mut t.pending, t.seg);
+            self.staged[t.pos].append_segments(&mut t.pending, t.seg);
         }
     }
 }

@@ -45,6 +45,15 @@ mod vxlan;
 
 use memo::{NeighMemo, RateLimit};
 
+/// Where a staged datagram goes: its binding's index in the snapshot, the
+/// interface it came in on, and whether it is IPv4 (for the counters).
+#[derive(Debug, Clone, Copy)]
+struct Staged {
+    index: u32,
+    iface: u16,
+    v4: bool,
+}
+
 /// What the application's per-lcore callback sees.
 #[derive(Debug)]
 pub struct LcoreCtx<'a> {
@@ -105,9 +114,14 @@ pub(crate) struct Worker<'s> {
     rx: Vec<(u16, RxQueue)>,
     snapshot: Arc<Snapshot<Arc<SocketCore>>>,
     snap_gen: u64,
-    /// Datagrams found a socket during this burst: (binding index in the
-    /// snapshot, interface, IPv4?, datagram), queued together after it.
-    staged: Vec<(u32, u16, bool, Datagram)>,
+    /// Datagrams that found a socket during this burst, queued together
+    /// after it, and beside each its (binding index in the snapshot,
+    /// interface, IPv4?).
+    staged: Vec<Datagram>,
+    staged_at: Vec<Staged>,
+    /// Room to sort a burst whose datagrams go to several sockets.
+    sorting: Vec<(Staged, Datagram)>,
+    sorted_at: Vec<Staged>,
     scratch: Vec<Datagram>,
     /// Sockets this lcore queued datagrams to since the application's
     /// callback last ran.
@@ -167,6 +181,9 @@ impl<'s> Worker<'s> {
             idle_polls: 0,
             counters: shared.stats.lcore(idx),
             staged: Vec::with_capacity(BURST),
+            staged_at: Vec::with_capacity(BURST),
+            sorting: Vec::with_capacity(BURST),
+            sorted_at: Vec::with_capacity(BURST),
             scratch: Vec::with_capacity(BURST),
             ready: Vec::with_capacity(64),
             gro_active: false,
@@ -207,5 +224,12 @@ impl<'s> Worker<'s> {
     #[inline(always)]
     fn gro_stage(&self) -> bool {
         !cfg!(feature = "no-gro-stage") && self.gro_active
+    }
+
+    /// Stages a datagram for binding `index`, to be queued after the burst.
+    #[inline(always)]
+    fn stage(&mut self, index: u32, iface: u16, v4: bool, d: Datagram) {
+        self.staged_at.push(Staged { index, iface, v4 });
+        self.staged.push(d);
     }
 }

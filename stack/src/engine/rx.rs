@@ -53,6 +53,99 @@ pub(crate) struct UdpInFrame {
     pub group: bool,
 }
 
+/// Where the fast path finds an untagged IPv4 frame's headers.
+const FAST_L3: usize = ethernet::HEADER_LEN;
+const FAST_L4: usize = FAST_L3 + ipv4::HEADER_LEN;
+
+impl Worker<'_> {
+    /// The common case without the branches of the others: an untagged
+    /// Ethernet frame to the interface's own MAC carrying IPv4 without
+    /// options, not a fragment, UDP to one of the interface's addresses
+    /// with good checksums, its UDP length the IP payload's, to a bound
+    /// socket. Such a datagram is staged for its socket, and counted with
+    /// the burst (`IpInReceives` and `IpInDelivers` by the caller,
+    /// `RxDelivered` and `UdpInDatagrams` when queued), exactly as the
+    /// full path would. Anything else comes back untouched, for the full
+    /// path, which counts and answers it (ICMP port unreachable
+    /// included): nothing here is counted or changed before the datagram
+    /// is known to be the common case.
+    #[inline(always)]
+    pub(super) fn rx_fast_v4(&mut self, ifx: u16, mut m: Mbuf) -> Result<(), Mbuf> {
+        let iface: &Interface = &self.shared.ifaces[ifx as usize];
+        let d = m.data();
+        // The headers as one fixed-size array: no bounds checks below.
+        let Some(h) = d.get(..FAST_L4 + udp::HEADER_LEN) else { return Err(m) };
+        let h: &[u8; FAST_L4 + udp::HEADER_LEN] = h.try_into().expect("sliced to the size");
+        let be16 = |i: usize| u16::from_be_bytes([h[i], h[i + 1]]);
+        let be32 = |i: usize| u32::from_be_bytes([h[i], h[i + 1], h[i + 2], h[i + 3]]);
+        if iface.vlan.is_some() || h[0..6] != iface.mac.0 {
+            return Err(m);
+        }
+        // EtherType IPv4; version 4 with a 20-byte header; no fragment
+        // (DF may be set); UDP.
+        let total = be16(FAST_L3 + 2) as usize;
+        let frag = be16(FAST_L3 + 6) & 0x3fff;
+        if be16(12) != ethernet::ethertype::IPV4 || h[FAST_L3] != 0x45 || frag != 0 || h[FAST_L3 + 9] != ip_proto::UDP {
+            return Err(m);
+        }
+        if total < ipv4::HEADER_LEN + udp::HEADER_LEN || FAST_L3 + total > d.len() {
+            return Err(m);
+        }
+        let ip_ok = match m.rx_ip_checksum() {
+            RxChecksum::Good => true,
+            RxChecksum::Bad => false,
+            _ => {
+                let w = |i: usize| be32(FAST_L3 + i) as u64;
+                checksum::fold(w(0) + w(4) + w(8) + w(12) + w(16)) == 0xffff
+            }
+        };
+        let (src, dst) = (Ipv4Addr::from(be32(FAST_L3 + 12)), Ipv4Addr::from(be32(FAST_L3 + 16)));
+        if !ip_ok || !iface.has_ipv4(dst) || src.is_multicast() || iface.is_ipv4_broadcast(src) {
+            return Err(m);
+        }
+        let udp_len = be16(FAST_L4 + 4) as usize;
+        if udp_len != total - ipv4::HEADER_LEN {
+            return Err(m);
+        }
+        let udp_ok = match m.rx_l4_checksum() {
+            RxChecksum::Good => true,
+            RxChecksum::Bad => false,
+            _ if be16(FAST_L4 + 6) == 0 => true,
+            _ => {
+                let pseudo = checksum::pseudo_header_v4(src, dst, ip_proto::UDP, udp_len as u32);
+                checksum::fold(pseudo + checksum::sum(&d[FAST_L4..FAST_L4 + udp_len])) == 0xffff
+            }
+        };
+        if !udp_ok {
+            return Err(m);
+        }
+        let key = FlowKey {
+            src: 0xffff_0000_0000 | u32::from(src) as u128,
+            src_port: be16(FAST_L4),
+            dst: 0xffff_0000_0000 | u32::from(dst) as u128,
+            dst_port: be16(FAST_L4 + 2),
+            v4: true,
+            iface: ifx,
+            lcore: self.idx as u32,
+            rss_hash: m.rss_hash(),
+        };
+        let padding = d.len() - FAST_L3 - total;
+        let Some((index, b)) = self.snapshot.lookup(&key) else {
+            return Err(m);
+        };
+        let mapped = b.family == Family::V6;
+        // Only the payload stays in the mbuf (the headers stay in its
+        // headroom, where the datagram reads its addresses from); padding
+        // after the IP packet goes.
+        if (padding > 0 && m.trim(padding).is_err()) || m.adj(FAST_L4 + udp::HEADER_LEN).is_err() {
+            return Err(m);
+        }
+        let d = Datagram::new(m, header_span(FAST_L3, FAST_L4), mapped);
+        self.stage(index, ifx, true, d);
+        Ok(())
+    }
+}
+
 impl Worker<'_> {
     /// Classifies one frame and hands it on; returns its `Rx` outcome.
     /// `GRO` picks the build of the path with the GRO stage; the burst
@@ -317,7 +410,7 @@ impl Worker<'_> {
             }
             let d = Datagram::new(m, header_span(at.l3, at.l4), mapped);
             // Queued after the burst, one charge and one lock per socket.
-            self.staged.push((index, iface.index, at.src.is_ipv4(), d));
+            self.stage(index, iface.index, at.src.is_ipv4(), d);
             return None;
         }
         if at.group {

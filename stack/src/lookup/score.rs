@@ -62,7 +62,7 @@ impl FlowKey {
 }
 
 /// Interface or lcore field of a [`Matcher`] that names none.
-const ANY: u32 = u32::MAX;
+pub(super) const ANY: u32 = u32::MAX;
 
 /// A binding in the form `compute_score` reads: integers only, the family
 /// rules folded into one base score per datagram family, in one dense

@@ -11,7 +11,7 @@
 //! The two hashed tables use a secret key chosen when the stack starts.
 
 use super::reuseport::Group;
-use super::score::{FlowKey, Matcher, compute_score, hash_addr_port, hash_tuple};
+use super::score::{ANY, FlowKey, Matcher, compute_score, hash_addr_port, hash_tuple};
 use super::{Binding, Family};
 
 /// An open-addressing table, built once.
@@ -63,6 +63,11 @@ struct PortInfo {
     /// One bit per connected peer (address and port, hashed): most
     /// datagrams from strangers skip the connected sockets on one test.
     peers: u64,
+    /// 1 + the index of the port's only binding when that is all the
+    /// lookup can find (bound to the wildcard, unconnected, to no device,
+    /// in no group): the datagram's family alone decides, as the full
+    /// walk would. 0 otherwise.
+    sole: u32,
 }
 
 /// Up to this many connected sockets on a port are compared one by one;
@@ -165,6 +170,12 @@ impl<S: Clone> Snapshot<S> {
                 i = snap.push_run(&sorted, i, &mut info, &mut tuple_entries);
             }
             info.wild_hi = snap.bindings.len() as u32;
+            if !info.specific && info.connected == 0 && info.wild_hi == info.wild_lo + 1 {
+                let m = &snap.matchers[info.wild_lo as usize];
+                if m.local == 0 && !m.connected && m.iface == ANY && m.group == 0 {
+                    info.sole = info.wild_lo + 1;
+                }
+            }
             snap.port_info.push(info);
             snap.ports[port as usize] = snap.port_info.len() as u32;
         }
@@ -250,6 +261,12 @@ impl<S> Snapshot<S> {
             0 => return None,
             p => &self.port_info[p as usize - 1],
         };
+        if info.sole != 0 {
+            // One socket on the port, taking any address: what the walk
+            // below would find (its score is the family's, or none).
+            let i = info.sole - 1;
+            return (self.matchers[i as usize].score[!k.v4 as usize] >= 0).then(|| (i, &self.bindings[i as usize]));
+        }
         if info.peers & peer_bit(k.src, k.src_port) != 0 {
             if let Some(i) = self.connected(info, k) {
                 return Some((i, &self.bindings[i as usize]));
