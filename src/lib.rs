@@ -12,7 +12,7 @@
 pub use spate_dpdk as dpdk;
 pub use spate_stack::{
     Cidr, Counter, Counters, Datagram, DatagramBatch, Error, GSO_MAX_SEGMENTS, Instant, Interface, LcoreCtx, PortSpec,
-    Result, Running, SendBuf, SocketBuilder, Stack, StackConfig, Tunnel, UdpSocket, config, wire,
+    Result, Running, SendBuf, SocketBuilder, Stack, StackConfig, StaticNeighbor, Tunnel, UdpSocket, config, wire,
 };
 
 #[cfg(feature = "internals")]

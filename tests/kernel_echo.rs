@@ -290,3 +290,73 @@ fn two_lcores_echo_many_flows_and_fragments() {
     assert!(out.contains("software RSS"), "{out}");
     drop(kernel_ns);
 }
+
+/// Echo to a peer that never answers ARP (the kernel with `arp off` on its
+/// veth, as `testpmd txonly` would be): with a static neighbour entry
+/// (`--neighbor`) every datagram is echoed and nothing waits for
+/// resolution; without one (the negative control) the replies wait for an
+/// ARP answer that never comes.
+#[test]
+fn a_static_neighbour_answers_a_peer_without_arp() {
+    const PEER_MAC: &str = "02:00:00:00:00:01";
+    let _serial = device_lock();
+    for with_entry in [false, true] {
+        let spate_ns = Netns::new("sneigh");
+        let kernel_ns = Netns::new("sneighpeer");
+        veth(&spate_ns, "vA", &kernel_ns, "vB");
+        spate_ns.must(&["ip", "link", "set", "vA", "address", "02:53:50:41:54:45"]);
+        spate_ns.disable_ipv6("vA");
+        kernel_ns.disable_ipv6("vB");
+        kernel_ns.must(&["ip", "link", "set", "vB", "address", PEER_MAC]);
+        kernel_ns.must(&["ip", "link", "set", "vB", "arp", "off"]);
+        kernel_ns.must(&["ip", "addr", "add", "198.18.0.1/24", "dev", "vB"]);
+        kernel_ns.must(&["ip", "link", "set", "vB", "up"]);
+        kernel_ns.must(&["ethtool", "-K", "vB", "tx", "off"]);
+        kernel_ns.must(&[
+            "ip",
+            "neigh",
+            "replace",
+            "198.18.0.2",
+            "lladdr",
+            "02:53:50:41:54:45",
+            "dev",
+            "vB",
+            "nud",
+            "permanent",
+        ]);
+        let mut args = vec!["--vdev".to_string(), "net_pcap0,iface=vA,phy_mac=1".into()];
+        args.extend(
+            ["--lcores", "0", "--ip", "198.18.0.2/24", "--idle-sleep", "20", "--interval", "0.5"].map(String::from),
+        );
+        if with_entry {
+            args.extend(["--neighbor".to_string(), format!("198.18.0.1={PEER_MAC}")]);
+        }
+        let app = SpateApp::start(&spate_ns, ECHO, &args, "UDP echo on");
+        let target: SocketAddr = "198.18.0.2:7".parse().unwrap();
+        let tries = if with_entry { 50 } else { 3 };
+        let echoed = kernel_ns.run(move || {
+            let s = UdpSocket::bind("198.18.0.1:0").unwrap();
+            s.set_read_timeout(Some(Duration::from_millis(if with_entry { 2000 } else { 500 }))).unwrap();
+            let mut buf = [0u8; 256];
+            let mut echoed = 0u64;
+            for i in 0..tries {
+                let payload = [i as u8; 100];
+                s.send_to(&payload, target).unwrap();
+                if let Ok((n, _)) = s.recv_from(&mut buf) {
+                    assert_eq!(&buf[..n], &payload[..], "datagram {i}");
+                    echoed += 1;
+                }
+            }
+            echoed
+        });
+        let (c, out) = app.stop();
+        assert_eq!(counter(&c, "Udp.InDatagrams"), tries, "{out}");
+        if with_entry {
+            assert_eq!(echoed, tries, "every datagram echoed: {out}");
+            assert_eq!(counter(&c, "Neigh.Queued"), 0, "nothing waited for ARP: {out}");
+        } else {
+            assert_eq!(echoed, 0, "without the entry no reply can go: {out}");
+            assert!(counter(&c, "Neigh.Queued") >= 1, "the replies waited for ARP: {out}");
+        }
+    }
+}

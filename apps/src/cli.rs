@@ -63,6 +63,10 @@ pub struct StackArgs {
     /// An address of the tunnel's inner interface (repeatable).
     #[arg(long = "inner-ip", value_name = "ADDR/PREFIX", requires = "vxlan")]
     pub inner_ips: Vec<Cidr>,
+    /// A static neighbour of the first port, `ADDR=MAC` (never resolved:
+    /// for peers that do not answer ARP or ND, such as `testpmd txonly`).
+    #[arg(long = "neighbor", value_name = "ADDR=MAC", value_parser = parse_neighbor)]
+    pub neighbors: Vec<spate::StaticNeighbor>,
     /// EAL arguments, passed through unchanged (after `--`).
     #[arg(last = true, value_name = "EAL ARGS")]
     pub eal: Vec<String>,
@@ -104,6 +108,7 @@ impl StackArgs {
             }
             cfg.ports[0].ipv6.push(*c);
         }
+        cfg.ports[0].neighbors.extend(self.neighbors.iter().copied());
         if !self.gateways.is_empty() {
             cfg.gateways = self.gateways.clone();
         }
@@ -140,6 +145,14 @@ pub fn init_logging() {
     let _ = env_logger::Builder::from_env(env_logger::Env::default().default_filter_or("info")).try_init();
 }
 
+/// `ADDR=MAC`.
+fn parse_neighbor(s: &str) -> Result<spate::StaticNeighbor, String> {
+    let (ip, mac) = s.split_once('=').ok_or_else(|| format!("{s:?} is not ADDR=MAC"))?;
+    let ip = ip.parse().map_err(|_| format!("{ip:?} is not an address"))?;
+    let mac = mac.parse().map_err(|_| format!("{mac:?} is not a MAC"))?;
+    Ok(spate::StaticNeighbor { ip, mac })
+}
+
 /// `VNI@ADDR`, `VNI@ADDR:PORT` or `VNI@[ADDR6]:PORT`.
 fn parse_vxlan(s: &str) -> Result<(u32, std::net::SocketAddr), String> {
     let (vni, at) = s.split_once('@').ok_or_else(|| format!("{s:?} is not VNI@ADDR"))?;
@@ -156,7 +169,17 @@ fn parse_vxlan(s: &str) -> Result<(u32, std::net::SocketAddr), String> {
 
 #[cfg(test)]
 mod tests {
-    use super::parse_vxlan;
+    use super::{parse_neighbor, parse_vxlan};
+
+    #[test]
+    fn neighbor_specs() {
+        let n = parse_neighbor("198.18.0.1=02:00:00:00:00:01").unwrap();
+        assert_eq!((n.ip.to_string(), n.mac.to_string()), ("198.18.0.1".into(), "02:00:00:00:00:01".into()));
+        assert!(parse_neighbor("fd00::1=02:00:00:00:00:01").is_ok());
+        assert!(parse_neighbor("198.18.0.1").is_err());
+        assert!(parse_neighbor("x=02:00:00:00:00:01").is_err());
+        assert!(parse_neighbor("198.18.0.1=zz").is_err());
+    }
 
     #[test]
     fn vxlan_specs() {

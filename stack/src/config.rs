@@ -112,6 +112,23 @@ pub struct PortSpec {
     /// Use TX checksum offload where the device has it (default true).
     #[serde(default = "yes")]
     pub tx_checksum_offload: bool,
+    /// Neighbours whose MAC is configured (Linux's `ip neigh add ...
+    /// permanent`): never solicited, probed, expired or replaced by what
+    /// the wire says, so spate can answer a peer that never answers ARP or
+    /// neighbour solicitations (`testpmd txonly`, a traffic generator).
+    #[serde(default)]
+    pub neighbors: Vec<StaticNeighbor>,
+}
+
+/// A neighbour entry from the configuration.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct StaticNeighbor {
+    /// The neighbour's address, on one of the port's prefixes (or IPv6
+    /// link-local).
+    pub ip: IpAddr,
+    /// Its MAC (unicast).
+    pub mac: MacAddr,
 }
 
 fn yes() -> bool {
@@ -189,7 +206,14 @@ impl PortSpec {
             vlan: None,
             rx_checksum_offload: true,
             tx_checksum_offload: true,
+            neighbors: Vec::new(),
         }
+    }
+
+    /// Adds a static neighbour: `ip` is at `mac` on this port.
+    pub fn neighbor(mut self, ip: IpAddr, mac: MacAddr) -> PortSpec {
+        self.neighbors.push(StaticNeighbor { ip, mac });
+        self
     }
 
     /// Adds an address (`198.18.0.2/24` or `fd00::2/64`).
@@ -425,6 +449,25 @@ impl StackConfig {
                     return Err(Error::Config(format!("MTU {m} is below 576 (1280 with IPv6)")));
                 }
             }
+            for (k, n) in p.neighbors.iter().enumerate() {
+                if n.mac == MacAddr::ZERO || n.mac.0[0] & 1 != 0 {
+                    return Err(Error::Config(format!(
+                        "port {i}: static neighbour {}: {} is not a unicast MAC",
+                        n.ip, n.mac
+                    )));
+                }
+                let on_link = p.ipv4.iter().chain(&p.ipv6).any(|c| c.contains(&n.ip) && c.addr != n.ip)
+                    || matches!(n.ip, IpAddr::V6(a) if is_link_local(&a));
+                if !on_link {
+                    return Err(Error::Config(format!(
+                        "port {i}: static neighbour {} is not on any of the port's prefixes (or one of its own addresses)",
+                        n.ip
+                    )));
+                }
+                if p.neighbors[..k].iter().any(|m| m.ip == n.ip) {
+                    return Err(Error::Config(format!("port {i}: static neighbour {} given twice", n.ip)));
+                }
+            }
         }
         let (mut v4, mut v6) = (0, 0);
         for g in &self.gateways {
@@ -560,6 +603,36 @@ mod tests {
         assert!(off_link.validate().unwrap_err().to_string().contains("not on any configured prefix"));
         let no_ports = StackConfig { ports: vec![], ..c };
         assert!(no_ports.validate().is_err());
+    }
+
+    #[test]
+    fn static_neighbors() {
+        let c = StackConfig::from_toml(
+            r#"
+            [[ports]]
+            device = "net_tap0,iface=spate0"
+            ipv4 = ["198.18.0.2/24"]
+            ipv6 = ["fd00::2/64"]
+            neighbors = [{ ip = "198.18.0.1", mac = "02:00:00:00:00:01" }, { ip = "fe80::1", mac = "02:00:00:00:00:01" }]
+            "#,
+        )
+        .unwrap();
+        c.validate().unwrap();
+        assert_eq!(c.ports[0].neighbors[0].mac, MacAddr([2, 0, 0, 0, 0, 1]));
+        let with = |ip: &str, mac: [u8; 6]| {
+            let mut p = c.ports[0].clone();
+            p.neighbors = vec![StaticNeighbor { ip: ip.parse().unwrap(), mac: MacAddr(mac) }];
+            StackConfig { ports: vec![p], ..c.clone() }.validate().map_err(|e| e.to_string())
+        };
+        assert!(with("10.0.0.1", [2, 0, 0, 0, 0, 1]).unwrap_err().contains("not on any of the port's prefixes"));
+        assert!(with("198.18.0.2", [2, 0, 0, 0, 0, 1]).unwrap_err().contains("not on any"), "our own address");
+        assert!(with("198.18.0.1", [1, 0, 0, 0, 0, 1]).unwrap_err().contains("not a unicast MAC"));
+        assert!(with("198.18.0.1", [0; 6]).unwrap_err().contains("not a unicast MAC"));
+        let mut twice = c.ports[0].clone();
+        twice.neighbors.push(twice.neighbors[0]);
+        let e = StackConfig { ports: vec![twice], ..c.clone() }.validate().unwrap_err().to_string();
+        assert!(e.contains("given twice"), "{e}");
+        assert!(StackConfig::from_toml("[[ports]]\ndevice = \"x\"\nneighbors = [{ ip = \"1.2.3.4\" }]").is_err());
     }
 
     #[test]

@@ -77,10 +77,20 @@ pub enum Resolve<P> {
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum State {
-    Incomplete { probes: u32, next: Instant },
-    Reachable { until: Instant },
+    Incomplete {
+        probes: u32,
+        next: Instant,
+    },
+    Reachable {
+        until: Instant,
+    },
     Stale,
-    Probe { probes: u32, next: Instant },
+    Probe {
+        probes: u32,
+        next: Instant,
+    },
+    /// Configured: used as it is, never solicited, expired or replaced.
+    Permanent,
 }
 
 #[derive(Debug)]
@@ -160,6 +170,7 @@ impl<P> NeighTable<P> {
         });
         e.last_used = now;
         match e.state {
+            State::Permanent => Resolve::Ready { mac: e.mac, pkt, until: Instant(u64::MAX), probe: None },
             State::Reachable { until } if now < until => Resolve::Ready { mac: e.mac, pkt, until, probe: None },
             State::Reachable { .. } | State::Stale => {
                 // Still usable while we check that it is still there.
@@ -180,6 +191,16 @@ impl<P> NeighTable<P> {
         }
     }
 
+    /// A configured entry: `key` is at `mac`, for good (the table's entry
+    /// limit does not count it out, and nothing the wire says changes it).
+    pub fn add_permanent(&self, key: Key, mac: MacAddr) {
+        let mut t = self.lock();
+        let pending = VecDeque::new();
+        t.insert(key, Entry { mac, state: State::Permanent, pending, last_used: Instant(0) });
+        drop(t);
+        self.bump();
+    }
+
     /// Records that `key` is at `mac`; returns the packets that waited for it.
     pub fn learn(&self, now: Instant, key: Key, mac: MacAddr, how: Learn) -> Option<(MacAddr, VecDeque<P>)> {
         let mut t = self.lock();
@@ -197,6 +218,10 @@ impl<P> NeighTable<P> {
             return None;
         }
         let e = t.get_mut(&key).expect("checked");
+        if e.state == State::Permanent {
+            // The configuration says where it is; the wire does not.
+            return None;
+        }
         let was_incomplete = matches!(e.state, State::Incomplete { .. });
         let changed = !was_incomplete && e.mac != mac;
         e.mac = mac;
@@ -282,8 +307,11 @@ impl<P> NeighTable<P> {
 
     fn evict_one(t: &mut HashMap<Key, Entry<P>>) {
         // The least recently used entry without waiting packets.
-        if let Some(k) =
-            t.iter().filter(|(_, e)| e.pending.is_empty()).min_by_key(|(_, e)| e.last_used).map(|(k, _)| *k)
+        if let Some(k) = t
+            .iter()
+            .filter(|(_, e)| e.pending.is_empty() && e.state != State::Permanent)
+            .min_by_key(|(_, e)| e.last_used)
+            .map(|(k, _)| *k)
         {
             t.remove(&k);
         }
@@ -314,6 +342,29 @@ mod tests {
 
     fn ms(n: u64) -> Instant {
         Instant(n * 1_000_000)
+    }
+
+    #[test]
+    fn a_permanent_entry_is_used_as_configured_and_kept() {
+        let t = NeighTable::<u32>::new(cfg());
+        t.add_permanent(key(9), MAC);
+        for now in [0, 5_000, 1_000_000] {
+            match t.resolve(ms(now), key(9), 1) {
+                Resolve::Ready { mac, until, probe: None, .. } => assert_eq!((mac, until), (MAC, Instant(u64::MAX))),
+                other => panic!("{other:?}"),
+            }
+            let e = t.poll(ms(now));
+            assert!(e.solicits.is_empty() && e.failed == 0, "never solicited or given up: {e:?}");
+        }
+        for how in [Learn::Confirmed, Learn::Heard, Learn::Announced] {
+            assert!(t.learn(ms(10), key(9), MAC2, how).is_none());
+            assert_eq!(t.peek(key(9)), Some(MAC), "{how:?} does not replace a configured MAC");
+        }
+        // A full table evicts the others, never the configured entry.
+        for n in 1..=8 {
+            t.learn(ms(20 + n as u64), key(n), MAC2, Learn::Heard);
+        }
+        assert_eq!(t.peek(key(9)), Some(MAC));
     }
 
     #[test]

@@ -255,6 +255,11 @@ impl Stack {
             cfg,
             pool,
         };
+        for (index, spec) in shared.cfg.ports.iter().enumerate() {
+            for n in &spec.neighbors {
+                shared.neigh.add_permanent((index as u16, n.ip), n.mac);
+            }
+        }
         tunnels::register_endpoints(&shared)?;
         Ok(Stack { shared: Arc::new(shared) })
     }
