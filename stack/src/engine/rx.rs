@@ -78,7 +78,11 @@ impl Worker<'_> {
         let h: &[u8; FAST_L4 + udp::HEADER_LEN] = h.try_into().expect("sliced to the size");
         let be16 = |i: usize| u16::from_be_bytes([h[i], h[i + 1]]);
         let be32 = |i: usize| u32::from_be_bytes([h[i], h[i + 1], h[i + 2], h[i + 3]]);
-        if iface.vlan.is_some() || h[0..6] != iface.mac.0 {
+        let mac = &iface.mac.0;
+        let to_us = u32::from_ne_bytes([h[0], h[1], h[2], h[3]])
+            == u32::from_ne_bytes([mac[0], mac[1], mac[2], mac[3]])
+            && u16::from_ne_bytes([h[4], h[5]]) == u16::from_ne_bytes([mac[4], mac[5]]);
+        if iface.vlan.is_some() || !to_us {
             return Err(m);
         }
         // EtherType IPv4; version 4 with a 20-byte header; no fragment
@@ -95,7 +99,12 @@ impl Worker<'_> {
             RxChecksum::Good => true,
             RxChecksum::Bad => false,
             _ => {
-                let w = |i: usize| be32(FAST_L3 + i) as u64;
+                // In the machine's byte order: the folded sum is all ones
+                // either way.
+                let w = |i: usize| {
+                    u32::from_ne_bytes([h[FAST_L3 + i], h[FAST_L3 + i + 1], h[FAST_L3 + i + 2], h[FAST_L3 + i + 3]])
+                        as u64
+                };
                 checksum::fold(w(0) + w(4) + w(8) + w(12) + w(16)) == 0xffff
             }
         };
@@ -112,8 +121,10 @@ impl Worker<'_> {
             RxChecksum::Bad => false,
             _ if be16(FAST_L4 + 6) == 0 => true,
             _ => {
-                let pseudo = checksum::pseudo_header_v4(src, dst, ip_proto::UDP, udp_len as u32);
-                checksum::fold(pseudo + checksum::sum(&d[FAST_L4..FAST_L4 + udp_len])) == 0xffff
+                // The pseudo-header's addresses lie just before the UDP
+                // header: one sum over both, plus protocol and length.
+                let sum = checksum::sum(&d[FAST_L3 + 12..FAST_L4 + udp_len]);
+                checksum::fold(sum + ip_proto::UDP as u64 + udp_len as u64) == 0xffff
             }
         };
         if !udp_ok {
