@@ -123,25 +123,34 @@ impl Worker<'_> {
             _ => {
                 // The pseudo-header's addresses lie just before the UDP
                 // header: one sum over both, plus protocol and length.
-                let sum = checksum::sum(&d[FAST_L3 + 12..FAST_L4 + udp_len]);
-                checksum::fold(sum + ip_proto::UDP as u64 + udp_len as u64) == 0xffff
+                // In the machine's byte order (the fold is all ones either way).
+                let sum = checksum::sum_native(&d[FAST_L3 + 12..FAST_L4 + udp_len]);
+                let rest = u16::from_be(ip_proto::UDP as u16) as u64 + u16::from_be(udp_len as u16) as u64;
+                checksum::fold(sum + rest) == 0xffff
             }
         };
         if !udp_ok {
             return Err(m);
         }
-        let key = FlowKey {
-            src: 0xffff_0000_0000 | u32::from(src) as u128,
-            src_port: be16(FAST_L4),
-            dst: 0xffff_0000_0000 | u32::from(dst) as u128,
-            dst_port: be16(FAST_L4 + 2),
-            v4: true,
-            iface: ifx,
-            lcore: self.idx as u32,
-            rss_hash: m.rss_hash(),
-        };
         let padding = d.len() - FAST_L3 - total;
-        let Some((index, b)) = self.snapshot.lookup(&key) else {
+        let dst_port = be16(FAST_L4 + 2);
+        let found = match self.snapshot.sole(dst_port, true) {
+            Some(found) => found,
+            None => {
+                let key = FlowKey {
+                    src: 0xffff_0000_0000 | u32::from(src) as u128,
+                    src_port: be16(FAST_L4),
+                    dst: 0xffff_0000_0000 | u32::from(dst) as u128,
+                    dst_port,
+                    v4: true,
+                    iface: ifx,
+                    lcore: self.idx as u32,
+                    rss_hash: m.rss_hash(),
+                };
+                self.snapshot.lookup(&key)
+            }
+        };
+        let Some((index, b)) = found else {
             return Err(m);
         };
         let mapped = b.family == Family::V6;

@@ -253,6 +253,25 @@ fn group_key<S>(b: &Binding<S>) -> GroupKey {
 }
 
 impl<S> Snapshot<S> {
+    /// The answer of [`lookup`](Self::lookup) for a datagram to port
+    /// `port` when the port has one unconnected wildcard socket and nothing
+    /// else (`Some`: the socket, or none when it does not take the
+    /// family); `None` when the port needs the whole lookup. Needs no key.
+    #[inline(always)]
+    pub fn sole(&self, port: u16, v4: bool) -> Option<Option<(u32, &Binding<S>)>> {
+        let p = self.ports[port as usize];
+        if p == 0 {
+            return Some(None);
+        }
+        match self.port_info[p as usize - 1].sole {
+            0 => None,
+            s => {
+                let i = s - 1;
+                Some((self.matchers[i as usize].score[!v4 as usize] >= 0).then(|| (i, &self.bindings[i as usize])))
+            }
+        }
+    }
+
     /// The socket that receives a datagram with key `k`: its index in this
     /// snapshot, and its binding.
     #[inline]
