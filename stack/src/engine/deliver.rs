@@ -9,13 +9,18 @@ use crate::datagram::Datagram;
 use crate::rx_queue::Refusal;
 use crate::stats::Counter;
 
+/// Marks a key whose datagram is in place (positions fit the low 32 bits,
+/// socket indices the next 31).
+const PLACED: u64 = 1 << 63;
+
 impl Worker<'_> {
     /// Queues the burst's datagrams to their sockets: all of one socket's
     /// with one lock, in the order they arrived. A burst for one socket
     /// (the common case) goes as it is; flows of a reuseport group
-    /// interleave in a burst, so such a burst is first sorted by socket;
-    /// the sort is stable (each socket's datagrams keep their order) and
-    /// uses no heap at this size.
+    /// interleave in a burst, so such a burst is first put in socket order,
+    /// stably (each socket's datagrams keep their order), without heap
+    /// allocation: (socket, position) keys are sorted, the datagrams moved
+    /// into that order by swaps, and each socket's run moved out once.
     #[inline]
     pub(super) fn deliver_staged(&mut self) {
         let Some(&first) = self.staged_at.first() else { return };
@@ -23,32 +28,19 @@ impl Worker<'_> {
         let mut at = std::mem::take(&mut self.staged_at);
         if at.iter().all(|s| s.index == first.index) {
             self.deliver_run(first, &mut batch, &at);
-        } else if at.len() <= 64 {
-            // By socket, stably: sort (index, position) keys, put the
-            // datagrams in that order by swaps, and queue the runs from the
-            // last (each moved out once).
-            let n = at.len();
-            let mut keys = [0u64; 64];
-            for (k, s) in keys.iter_mut().zip(at.iter()) {
-                *k = (s.index as u64) << 8;
-            }
-            for (i, k) in keys[..n].iter_mut().enumerate() {
-                *k |= i as u64;
-            }
-            keys[..n].sort_unstable();
+        } else {
+            let mut keys = std::mem::take(&mut self.keys);
+            keys.extend(at.iter().enumerate().map(|(i, s)| (s.index as u64) << 32 | i as u64));
+            keys.sort_unstable();
             let mut sorted = std::mem::take(&mut self.sorted_at);
-            sorted.extend(keys[..n].iter().map(|k| at[(k & 0xff) as usize]));
+            sorted.extend(keys.iter().map(|&k| at[k as u32 as usize]));
             // keys[i] names the datagram that belongs at i: follow each
-            // cycle of that permutation once.
-            let mut done = 0u64;
-            for start in 0..n {
-                if done & 1 << start != 0 {
-                    continue;
-                }
+            // cycle of that permutation once, marking the places filled.
+            for start in 0..keys.len() {
                 let mut i = start;
-                loop {
-                    done |= 1 << i;
-                    let from = (keys[i] & 0xff) as usize;
+                while keys[i] & PLACED == 0 {
+                    let from = keys[i] as u32 as usize;
+                    keys[i] |= PLACED;
                     if from == start {
                         break;
                     }
@@ -56,49 +48,19 @@ impl Worker<'_> {
                     i = from;
                 }
             }
-            let mut end = n;
             let mut run = std::mem::take(&mut self.scratch);
+            let mut end = sorted.len();
             while end > 0 {
                 let index = sorted[end - 1].index;
-                let mut start = end - 1;
-                while start > 0 && sorted[start - 1].index == index {
-                    start -= 1;
-                }
-                if end - start >= 8 {
-                    run.extend(batch.drain(start..end));
-                } else {
-                    // A short run: popped off the end (cheaper than a
-                    // drain), then put back in order.
-                    for _ in start..end {
-                        run.push(batch.pop().expect("the run is the tail"));
-                    }
-                    run.reverse();
-                }
+                let start = sorted[..end].iter().rposition(|s| s.index != index).map_or(0, |p| p + 1);
+                run.extend(batch.drain(start..end));
                 self.deliver_run(sorted[start], &mut run, &sorted[start..end]);
                 run.clear();
                 end = start;
             }
-            self.scratch = run;
+            keys.clear();
             sorted.clear();
-            self.sorted_at = sorted;
-        } else {
-            let mut sorting = std::mem::take(&mut self.sorting);
-            sorting.extend(at.drain(..).zip(batch.drain(..)));
-            sorting.sort_by_key(|(s, _)| s.index);
-            let mut it = sorting.drain(..).peekable();
-            while let Some((s, d)) = it.next() {
-                at.push(s);
-                batch.push(d);
-                while let Some((s, d)) = it.next_if(|(n, _)| n.index == s.index) {
-                    at.push(s);
-                    batch.push(d);
-                }
-                self.deliver_run(s, &mut batch, &at);
-                batch.clear();
-                at.clear();
-            }
-            drop(it);
-            self.sorting = sorting;
+            (self.keys, self.sorted_at, self.scratch) = (keys, sorted, run);
         }
         batch.clear();
         at.clear();

@@ -119,8 +119,9 @@ pub(crate) struct Worker<'s> {
     /// interface, IPv4?).
     staged: Vec<Datagram>,
     staged_at: Vec<Staged>,
-    /// Room to sort a burst whose datagrams go to several sockets.
-    sorting: Vec<(Staged, Datagram)>,
+    /// Room to put a burst whose datagrams go to several sockets in
+    /// socket order: its (socket, position) keys, and the order's `Staged`.
+    keys: Vec<u64>,
     sorted_at: Vec<Staged>,
     scratch: Vec<Datagram>,
     /// Sockets this lcore queued datagrams to since the application's
@@ -182,7 +183,7 @@ impl<'s> Worker<'s> {
             counters: shared.stats.lcore(idx),
             staged: Vec::with_capacity(BURST),
             staged_at: Vec::with_capacity(BURST),
-            sorting: Vec::with_capacity(BURST),
+            keys: Vec::with_capacity(BURST),
             sorted_at: Vec::with_capacity(BURST),
             scratch: Vec::with_capacity(BURST),
             ready: Vec::with_capacity(64),

@@ -259,17 +259,17 @@ impl<S> Snapshot<S> {
     /// family); `None` when the port needs the whole lookup. Needs no key.
     #[inline(always)]
     pub fn sole(&self, port: u16, v4: bool) -> Option<Option<(u32, &Binding<S>)>> {
-        let p = self.ports[port as usize];
-        if p == 0 {
-            return Some(None);
+        match self.ports[port as usize] {
+            0 => Some(None),
+            p => self.sole_in(&self.port_info[p as usize - 1], v4),
         }
-        match self.port_info[p as usize - 1].sole {
-            0 => None,
-            s => {
-                let i = s - 1;
-                Some((self.matchers[i as usize].score[!v4 as usize] >= 0).then(|| (i, &self.bindings[i as usize])))
-            }
-        }
+    }
+
+    /// [`sole`](Self::sole) for a port's info.
+    #[inline(always)]
+    fn sole_in(&self, info: &PortInfo, v4: bool) -> Option<Option<(u32, &Binding<S>)>> {
+        let i = info.sole.checked_sub(1)?;
+        Some((self.matchers[i as usize].score[!v4 as usize] >= 0).then(|| (i, &self.bindings[i as usize])))
     }
 
     /// The socket that receives a datagram with key `k`: its index in this
@@ -280,11 +280,10 @@ impl<S> Snapshot<S> {
             0 => return None,
             p => &self.port_info[p as usize - 1],
         };
-        if info.sole != 0 {
+        if let Some(found) = self.sole_in(info, k.v4) {
             // One socket on the port, taking any address: what the walk
             // below would find (its score is the family's, or none).
-            let i = info.sole - 1;
-            return (self.matchers[i as usize].score[!k.v4 as usize] >= 0).then(|| (i, &self.bindings[i as usize]));
+            return found;
         }
         if info.peers & peer_bit(k.src, k.src_port) != 0 {
             if let Some(i) = self.connected(info, k) {
