@@ -14,6 +14,8 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::Path;
 
+use crate::toml_lite::Line;
+
 /// One layer of the table.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Layer {
@@ -29,22 +31,20 @@ pub struct Layer {
 pub fn parse_table(text: &str) -> Result<Vec<Layer>, String> {
     let mut layers: Vec<Layer> = Vec::new();
     for (n, raw) in text.lines().enumerate() {
-        let line = raw.split('#').next().unwrap_or("").trim();
-        if line.is_empty() {
-            continue;
-        }
-        if line == "[[layer]]" {
-            layers.push(Layer { name: String::new(), modules: Vec::new(), apart: false });
-            continue;
-        }
+        let (key, value) = match crate::toml_lite::line(raw) {
+            Line::Blank => continue,
+            Line::Table("layer") => {
+                layers.push(Layer { name: String::new(), modules: Vec::new(), apart: false });
+                continue;
+            }
+            Line::Table(other) => return Err(format!("line {}: unknown table [[{other}]]", n + 1)),
+            Line::Other(l) => return Err(format!("line {}: expected key = value, found {l:?}", n + 1)),
+            Line::Pair(k, v) => (k, v),
+        };
         let Some(layer) = layers.last_mut() else {
-            return Err(format!("line {}: {line:?} before the first [[layer]]", n + 1));
+            return Err(format!("line {}: {key:?} before the first [[layer]]", n + 1));
         };
-        let Some((key, value)) = line.split_once('=') else {
-            return Err(format!("line {}: expected key = value, found {line:?}", n + 1));
-        };
-        let value = value.trim();
-        match key.trim() {
+        match key {
             "name" => layer.name = value.trim_matches('"').to_string(),
             "apart" => layer.apart = value == "true",
             "modules" => {

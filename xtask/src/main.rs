@@ -17,6 +17,7 @@ use std::process::{Command, ExitCode};
 
 mod layers;
 mod perf;
+mod toml_lite;
 
 /// What building and running spate needs (testpmd is in dpdk-dev).
 const RUN_PACKAGES: &[&str] = &["dpdk", "dpdk-dev", "libdpdk-dev", "pkg-config", "clang", "libclang-dev", "iproute2"];
@@ -73,7 +74,7 @@ fn main() -> ExitCode {
         "perf-guard" => perf_guard(rest.iter().any(|a| a == "--update")),
         _ => {
             eprintln!(
-                "usage: cargo xtask <demo | test | setup [--tests] | bench [--quick] | leftovers | layers>\n\
+                "usage: cargo xtask <demo | test | setup [--tests] | bench [--quick] | leftovers | layers | deps | perf-guard [--update]>\n\
                  demo: install what is missing, build, and run spate's main job\n\
                  test: install what the tests need and run the whole suite"
             );

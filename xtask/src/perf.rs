@@ -2,6 +2,8 @@
 //! measurement the pipeline benchmark prints and the budgets in
 //! `perf-budget.toml`, and judging one against the other.
 
+use crate::toml_lite::{Line, line};
+
 /// How far over its budget a path may go before the guard fails.
 pub const TOLERANCE: f64 = 0.03;
 
@@ -24,13 +26,14 @@ pub fn parse_measured(text: &str) -> Result<Vec<(String, f64)>, String> {
 pub fn parse_budgets(text: &str) -> Result<Vec<(String, f64)>, String> {
     let mut out = Vec::new();
     for (n, raw) in text.lines().enumerate() {
-        let line = raw.split('#').next().unwrap_or("").trim();
-        if line.is_empty() {
-            continue;
+        match line(raw) {
+            Line::Blank => {}
+            Line::Pair(k, v) => {
+                let v: f64 = v.parse().map_err(|_| format!("perf-budget.toml line {}: not a number", n + 1))?;
+                out.push((k.to_string(), v));
+            }
+            _ => return Err(format!("perf-budget.toml line {}: no =", n + 1)),
         }
-        let (k, v) = line.split_once('=').ok_or_else(|| format!("perf-budget.toml line {}: no =", n + 1))?;
-        let v: f64 = v.trim().parse().map_err(|_| format!("perf-budget.toml line {}: not a number", n + 1))?;
-        out.push((k.trim().to_string(), v));
     }
     Ok(out)
 }
@@ -82,15 +85,13 @@ pub fn rewrite(text: &str, measured: &[(String, f64)]) -> Result<String, String>
     let mut out = String::new();
     let mut seen = 0;
     for raw in text.lines() {
-        let line = raw.split('#').next().unwrap_or("").trim();
-        match line.split_once('=') {
-            Some((k, _)) => {
-                let k = k.trim();
+        match line(raw) {
+            Line::Pair(k, _) => {
                 let v = measured.iter().find(|(m, _)| m == k).ok_or_else(|| format!("nothing measured for {k}"))?.1;
                 out.push_str(&format!("{k} = {}\n", v.ceil() as u64));
                 seen += 1;
             }
-            None => {
+            _ => {
                 out.push_str(raw);
                 out.push('\n');
             }
