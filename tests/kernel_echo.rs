@@ -148,6 +148,18 @@ fn kernel_peer_over_net_tap() {
     run(Mode::Tap);
 }
 
+/// Namespaces `<tag>` (spate's side, veth `vA` with spate's MAC) and
+/// `<tag>peer` (the peer's, `vB`), joined by a veth pair, IPv6 off on both.
+fn ipv4_veth_pair(tag: &str) -> (Netns, Netns) {
+    let spate_ns = Netns::new(tag);
+    let kernel_ns = Netns::new(&format!("{tag}peer"));
+    veth(&spate_ns, "vA", &kernel_ns, "vB");
+    spate_ns.must(&["ip", "link", "set", "vA", "address", "02:53:50:41:54:45"]);
+    spate_ns.disable_ipv6("vA");
+    kernel_ns.disable_ipv6("vB");
+    (spate_ns, kernel_ns)
+}
+
 /// An 802.1Q-tagged port described in a TOML config file. This kernel has
 /// no VLAN driver (8021q), so scapy plays the tagged peer on the veth:
 /// spate answers its ARP and echoes its datagrams with tag 42, and refuses
@@ -155,12 +167,7 @@ fn kernel_peer_over_net_tap() {
 #[test]
 fn vlan_tagged_port_from_a_config_file() {
     let _serial = device_lock();
-    let spate_ns = Netns::new("vlan");
-    let kernel_ns = Netns::new("vlanpeer");
-    veth(&spate_ns, "vA", &kernel_ns, "vB");
-    spate_ns.must(&["ip", "link", "set", "vA", "address", "02:53:50:41:54:45"]);
-    spate_ns.disable_ipv6("vA");
-    kernel_ns.disable_ipv6("vB");
+    let (spate_ns, kernel_ns) = ipv4_veth_pair("vlan");
     let config = std::env::temp_dir().join(format!("spate-vlan-{}.toml", std::process::id()));
     std::fs::write(
         &config,
@@ -301,12 +308,7 @@ fn a_static_neighbour_answers_a_peer_without_arp() {
     const PEER_MAC: &str = "02:00:00:00:00:01";
     let _serial = device_lock();
     for with_entry in [false, true] {
-        let spate_ns = Netns::new("sneigh");
-        let kernel_ns = Netns::new("sneighpeer");
-        veth(&spate_ns, "vA", &kernel_ns, "vB");
-        spate_ns.must(&["ip", "link", "set", "vA", "address", "02:53:50:41:54:45"]);
-        spate_ns.disable_ipv6("vA");
-        kernel_ns.disable_ipv6("vB");
+        let (spate_ns, kernel_ns) = ipv4_veth_pair("sneigh");
         kernel_ns.must(&["ip", "link", "set", "vB", "address", PEER_MAC]);
         kernel_ns.must(&["ip", "link", "set", "vB", "arp", "off"]);
         kernel_ns.must(&["ip", "addr", "add", "198.18.0.1/24", "dev", "vB"]);
