@@ -3,8 +3,12 @@
 //! line, written by that lcore and emptied by the reader's splice) and one
 //! reader list that only readers touch. A reader takes datagrams from its
 //! list; when it is empty it splices a whole producer list across in O(1)
-//! (a swap of two `VecDeque`s, the emptied one keeping its capacity), taking
-//! producers in turn so none starves. Each side publishes how many items
+//! (the producer's `Vec` becomes the reader's `VecDeque` and the reader's
+//! emptied buffer the producer's, both keeping their capacity), taking
+//! producers in turn so none starves. Whole lists move with one copy: a
+//! producer appends a burst that fits in one `memcpy`, and a reader with
+//! room for all of a producer's list takes it straight into its batch the
+//! same way, the list keeping its buffer. Each side publishes how many items
 //! its list holds, so a poll of an empty queue reads those words and takes
 //! no lock at all, and a splice skips empty producers without touching
 //! their locks.
@@ -56,7 +60,7 @@ pub enum Refused<T> {
 /// that the reader's splice empties `list` and zeroes `queued` under the
 /// same lock.
 struct Producer<T> {
-    list: Mutex<VecDeque<T>>,
+    list: Mutex<Vec<T>>,
     /// `list.len()`, published for lock-free polls (written under `list`'s lock).
     queued: AtomicUsize,
     /// Bytes this producer ever queued (wrapping; written under `list`'s lock).
@@ -153,7 +157,7 @@ impl<T: Truesize> RxQueue<T> {
             producers: (0..producers.max(1))
                 .map(|_| {
                     CachePadded::new(Producer {
-                        list: Mutex::new(VecDeque::new()),
+                        list: Mutex::new(Vec::new()),
                         queued: AtomicUsize::new(0),
                         charged: AtomicUsize::new(0),
                         drops: AtomicU64::new(0),
@@ -203,7 +207,7 @@ impl<T: Truesize> RxQueue<T> {
             producer.drops.fetch_add(1, Ordering::Relaxed);
             return Err(Refused::Full(item));
         }
-        list.push_back(item);
+        list.push(item);
         Self::publish(producer, &list, size);
         drop(list);
         self.wake();
@@ -238,8 +242,12 @@ impl<T: Truesize> RxQueue<T> {
                 taken += 1;
             }
         }
-        if taken > 0 {
+        if taken == batch.len() {
+            list.append(batch);
+        } else {
             list.extend(batch.drain(..taken));
+        }
+        if taken > 0 {
             Self::publish(producer, &list, size);
         }
         drop(list);
@@ -262,7 +270,7 @@ impl<T: Truesize> RxQueue<T> {
     /// After queueing `size` bytes: the producer's charge and its length,
     /// stored by the lock holder (no read-modify-write).
     #[inline]
-    fn publish(producer: &Producer<T>, list: &VecDeque<T>, size: usize) {
+    fn publish(producer: &Producer<T>, list: &[T], size: usize) {
         producer.charged.store(producer.charged.load(Ordering::Relaxed).wrapping_add(size), Ordering::Release);
         producer.queued.store(list.len(), Ordering::Release);
     }
@@ -340,7 +348,8 @@ impl<T: Truesize> RxQueue<T> {
         }
         let mut r = lock(&self.readers.reader);
         if r.list.is_empty() {
-            self.splice(&mut r);
+            // Room for none: the list comes across whole.
+            self.splice(&mut r, &mut Vec::new(), 0);
         }
         let item = r.list.pop_front();
         if let Some(item) = &item {
@@ -357,8 +366,19 @@ impl<T: Truesize> RxQueue<T> {
         let mut n = 0;
         let mut size = 0;
         while n < max {
-            if r.list.is_empty() && !self.splice(&mut r) {
-                break;
+            if r.list.is_empty() {
+                match self.splice(&mut r, out, max - n) {
+                    None => break,
+                    Some((0, _)) => {}
+                    Some((k, s)) => {
+                        (n, size) = (n + k, size + s);
+                        // With one producer, that was all there is.
+                        if self.producers.len() == 1 {
+                            break;
+                        }
+                        continue;
+                    }
+                }
             }
             let k = (max - n).min(r.list.len());
             if k >= 8 {
@@ -382,25 +402,43 @@ impl<T: Truesize> RxQueue<T> {
         n
     }
 
-    /// Swaps the next non-empty producer list into the (empty) reader list;
-    /// producers whose published length is zero are passed over unlocked.
-    fn splice(&self, r: &mut Reader<T>) -> bool {
+    /// Moves the next non-empty producer list across (producers whose
+    /// published length is zero are passed over unlocked): straight into
+    /// `out` when all of it fits in `room` more items, with one copy
+    /// (returns how many items and bytes), otherwise into the empty reader
+    /// list, swapped in O(1) (returns no items). `None`: every producer
+    /// list is empty.
+    fn splice(&self, r: &mut Reader<T>, out: &mut Vec<T>, room: usize) -> Option<(usize, usize)> {
         let n = self.producers.len();
         for i in 0..n {
-            let idx = (r.next + i) % n;
+            let idx = match r.next + i {
+                j if j >= n => j - n,
+                j => j,
+            };
             let p = &self.producers[idx];
             if p.queued.load(Ordering::Acquire) == 0 {
                 continue;
             }
             let mut list = lock(&p.list);
-            if !list.is_empty() {
-                std::mem::swap(&mut r.list, &mut *list);
-                p.queued.store(0, Ordering::Release);
-                r.next = (idx + 1) % n;
-                return true;
+            if list.is_empty() {
+                continue;
             }
+            let taken = if list.len() <= room {
+                let items = (list.len(), list.iter().map(Truesize::truesize).sum());
+                out.append(&mut list);
+                items
+            } else {
+                // Both conversions keep the buffer: the producer's becomes
+                // the reader's, the reader's (empty) the producer's.
+                let spare = Vec::from(std::mem::take(&mut r.list));
+                r.list = VecDeque::from(std::mem::replace(&mut *list, spare));
+                (0, 0)
+            };
+            p.queued.store(0, Ordering::Release);
+            r.next = if idx + 1 == n { 0 } else { idx + 1 };
+            return Some(taken);
         }
-        false
+        None
     }
 
     /// Publishes the reader list's length and gives back consumed memory in

@@ -1,107 +1,183 @@
 //! The queueing stage: the burst's datagrams that found a socket go to
 //! its receive queue, a run of them per socket under one lock; datagrams
 //! whose socket changed since the lookup are looked up again.
+//!
+//! Staging sorts nothing: each datagram joins its socket's run as it is
+//! staged (a 64-entry table from binding index to run answers which), so
+//! a burst that reuseport spread over many sockets costs one push per
+//! datagram and one queue append per socket, and every socket's datagrams
+//! keep the order they arrived in.
 
 use std::sync::atomic::Ordering;
 
-use super::{Staged, Worker};
+use super::Worker;
 use crate::datagram::Datagram;
 use crate::rx_queue::Refusal;
+use crate::shared::BURST;
 use crate::stats::Counter;
 
-/// Marks a key whose datagram is in place (positions fit the low 32 bits,
-/// socket indices the next 31).
-const PLACED: u64 = 1 << 63;
+/// Entries in the table from binding index to run (a power of two).
+const SLOTS: usize = 64;
 
-impl Worker<'_> {
-    /// Queues the burst's datagrams to their sockets: all of one socket's
-    /// with one lock, in the order they arrived. A burst for one socket
-    /// (the common case) goes as it is; flows of a reuseport group
-    /// interleave in a burst, so such a burst is first put in socket order,
-    /// stably (each socket's datagrams keep their order), without heap
-    /// allocation: (socket, position) keys are sorted, the datagrams moved
-    /// into that order by swaps, and each socket's run moved out once.
-    #[inline]
-    pub(super) fn deliver_staged(&mut self) {
-        let Some(&first) = self.staged_at.first() else { return };
-        let mut batch = std::mem::take(&mut self.staged);
-        let mut at = std::mem::take(&mut self.staged_at);
-        if at.iter().all(|s| s.index == first.index) {
-            self.deliver_run(first, &mut batch, &at);
-        } else {
-            let mut keys = std::mem::take(&mut self.keys);
-            keys.extend(at.iter().enumerate().map(|(i, s)| (s.index as u64) << 32 | i as u64));
-            keys.sort_unstable();
-            let mut sorted = std::mem::take(&mut self.sorted_at);
-            sorted.extend(keys.iter().map(|&k| at[k as u32 as usize]));
-            // keys[i] names the datagram that belongs at i: follow each
-            // cycle of that permutation once, marking the places filled.
-            for start in 0..keys.len() {
-                let mut i = start;
-                while keys[i] & PLACED == 0 {
-                    let from = keys[i] as u32 as usize;
-                    keys[i] |= PLACED;
-                    if from == start {
-                        break;
-                    }
-                    batch.swap(i, from);
-                    i = from;
-                }
-            }
-            let mut run = std::mem::take(&mut self.scratch);
-            let mut end = sorted.len();
-            while end > 0 {
-                let index = sorted[end - 1].index;
-                let start = sorted[..end].iter().rposition(|s| s.index != index).map_or(0, |p| p + 1);
-                run.extend(batch.drain(start..end));
-                self.deliver_run(sorted[start], &mut run, &sorted[start..end]);
-                run.clear();
-                end = start;
-            }
-            keys.clear();
-            sorted.clear();
-            (self.keys, self.sorted_at, self.scratch) = (keys, sorted, run);
+/// One socket's datagrams of the burst, in arrival order.
+#[derive(Debug, Default)]
+struct Run {
+    /// The binding's index in the lcore's snapshot.
+    index: u32,
+    /// The interface its first datagram came in on (a re-lookup's key).
+    iface: u16,
+    /// How many of `datagrams` are IPv4 (for the counters).
+    v4: u32,
+    datagrams: Vec<Datagram>,
+}
+
+/// The burst's staged datagrams, grouped by socket as they arrive. Runs
+/// past `used` are kept, with their capacity, for the next burst.
+#[derive(Debug)]
+pub(super) struct Runs {
+    runs: Vec<Run>,
+    used: usize,
+    /// 1 + the run of a binding index, at `index % SLOTS`; 0: none. An index
+    /// whose entry another holds is found by a scan of the used runs.
+    slot: [u8; SLOTS],
+}
+
+impl Runs {
+    pub(super) fn new() -> Runs {
+        Runs {
+            runs: (0..BURST).map(|_| Run { datagrams: Vec::with_capacity(BURST), ..Run::default() }).collect(),
+            used: 0,
+            slot: [0; SLOTS],
         }
-        batch.clear();
-        at.clear();
-        self.staged = batch;
-        self.staged_at = at;
     }
 
-    /// Queues one socket's run of the burst (`batch`, described by `at`),
-    /// counting what was queued and what was refused; what was refused is
-    /// left at the end of `batch`, for the caller to free.
+    /// Adds `d` to binding `index`'s run; returns where it went (run,
+    /// position), for a GRO train to grow it.
+    #[inline(always)]
+    pub(super) fn push(&mut self, index: u32, iface: u16, v4: bool, d: Datagram) -> (usize, usize) {
+        let h = index as usize % SLOTS;
+        let r = match self.slot[h] as usize {
+            s if s > 0 && self.runs[s - 1].index == index => s - 1,
+            s => self.open(index, iface, h, s == 0),
+        };
+        let run = &mut self.runs[r];
+        run.v4 += v4 as u32;
+        run.datagrams.push(d);
+        (r, run.datagrams.len() - 1)
+    }
+
+    /// The run of an index the table does not answer for: found among the
+    /// used runs (its entry taken by another), or a new one.
+    #[inline(always)]
+    fn open(&mut self, index: u32, iface: u16, h: usize, free: bool) -> usize {
+        if !free {
+            if let Some(r) = self.runs[..self.used].iter().position(|r| r.index == index) {
+                return r;
+            }
+        }
+        if self.used == self.runs.len() {
+            self.runs.push(Run::default());
+        }
+        let r = self.used;
+        self.used += 1;
+        let run = &mut self.runs[r];
+        (run.index, run.iface, run.v4) = (index, iface, 0);
+        if free && r < u8::MAX as usize {
+            self.slot[h] = r as u8 + 1;
+        }
+        r
+    }
+
+    /// The staged datagram at `at` (from [`push`](Self::push)).
+    pub(super) fn get_mut(&mut self, (r, i): (usize, usize)) -> &mut Datagram {
+        &mut self.runs[r].datagrams[i]
+    }
+
+    /// Forgets the burst's runs (each already emptied by its delivery).
     #[inline]
-    fn deliver_run(&mut self, run: Staged, batch: &mut Vec<Datagram>, at: &[Staged]) {
+    fn reset(&mut self) {
+        for run in &self.runs[..self.used] {
+            self.slot[run.index as usize % SLOTS] = 0;
+        }
+        self.used = 0;
+    }
+}
+
+impl Worker<'_> {
+    /// Queues the burst's datagrams to their sockets: each socket's run
+    /// with one lock, the runs in the order their sockets first appeared.
+    /// The burst's delivered datagrams are counted once, after them all.
+    #[inline]
+    pub(super) fn deliver_staged(&mut self) {
+        if self.runs.used == 0 {
+            return;
+        }
+        let mut runs = std::mem::take(&mut self.runs.runs);
+        let (mut delivered, mut v4) = (0, 0);
+        for run in &mut runs[..self.runs.used] {
+            let (n, n4) = self.deliver_run(run);
+            (delivered, v4) = (delivered + n, v4 + n4);
+        }
+        self.runs.runs = runs;
+        self.runs.reset();
+        self.add(Counter::RxDelivered, delivered);
+        self.add(Counter::UdpInDatagrams, v4);
+        self.add(Counter::Udp6InDatagrams, delivered - v4);
+    }
+
+    /// Queues one socket's run, counting what was refused and freeing it;
+    /// returns how many were queued and how many of those are IPv4.
+    #[inline]
+    fn deliver_run(&mut self, run: &mut Run) -> (u64, u64) {
         let b = self.snapshot.get(run.index);
         if b.sock.epoch.load(Ordering::Acquire) != b.epoch {
             // The socket changed (connected, left its group, closed)
             // after this snapshot: look again in the current one.
-            self.redeliver(run.iface, batch);
-            return;
+            self.redeliver(run.iface, &mut run.datagrams);
+            return (0, 0);
         }
-        let offered = batch.len();
-        let refusal = b.sock.queue.push_batch(self.idx, batch);
+        let offered = run.datagrams.len();
+        let refusal = b.sock.queue.push_batch(self.idx, &mut run.datagrams);
         let id = b.id;
-        // What was refused is the tail of the run.
-        let accepted = offered - batch.len();
-        if accepted > 0 && self.ready.last() != Some(&id) && !self.ready.contains(&id) {
-            self.ready.push(id);
+        let accepted = (offered - run.datagrams.len()) as u64;
+        if accepted > 0 {
+            self.mark_ready(id);
         }
-        let accepted_v4 = at[..accepted].iter().filter(|s| s.v4).count() as u64;
-        self.add(Counter::RxDelivered, accepted as u64);
-        self.add(Counter::UdpInDatagrams, accepted_v4);
-        self.add(Counter::Udp6InDatagrams, accepted as u64 - accepted_v4);
+        if refusal.is_ok() {
+            return (accepted, run.v4 as u64);
+        }
+        self.refused(run, refusal, accepted)
+    }
+
+    /// Counts and frees the tail of a run its queue refused; returns what
+    /// was queued (as `deliver_run`).
+    #[cold]
+    fn refused(&mut self, run: &mut Run, refusal: Result<(), Refusal>, accepted: u64) -> (u64, u64) {
+        let refused_v4 = run.datagrams.iter().filter(|d| d.wire_src().is_ipv4()).count() as u64;
+        let refused = run.datagrams.len() as u64;
         match refusal {
             Ok(()) => {}
             Err(Refusal::Full) => {
-                self.add(Counter::RxRcvbufFull, batch.len() as u64);
-                for s in &at[accepted..offered] {
-                    self.inc(if s.v4 { Counter::UdpRcvbufErrors } else { Counter::Udp6RcvbufErrors });
-                    self.inc(if s.v4 { Counter::UdpInErrors } else { Counter::Udp6InErrors });
-                }
+                self.add(Counter::RxRcvbufFull, refused);
+                self.add(Counter::UdpRcvbufErrors, refused_v4);
+                self.add(Counter::UdpInErrors, refused_v4);
+                self.add(Counter::Udp6RcvbufErrors, refused - refused_v4);
+                self.add(Counter::Udp6InErrors, refused - refused_v4);
             }
-            Err(Refusal::Closed) => self.add(Counter::RxSocketClosed, batch.len() as u64),
+            Err(Refusal::Closed) => self.add(Counter::RxSocketClosed, refused),
+        }
+        run.datagrams.clear();
+        (accepted, run.v4 as u64 - refused_v4)
+    }
+
+    /// Names socket `id` in the application's `ready` list, once: a bit per
+    /// id modulo 64 says when the list need not be searched.
+    #[inline]
+    fn mark_ready(&mut self, id: u64) {
+        let bit = 1u64 << (id % 64);
+        if self.ready_bits & bit == 0 || !self.ready.contains(&id) {
+            self.ready_bits |= bit;
+            self.ready.push(id);
         }
     }
 
@@ -122,9 +198,7 @@ impl Worker<'_> {
             let id = b.id;
             match b.sock.queue.push(self.idx, d) {
                 Ok(()) => {
-                    if !self.ready.contains(&id) {
-                        self.ready.push(id);
-                    }
+                    self.mark_ready(id);
                     self.inc(Counter::RxDelivered);
                     self.inc(if v4 { Counter::UdpInDatagrams } else { Counter::Udp6InDatagrams });
                 }

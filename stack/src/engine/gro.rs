@@ -35,8 +35,8 @@ pub(crate) struct Flow {
 pub(crate) struct Train {
     /// Whether a train is open.
     open: bool,
-    /// Its place among the burst's staged datagrams.
-    pos: usize,
+    /// Its place among the burst's staged datagrams (run, position).
+    pos: (usize, usize),
     /// The frame that last grew it.
     frame: u64,
     /// The socket's binding in the snapshot.
@@ -84,9 +84,9 @@ impl Worker<'_> {
                 Err(m) => m,
             };
         }
-        self.gro_open(coalesce, index, flow, payload);
         let d = Datagram::new(m, header_span(at.l3, at.l4), mapped);
-        self.stage(index, iface, at.src.is_ipv4(), d);
+        let pos = self.stage(index, iface, at.src.is_ipv4(), d);
+        self.gro_open(coalesce, index, flow, payload, pos);
         None
     }
 
@@ -116,15 +116,15 @@ impl Worker<'_> {
         Ok(())
     }
 
-    /// Opens a train at the datagram about to be staged (ending the open
+    /// Opens a train at the datagram just staged at `pos` (ending the open
     /// one), or just ends the open one when this socket does not coalesce.
     #[inline]
-    pub(super) fn gro_open(&mut self, coalesce: bool, index: u32, flow: Flow, payload: usize) {
+    pub(super) fn gro_open(&mut self, coalesce: bool, index: u32, flow: Flow, payload: usize, pos: (usize, usize)) {
         self.gro_flush();
         if coalesce && payload > 0 && payload <= u16::MAX as usize {
             let t = &mut self.train;
             t.open = true;
-            t.pos = self.staged.len();
+            t.pos = pos;
             t.frame = self.frame_no;
             t.index = index;
             t.flow = Some(flow);
@@ -142,7 +142,7 @@ impl Worker<'_> {
         }
         t.open = false;
         if !t.pending.is_empty() {
-            self.staged[t.pos].append_segments(&mut t.pending, t.seg);
+            self.runs.get_mut(t.pos).append_segments(&mut t.pending, t.seg);
         }
     }
 }

@@ -45,15 +45,6 @@ mod vxlan;
 
 use memo::{NeighMemo, RateLimit};
 
-/// Where a staged datagram goes: its binding's index in the snapshot, the
-/// interface it came in on, and whether it is IPv4 (for the counters).
-#[derive(Debug, Clone, Copy)]
-struct Staged {
-    index: u32,
-    iface: u16,
-    v4: bool,
-}
-
 /// What the application's per-lcore callback sees.
 #[derive(Debug)]
 pub struct LcoreCtx<'a> {
@@ -114,19 +105,13 @@ pub(crate) struct Worker<'s> {
     rx: Vec<(u16, RxQueue)>,
     snapshot: Arc<Snapshot<Arc<SocketCore>>>,
     snap_gen: u64,
-    /// Datagrams that found a socket during this burst, queued together
-    /// after it, and beside each its (binding index in the snapshot,
-    /// interface, IPv4?).
-    staged: Vec<Datagram>,
-    staged_at: Vec<Staged>,
-    /// Room to put a burst whose datagrams go to several sockets in
-    /// socket order: its (socket, position) keys, and the order's `Staged`.
-    keys: Vec<u64>,
-    sorted_at: Vec<Staged>,
-    scratch: Vec<Datagram>,
+    /// Datagrams that found a socket during this burst, by socket, queued
+    /// together after it.
+    runs: deliver::Runs,
     /// Sockets this lcore queued datagrams to since the application's
-    /// callback last ran.
+    /// callback last ran, and a bit per id modulo 64 of those in it.
     ready: Vec<u64>,
+    ready_bits: u64,
     /// IPv4 and IPv6 fragments waiting for the rest of their datagram.
     reasm: Reassembler,
 
@@ -181,12 +166,9 @@ impl<'s> Worker<'s> {
             local: Vec::with_capacity(LOCAL_TX_CAPACITY),
             idle_polls: 0,
             counters: shared.stats.lcore(idx),
-            staged: Vec::with_capacity(BURST),
-            staged_at: Vec::with_capacity(BURST),
-            keys: Vec::with_capacity(BURST),
-            sorted_at: Vec::with_capacity(BURST),
-            scratch: Vec::with_capacity(BURST),
+            runs: deliver::Runs::new(),
             ready: Vec::with_capacity(64),
+            ready_bits: 0,
             gro_active: false,
             frame_no: 0,
             train: Default::default(),
@@ -227,10 +209,10 @@ impl<'s> Worker<'s> {
         !cfg!(feature = "no-gro-stage") && self.gro_active
     }
 
-    /// Stages a datagram for binding `index`, to be queued after the burst.
+    /// Stages a datagram for binding `index`, to be queued after the burst;
+    /// returns where it waits (for a GRO train to grow it).
     #[inline(always)]
-    fn stage(&mut self, index: u32, iface: u16, v4: bool, d: Datagram) {
-        self.staged_at.push(Staged { index, iface, v4 });
-        self.staged.push(d);
+    fn stage(&mut self, index: u32, iface: u16, v4: bool, d: Datagram) -> (usize, usize) {
+        self.runs.push(index, iface, v4, d)
     }
 }

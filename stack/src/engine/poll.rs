@@ -151,6 +151,7 @@ impl Worker<'_> {
             LcoreCtx { index: self.idx, lcore: self.lcore, now: self.now, stack: self.stack, ready: &self.ready };
         app(&mut ctx);
         self.ready.clear();
+        self.ready_bits = 0;
         let mut queue = LOCAL_TX.with(|l| l.borrow_mut().take()).map(|l| l.queue).unwrap_or_default();
         let n = queue.len();
         for pkt in queue.drain(..) {

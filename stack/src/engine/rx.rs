@@ -9,7 +9,7 @@ use super::gro::Flow;
 use crate::datagram::{Datagram, header_span};
 use crate::frag::reassembly;
 use crate::iface::Interface;
-use crate::lookup::{Family, FlowKey, ip_key};
+use crate::lookup::{Family, FlowKey, Shortcut, ip_key};
 use crate::neigh;
 use crate::stats::Counter;
 use crate::wire::{WireError, arp, checksum, ethernet, ip_proto, ipv4, ipv6, udp};
@@ -134,9 +134,15 @@ impl Worker<'_> {
         }
         let padding = d.len() - FAST_L3 - total;
         let dst_port = be16(FAST_L4 + 2);
-        let found = match self.snapshot.sole(dst_port, true) {
-            Some(found) => found,
-            None => {
+        let found = match self.snapshot.shortcut(dst_port, true) {
+            Shortcut::Found(found) => found,
+            Shortcut::Group(g) => {
+                let (src, dst) = (0xffff_0000_0000 | u32::from(src) as u128, 0xffff_0000_0000 | u32::from(dst) as u128);
+                let hash =
+                    m.rss_hash().unwrap_or_else(|| self.snapshot.flow_hash_of(src, be16(FAST_L4), dst, dst_port));
+                self.snapshot.pick(g, hash, self.idx as u32)
+            }
+            Shortcut::Walk => {
                 let key = FlowKey {
                     src: 0xffff_0000_0000 | u32::from(src) as u128,
                     src_port: be16(FAST_L4),

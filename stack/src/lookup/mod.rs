@@ -34,7 +34,7 @@ use std::sync::{Arc, Mutex};
 #[cfg(test)]
 use score::compute_score;
 pub use score::{FlowKey, ip_key};
-pub use table::Snapshot;
+pub use table::{Shortcut, Snapshot};
 
 /// Address family of a socket.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]

@@ -33,7 +33,7 @@ pub struct Group {
 
 impl Group {
     /// The member for a flow with `hash`, looked up on `lcore`.
-    #[inline]
+    #[inline(always)]
     pub fn select(&self, hash: u32, lcore: u32) -> Option<u32> {
         if !self.by_lcore.is_empty() {
             if let Some((_, m)) = self.by_lcore.iter().find(|(l, _)| *l == lcore) {

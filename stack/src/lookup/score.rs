@@ -187,9 +187,15 @@ pub fn hash_tuple(secret: &[u64; 4], local: u128, local_port: u16, remote: u128,
 /// spread, the tables need the stronger [`hash_tuple`]).
 #[inline]
 pub fn hash_flow(secret: &[u64; 4], k: &FlowKey) -> u32 {
-    let ports = ((k.src_port as u64) << 16) | k.dst_port as u64;
-    let a = k.src as u64 ^ (k.dst >> 64) as u64 ^ ports ^ secret[0];
-    let b = k.dst as u64 ^ (k.src >> 64) as u64 ^ secret[1];
+    hash_flow_parts(secret, k.src, k.src_port, k.dst, k.dst_port)
+}
+
+/// [`hash_flow`] of a flow given by its parts.
+#[inline(always)]
+pub fn hash_flow_parts(secret: &[u64; 4], src: u128, src_port: u16, dst: u128, dst_port: u16) -> u32 {
+    let ports = ((src_port as u64) << 16) | dst_port as u64;
+    let a = src as u64 ^ (dst >> 64) as u64 ^ ports ^ secret[0];
+    let b = dst as u64 ^ (src >> 64) as u64 ^ secret[1];
     let h = fold_mul(a, b);
     (h ^ (h >> 32)) as u32
 }

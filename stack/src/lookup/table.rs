@@ -68,6 +68,11 @@ struct PortInfo {
     /// in no group): the datagram's family alone decides, as the full
     /// walk would. 0 otherwise.
     sole: u32,
+    /// 1 + the index of the port's only reuseport group when that is all
+    /// the lookup can find (its members bound to the wildcard, none
+    /// connected, to no device): the family decides whether it takes the
+    /// datagram, the flow hash which member does. 0 otherwise.
+    group: u32,
 }
 
 /// Up to this many connected sockets on a port are compared one by one;
@@ -80,6 +85,17 @@ struct Tuple {
     remote: u128,
     local_port: u16,
     remote_port: u16,
+}
+
+/// What [`Snapshot::shortcut`] found.
+#[derive(Debug)]
+pub enum Shortcut<'a, S> {
+    /// The lookup's answer.
+    Found(Option<(u32, &'a Binding<S>)>),
+    /// The port's only reuseport group, which takes the family: its index.
+    Group(u32),
+    /// The port needs [`Snapshot::lookup`].
+    Walk,
 }
 
 /// An immutable view of the socket table.
@@ -176,6 +192,14 @@ impl<S: Clone> Snapshot<S> {
                     info.sole = info.wild_lo + 1;
                 }
             }
+            if !info.specific && info.connected == 0 && info.wild_hi > info.wild_lo {
+                let m = &snap.matchers[info.wild_lo as usize];
+                let members = &snap.matchers[info.wild_lo as usize..info.wild_hi as usize];
+                if m.group != 0 && m.group_end == info.wild_hi && members.iter().all(|x| x.local == 0 && x.iface == ANY)
+                {
+                    info.group = m.group;
+                }
+            }
             snap.port_info.push(info);
             snap.ports[port as usize] = snap.port_info.len() as u32;
         }
@@ -253,23 +277,69 @@ fn group_key<S>(b: &Binding<S>) -> GroupKey {
 }
 
 impl<S> Snapshot<S> {
-    /// The answer of [`lookup`](Self::lookup) for a datagram to port
-    /// `port` when the port has one unconnected wildcard socket and nothing
-    /// else (`Some`: the socket, or none when it does not take the
-    /// family); `None` when the port needs the whole lookup. Needs no key.
+    /// What the lookup's shortcuts say of a datagram of family `v4` to
+    /// port `port`, before any key is built: the answer (no socket, or the
+    /// port's sole socket, or none when it does not take the family), the
+    /// port's only reuseport group (the flow's hash picks the member, see
+    /// [`pick`](Self::pick)), or that it needs the whole lookup.
     #[inline(always)]
-    pub fn sole(&self, port: u16, v4: bool) -> Option<Option<(u32, &Binding<S>)>> {
-        match self.ports[port as usize] {
-            0 => Some(None),
-            p => self.sole_in(&self.port_info[p as usize - 1], v4),
+    pub fn shortcut(&self, port: u16, v4: bool) -> Shortcut<'_, S> {
+        let info = match self.ports[port as usize] {
+            0 => return Shortcut::Found(None),
+            p => &self.port_info[p as usize - 1],
+        };
+        if let Some(found) = self.sole_in(info, v4) {
+            return Shortcut::Found(found);
+        }
+        match info.group.checked_sub(1) {
+            Some(g) if self.matchers[self.groups[g as usize].first as usize].score[!v4 as usize] < 0 => {
+                Shortcut::Found(None)
+            }
+            Some(g) => Shortcut::Group(g),
+            None => Shortcut::Walk,
         }
     }
 
-    /// [`sole`](Self::sole) for a port's info.
+    /// The member of group `g` (from [`Shortcut::Group`]) for a flow with
+    /// `hash` (the port's RSS hash, or [`Snapshot::flow_hash_of`]) on lcore
+    /// `lcore`.
+    #[inline(always)]
+    pub fn pick(&self, g: u32, hash: u32, lcore: u32) -> Option<(u32, &Binding<S>)> {
+        let pick = self.groups[g as usize].select(hash, lcore)?;
+        Some((pick, &self.bindings[pick as usize]))
+    }
+
+    /// The secret-keyed flow hash a group spreads by when the port gave
+    /// none, of the flow `src`:`src_port` -> `dst`:`dst_port` (addresses
+    /// as [`ip_key`](super::ip_key) gives them).
+    #[inline(always)]
+    pub fn flow_hash_of(&self, src: u128, src_port: u16, dst: u128, dst_port: u16) -> u32 {
+        super::score::hash_flow_parts(&self.secret, src, src_port, dst, dst_port)
+    }
+
+    /// The port's sole socket, for [`shortcut`](Self::shortcut) and
+    /// [`lookup`](Self::lookup): `None` when the port has more, or another
+    /// kind.
     #[inline(always)]
     fn sole_in(&self, info: &PortInfo, v4: bool) -> Option<Option<(u32, &Binding<S>)>> {
         let i = info.sole.checked_sub(1)?;
         Some((self.matchers[i as usize].score[!v4 as usize] >= 0).then(|| (i, &self.bindings[i as usize])))
+    }
+
+    /// [`lookup`](Self::lookup)'s answer when the port holds one
+    /// reuseport group of wildcard-bound, unconnected members on no device
+    /// and nothing else: the member the flow's hash picks, without the
+    /// walk (every member has the group's family, so the first one's
+    /// score decides for all). `None` when the port needs the walk.
+    #[inline(always)]
+    fn only_group(&self, info: &PortInfo, k: &FlowKey) -> Option<Option<(u32, &Binding<S>)>> {
+        let g = info.group.checked_sub(1)?;
+        if self.matchers[self.groups[g as usize].first as usize].score[!k.v4 as usize] < 0 {
+            return Some(None);
+        }
+        // None (no unconnected member) cannot be: the group has no
+        // connected one. The walk would say the same.
+        self.pick(g, self.flow_hash(k), k.lcore).map(Some)
     }
 
     /// The socket that receives a datagram with key `k`: its index in this
@@ -285,6 +355,16 @@ impl<S> Snapshot<S> {
             // below would find (its score is the family's, or none).
             return found;
         }
+        if let Some(found) = self.only_group(info, k) {
+            return found;
+        }
+        self.walk(info, k)
+    }
+
+    /// The lookup without its shortcuts: connected sockets, then those
+    /// bound to the destination address, then the wildcard-bound ones.
+    #[inline]
+    fn walk(&self, info: &PortInfo, k: &FlowKey) -> Option<(u32, &Binding<S>)> {
         if info.peers & peer_bit(k.src, k.src_port) != 0 {
             if let Some(i) = self.connected(info, k) {
                 return Some((i, &self.bindings[i as usize]));
@@ -374,6 +454,16 @@ impl<S> Snapshot<S> {
     #[inline(never)]
     fn flow_hash(&self, k: &FlowKey) -> u32 {
         k.rss_hash.unwrap_or_else(|| super::score::hash_flow(&self.secret, k))
+    }
+
+    /// [`lookup`](Self::lookup) the long way, for tests that hold the
+    /// shortcuts to the walk's answers.
+    #[cfg(test)]
+    pub(super) fn lookup_walked(&self, k: &FlowKey) -> Option<(u32, &Binding<S>)> {
+        match self.ports[k.dst_port as usize] {
+            0 => None,
+            p => self.walk(&self.port_info[p as usize - 1], k),
+        }
     }
 
     /// The binding at `index` (from `lookup`).

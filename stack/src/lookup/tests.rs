@@ -433,3 +433,75 @@ fn churn_never_misdelivers() {
     assert_eq!(delivered + none, sent, "every datagram reached one socket or was counted as having none");
     let _ = IpAddr::from([0u8; 4]);
 }
+
+/// The lookup's shortcuts (a port's sole socket, a port's only group)
+/// answer as the walk does, for the tables they take and the ones next to
+/// them they must leave to the walk: every family, v6only, a device, a
+/// connected member, a specific address, an incoming lcore.
+#[test]
+fn shortcuts_answer_as_the_walk_does() {
+    let v6only = |mut x: Binding<u64>| {
+        x.v6only = true;
+        x
+    };
+    let dev = |mut x: Binding<u64>| {
+        x.iface = Some(1);
+        x
+    };
+    let lcore = |mut x: Binding<u64>, l: u32| {
+        x.incoming_lcore = Some(l);
+        x
+    };
+    let tables: Vec<Vec<Binding<u64>>> = vec![
+        vec![b(1, "0.0.0.0:9")],
+        vec![b(1, "[::]:9")],
+        vec![v6only(b(1, "[::]:9"))],
+        vec![dev(b(1, "0.0.0.0:9"))],
+        (1..=8).map(|i| rp(b(i, "0.0.0.0:9"))).collect(),
+        (1..=8).map(|i| rp(b(i, "[::]:9"))).collect(),
+        (1..=8).map(|i| v6only(rp(b(i, "[::]:9")))).collect(),
+        (1..=8).map(|i| lcore(rp(b(i, "0.0.0.0:9")), (i % 2) as u32)).collect(),
+        (1..=4).map(|i| rp(b(i, "0.0.0.0:9"))).chain((5..=8).map(|i| rp(b(i, "[::]:9")))).collect(),
+        (1..=4).map(|i| rp(b(i, "0.0.0.0:9"))).chain([dev(rp(b(5, "0.0.0.0:9")))]).collect(),
+        (1..=4).map(|i| rp(b(i, "0.0.0.0:9"))).chain([rp(b(5, "198.18.0.2:9"))]).collect(),
+        (1..=4)
+            .map(|i| rp(b(i, "0.0.0.0:9")))
+            .chain([connected(rp(b(5, "0.0.0.0:9")), "198.18.0.2:9", "198.18.1.1:1024")])
+            .collect(),
+    ];
+    let mut keys: Vec<FlowKey> = flows(200).collect();
+    keys.extend((0..200).map(|i| key(&format!("[2001:db8::{:x}]:{}", i + 1, 1024 + i), "[2001:db8::2]:9")));
+    keys.push(key("198.18.1.1:1024", "198.18.0.2:9"));
+    let mut shortcuts = 0;
+    for (n, bind) in tables.into_iter().enumerate() {
+        let t = SocketTable::new(SECRET);
+        for x in bind {
+            t.bind(x).unwrap_or_else(|e| panic!("table {n}: {e:?}"));
+        }
+        let s = t.snapshot();
+        for (i, k) in keys.iter().enumerate() {
+            for (iface, l) in [(0, 0), (1, 1)] {
+                let mut k = k.on_lcore(l);
+                k.iface = iface;
+                k.rss_hash = (i % 3 == 0).then_some((i as u32).wrapping_mul(0x9e37_79b9));
+                let fast = s.lookup(&k).map(|(i, b)| (i, b.id));
+                let walked = s.lookup_walked(&k).map(|(i, b)| (i, b.id));
+                assert_eq!(fast, walked, "table {n}, key {k:?}");
+                // The receive fast path's form: the shortcut before a key.
+                let short = match s.shortcut(k.dst_port, k.v4) {
+                    Shortcut::Found(found) => Some(found),
+                    Shortcut::Group(g) => {
+                        let hash = k.rss_hash.unwrap_or_else(|| s.flow_hash_of(k.src, k.src_port, k.dst, k.dst_port));
+                        Some(s.pick(g, hash, k.lcore))
+                    }
+                    Shortcut::Walk => None,
+                };
+                if let Some(short) = short {
+                    assert_eq!(short.map(|(i, b)| (i, b.id)), walked, "table {n}, shortcut, key {k:?}");
+                }
+                shortcuts += fast.is_some() as u32;
+            }
+        }
+    }
+    assert!(shortcuts > 1000, "the tables take datagrams: {shortcuts}");
+}
