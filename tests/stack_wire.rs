@@ -161,3 +161,65 @@ fn slow_reader_overflow_counts_drops_and_keeps_order() {
     drop(peer);
     assert_eq!(stack.mempool().in_use(), 0, "mbufs leaked");
 }
+
+/// Received datagrams sent back as send buffers: unchanged to their
+/// sender, the reply keeps the request's UDP checksum (nothing summed);
+/// changed, shortened or sent elsewhere, its checksum is computed anew.
+/// Every reply's checksum must verify.
+#[test]
+fn replies_in_the_requests_mbuf_carry_correct_checksums() {
+    let _serial = device_lock();
+    shared_eal(Memory::Auto);
+    let (mut peer, spate_port, _a) = WirePeer::new(1023);
+    let cfg = StackConfig {
+        lcores: "1".into(),
+        ports: vec![PortSpec::new(&spate_port).addr("198.18.0.2/24").unwrap().neighbor(PEER_IP.into(), PEER_MAC)],
+        mempool_size: 2047,
+        idle_sleep_us: 50,
+        stop_on_signal: false,
+        ..StackConfig::default()
+    };
+    let stack = Stack::new(cfg).unwrap();
+    let spate_mac = stack.interfaces()[0].mac;
+    let sock = UdpSocket::bind(&stack, "0.0.0.0:7").unwrap();
+    sock.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+    let running = stack.spawn_polling().unwrap();
+    let mut batch = spate::DatagramBatch::with_capacity(4);
+    // (what the application does to the payload, where it sends the reply,
+    // the payload and destination port expected on the wire)
+    type Change = fn(&mut spate::SendBuf);
+    let cases: [(&str, Change, u16, &[u8], u16); 4] = [
+        ("unchanged", |_| {}, 40000, b"hello spate", 40000),
+        ("changed", |b| b[0] = b'j', 40000, b"jello spate", 40000),
+        ("shortened", |b| b.truncate(5), 40000, b"hello", 40000),
+        ("elsewhere", |_| {}, 40009, b"hello spate", 40009),
+    ];
+    for (what, change, to_port, want, want_port) in cases {
+        let request = udp_frame(spate_mac, false, 40000, 7, b"hello spate");
+        let request_sum = u16::from_be_bytes([request[14 + 20 + 6], request[14 + 20 + 7]]);
+        peer.send(&request);
+        assert_eq!(sock.recv_batch(&mut batch, 1).unwrap(), 1, "{what}");
+        let d = batch.drain().next().unwrap();
+        let mut buf = d.into_send_buf();
+        change(&mut buf);
+        sock.send_buf_to(buf, SocketAddr::new(PEER_IP.into(), to_port)).unwrap();
+        let out = peer.recv_matching(|f| !is_announcement(f));
+        let e = ethernet::Frame::new_checked(&out[..]).unwrap();
+        let ip = ipv4::Packet::new_checked(e.payload()).unwrap();
+        assert!(ip.verify_checksum(), "{what}: IPv4 header checksum");
+        let u = udp::Packet::new_checked(ip.payload()).unwrap();
+        assert!(u.verify_checksum(&IpAddr::V4(SPATE_IP), &IpAddr::V4(PEER_IP)), "{what}: UDP checksum");
+        assert_eq!((u.src_port(), u.dst_port(), u.payload()), (7, want_port, want), "{what}");
+        if what == "unchanged" {
+            assert_eq!(u.checksum(), request_sum, "the request's checksum, kept");
+        }
+    }
+    running.stop();
+    let c = stack.counters();
+    assert_eq!(c[Counter::UdpOutDatagrams], 4);
+    assert_eq!(c.unaccounted_frames(), 0, "{}", c.render_nonzero());
+    drop(batch);
+    drop(sock);
+    drop(peer);
+    assert_eq!(stack.mempool().in_use(), 0);
+}

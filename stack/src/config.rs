@@ -20,13 +20,22 @@ pub struct Cidr {
 }
 
 impl Cidr {
+    /// Whether the IPv4 address `other` (as a number) lies in this prefix.
+    #[inline]
+    pub fn contains_v4(&self, other: u32) -> bool {
+        match self.addr {
+            IpAddr::V4(a) => {
+                let mask = if self.prefix_len == 0 { 0 } else { u32::MAX << (32 - self.prefix_len as u32) };
+                u32::from(a) & mask == other & mask
+            }
+            IpAddr::V6(_) => false,
+        }
+    }
+
     /// Whether `other` lies in this prefix.
     pub fn contains(&self, other: &IpAddr) -> bool {
         match (self.addr, other) {
-            (IpAddr::V4(a), IpAddr::V4(b)) => {
-                let mask = if self.prefix_len == 0 { 0 } else { u32::MAX << (32 - self.prefix_len as u32) };
-                u32::from(a) & mask == u32::from(*b) & mask
-            }
+            (IpAddr::V4(_), IpAddr::V4(b)) => self.contains_v4(u32::from(*b)),
             (IpAddr::V6(a), IpAddr::V6(b)) => {
                 let mask = if self.prefix_len == 0 { 0 } else { u128::MAX << (128 - self.prefix_len as u32) };
                 u128::from(a) & mask == u128::from(*b) & mask

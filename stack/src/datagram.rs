@@ -180,8 +180,17 @@ impl Datagram {
 
     /// Turns the datagram into a send buffer holding the same payload, for
     /// answering without a copy.
+    ///
+    /// Its request's headers stay in the headroom: sent back unchanged to
+    /// the address it came from, from the address it went to, the reply
+    /// keeps the request's UDP checksum (the pseudo-header sums the same
+    /// four values, swapped) and spate sums no payload.
     pub fn into_send_buf(self) -> SendBuf {
-        SendBuf { mbuf: self.mbuf }
+        // A coalesced datagram's checksum was its first segment's; an IPv4
+        // one without a checksum has none to keep.
+        let keeps = self.gso == 0 && self.mbuf.is_contiguous() && get_u16(self.headers().1, 6) != 0;
+        let request = if keeps { self.headers & !MAPPED } else { 0 };
+        SendBuf { mbuf: self.mbuf, request }
     }
 
     /// The mbuf, for code that works with DPDK directly.
@@ -280,11 +289,36 @@ impl<'a> IntoIterator for &'a DatagramBatch {
 #[derive(Debug)]
 pub struct SendBuf {
     pub(crate) mbuf: Mbuf,
+    /// For a received datagram turned around and not changed since: the
+    /// span of its request's IP and UDP headers, in the headroom before
+    /// the payload. 0 otherwise (any change of the payload clears it).
+    request: u16,
 }
 
 impl SendBuf {
     pub(crate) fn new(mbuf: Mbuf) -> SendBuf {
-        SendBuf { mbuf }
+        SendBuf { mbuf, request: 0 }
+    }
+
+    /// The UDP checksum a reply from `src` to `dst` can keep: its
+    /// request's, when this is the request's payload unchanged and the
+    /// request went from `dst` to `src`. Read before any header is written.
+    #[inline]
+    pub(crate) fn reply_checksum(&self, src: &SocketAddr, dst: &SocketAddr) -> Option<u16> {
+        if self.request == 0 {
+            return None;
+        }
+        let room = self.mbuf.headroom_bytes();
+        let ip = room.get(room.len().checked_sub(self.request as usize)?..)?;
+        let udp_hdr = &room[room.len() - udp::HEADER_LEN..];
+        let (from, to) = match (ip[0] >> 4, src.ip(), dst.ip()) {
+            (4, IpAddr::V4(s), IpAddr::V4(d)) => (ip[12..16] == d.octets(), ip[16..20] == s.octets()),
+            (6, IpAddr::V6(s), IpAddr::V6(d)) if ip.len() >= 40 => (ip[8..24] == d.octets(), ip[24..40] == s.octets()),
+            _ => return None,
+        };
+        let ports = get_u16(udp_hdr, 0) == dst.port() && get_u16(udp_hdr, 2) == src.port();
+        let same_len = get_u16(udp_hdr, 4) as usize == self.mbuf.pkt_len() + udp::HEADER_LEN;
+        (from && to && ports && same_len).then(|| get_u16(udp_hdr, 6))
     }
 
     /// Payload length.
@@ -299,6 +333,7 @@ impl SendBuf {
 
     /// Shortens the payload to `len` bytes (no effect if it is shorter).
     pub fn truncate(&mut self, len: usize) {
+        self.request = 0;
         let cut = self.len().saturating_sub(len);
         if cut > 0 {
             // Within one segment here: SendBufs from alloc_send_buf are contiguous.
@@ -308,6 +343,7 @@ impl SendBuf {
 
     /// Appends bytes; fails when the mbuf has no room.
     pub fn extend_from_slice(&mut self, bytes: &[u8]) -> std::io::Result<()> {
+        self.request = 0;
         self.mbuf
             .append(bytes.len())
             .map(|dst| dst.copy_from_slice(bytes))
@@ -324,6 +360,7 @@ impl std::ops::Deref for SendBuf {
 
 impl std::ops::DerefMut for SendBuf {
     fn deref_mut(&mut self) -> &mut [u8] {
+        self.request = 0;
         self.mbuf.data_mut()
     }
 }

@@ -36,6 +36,9 @@ pub struct UdpHeaders {
     pub ttl: u8,
     /// Leave the UDP checksum zero (IPv4 only: tunnels do, RFC 7348).
     pub zero_checksum: bool,
+    /// The UDP checksum, when known already (a reply keeping its
+    /// request's, see `SendBuf::reply_checksum`): no payload is summed.
+    pub known_checksum: Option<u16>,
 }
 
 /// Writes UDP and IP headers in front of the payload in `m`.
@@ -54,7 +57,8 @@ pub fn push_udp_ip(m: &mut Mbuf, h: &UdpHeaders, iface: &Interface) -> Result<()
     let pseudo = udp::pseudo_header(&src, &dst, udp_len as u16);
     let offload = iface.tx_checksum;
     let zero = h.zero_checksum && v4;
-    let data_sum = if offload || zero { 0 } else { checksum::sum_segments(m.segment_data()) };
+    let known = h.known_checksum.filter(|_| !offload && !zero);
+    let data_sum = if offload || zero || known.is_some() { 0 } else { checksum::sum_segments(m.segment_data()) };
     let repr = udp::Repr { src_port: h.src.port(), dst_port: h.dst.port(), payload_len: payload_len as u16 };
     {
         let hdr = m.prepend(udp::HEADER_LEN).map_err(|_| "no headroom")?;
@@ -63,6 +67,8 @@ pub fn push_udp_ip(m: &mut Mbuf, h: &UdpHeaders, iface: &Interface) -> Result<()
         // the final checksum there.
         let c = if zero {
             0
+        } else if let Some(c) = known {
+            c
         } else if offload {
             checksum::fold(pseudo)
         } else {

@@ -48,6 +48,20 @@ impl Routes {
         if dst.is_unspecified() {
             return None;
         }
+        if let IpAddr::V4(d) = dst {
+            // The common case in one pass: an on-link IPv4 destination, the
+            // prefix that holds it giving the source.
+            let d = u32::from(*d);
+            for iface in ifaces {
+                if let Some(c) = iface.ipv4.iter().find(|c| c.contains_v4(d)) {
+                    let src = match src {
+                        Some(s) if !s.is_unspecified() => *s,
+                        _ => c.addr,
+                    };
+                    return Some(Route { iface: iface.index, next_hop: *dst, src, mtu: iface.mtu });
+                }
+            }
+        }
         let direct = ifaces.iter().find(|i| i.on_link(dst)).or_else(|| match dst {
             // Link-local destinations are on the first interface with IPv6
             // (spate has no scope ids yet).

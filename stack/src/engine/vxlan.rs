@@ -84,6 +84,7 @@ impl Worker<'_> {
             dont_frag: false,
             ttl: 64,
             zero_checksum: v4,
+            known_checksum: None,
         };
         let outer = &self.shared.ifaces[t.outer as usize];
         m.set_ol_flags(0);

@@ -159,7 +159,8 @@ impl UdpSocket {
             let room = m.append(chunk.len()).map_err(|_| errno(libc::EMSGSIZE, "segment longer than one mbuf"))?;
             room.copy_from_slice(chunk);
             let ident = if connected { first_ident.wrapping_add(i as u16) } else { 0 };
-            let headers = UdpHeaders { src, dst, ident, dont_frag: true, ttl: 64, zero_checksum: false };
+            let headers =
+                UdpHeaders { src, dst, ident, dont_frag: true, ttl: 64, zero_checksum: false, known_checksum: None };
             push_udp_ip(&mut m, &headers, iface).map_err(|e| io::Error::new(io::ErrorKind::InvalidInput, e))?;
             self.submit(TxPacket { mbuf: m, iface: route.iface, next_hop: route.next_hop, datagram: true }, v4)?;
         }
@@ -207,7 +208,8 @@ impl UdpSocket {
             _ => 0,
         };
         buf.mbuf.set_ol_flags(0);
-        let headers = UdpHeaders { src, dst, ident, dont_frag: true, ttl: 64, zero_checksum: false };
+        let known_checksum = buf.reply_checksum(&src, &dst);
+        let headers = UdpHeaders { src, dst, ident, dont_frag: true, ttl: 64, zero_checksum: false, known_checksum };
         let iface = &shared.ifaces[route.iface as usize];
         push_udp_ip(&mut buf.mbuf, &headers, iface).map_err(|e| io::Error::new(io::ErrorKind::InvalidInput, e))?;
         self.submit(TxPacket { mbuf: buf.mbuf, iface: route.iface, next_hop: route.next_hop, datagram: true }, v4)
