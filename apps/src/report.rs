@@ -127,6 +127,8 @@ pub fn summary(stack: &Stack) -> String {
     let _ = write!(out, "\nMempool: InUse={} Size={}", stack.mempool().in_use(), stack.mempool().size());
     let _ =
         write!(out, "\nReassembly: HeldBytes={} PeakBytes={}", stack.reassembly_bytes(), stack.reassembly_peak_bytes());
+    let busy: u64 = (0..stack.lcores().len()).map(|i| stack.lcore_load(i).0).sum();
+    let _ = write!(out, "\nLcores: BusyCycles={busy} TscHz={}", spate::dpdk::lcore::tsc_hz());
     out
 }
 
