@@ -1,0 +1,241 @@
+//! Round-trip latency of one datagram at a time (the next is sent when the
+//! reply to the last is back), as p50, p99 and p99.9, over two paths:
+//!
+//! 1. A kernel UDP client in one namespace, a veth pair, and in the other
+//!    namespace either the kernel's own echo (a UDP socket answering on
+//!    198.18.0.2:7) or `spate-echo` on `net_af_packet` over the same veth
+//!    end. The client, the veth and the kernel's receive path are the
+//!    same for both: the difference is the server.
+//! 2. spate to spate over vhost-user: `spate-echo` on `net_vhost` (CPU 1)
+//!    and a spate client in this process on `net_virtio_user` (CPU 0)
+//!    that sends from its run-to-completion callback and timestamps the
+//!    reply with the TSC there.
+//!
+//! ```text
+//! cargo bench --bench latency -- [--quick] [--json PATH]
+//! ```
+
+use std::net::{SocketAddr, UdpSocket as KernelSocket};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use spate::{LcoreCtx, PortSpec, Stack, StackConfig, UdpSocket};
+use spate_testkit::process::Proc;
+use spate_testkit::{Netns, SpateApp, kernel_peer, unique, unique_socket_path, veth};
+
+const ECHO: &str = env!("CARGO_BIN_EXE_spate-echo");
+const SPATE_MAC: &str = "02:53:50:41:54:45";
+
+/// Round-trip times in nanoseconds, sorted.
+struct Rtts(Vec<u64>);
+
+impl Rtts {
+    fn new(mut v: Vec<u64>) -> Rtts {
+        assert!(!v.is_empty(), "no round trip completed");
+        v.sort_unstable();
+        Rtts(v)
+    }
+
+    fn pct(&self, p: f64) -> f64 {
+        let i = ((self.0.len() as f64 * p / 100.0).ceil() as usize).clamp(1, self.0.len()) - 1;
+        self.0[i] as f64 / 1000.0
+    }
+}
+
+/// `n` ping-pongs of a 32-byte datagram to `target` from a kernel socket
+/// (after `warm` unrecorded ones); a reply lost is a datagram resent and
+/// not recorded.
+fn kernel_client(target: SocketAddr, warm: usize, n: usize) -> (Vec<u64>, usize) {
+    let s = KernelSocket::bind("198.18.0.1:0").expect("client socket");
+    s.set_read_timeout(Some(Duration::from_millis(200))).unwrap();
+    let mut buf = [0u8; 64];
+    let mut rtts = Vec::with_capacity(n);
+    let mut lost = 0;
+    let mut seq = 0u64;
+    while rtts.len() < n && lost < 1000 {
+        seq += 1;
+        let t0 = Instant::now();
+        s.send_to(&seq.to_le_bytes().repeat(4), target).expect("send");
+        loop {
+            match s.recv_from(&mut buf) {
+                Ok((32, _)) if buf[..8] == seq.to_le_bytes() => {
+                    if seq as usize > warm {
+                        rtts.push(t0.elapsed().as_nanos() as u64);
+                    }
+                    break;
+                }
+                Ok(_) => continue, // a late reply to an earlier one
+                Err(_) => {
+                    lost += 1;
+                    break;
+                }
+            }
+        }
+    }
+    (rtts, lost)
+}
+
+/// The kernel path: namespaces `latc` (client, vB 198.18.0.1) and `lats`
+/// (server side, vA); first the kernel's echo on vA, then spate-echo on
+/// it. Returns (kernel, spate) round trips and the datagrams lost.
+fn over_veth(warm: usize, n: usize) -> ((Rtts, usize), (Rtts, usize)) {
+    let server_ns = Netns::new("lats");
+    let client_ns = Netns::new("latc");
+    veth(&server_ns, "vA", &client_ns, "vB");
+    server_ns.disable_ipv6("vA");
+    kernel_peer(&client_ns, "vB");
+    let target: SocketAddr = "198.18.0.2:7".parse().unwrap();
+
+    // The kernel's echo on the server side.
+    server_ns.must(&["ip", "addr", "add", "198.18.0.2/24", "dev", "vA"]);
+    let stop = Arc::new(AtomicBool::new(false));
+    let stop2 = stop.clone();
+    let server = server_ns.thread(move || {
+        let s = KernelSocket::bind("198.18.0.2:7").expect("echo socket");
+        s.set_read_timeout(Some(Duration::from_millis(100))).unwrap();
+        let mut buf = [0u8; 2048];
+        while !stop2.load(Ordering::Relaxed) {
+            if let Ok((len, from)) = s.recv_from(&mut buf) {
+                let _ = s.send_to(&buf[..len], from);
+            }
+        }
+    });
+    let kernel = client_ns.run(move || kernel_client(target, warm, n));
+    stop.store(true, Ordering::Relaxed);
+    server.join().expect("kernel echo");
+
+    // spate-echo on the same veth end, the kernel's address gone from it.
+    server_ns.must(&["ip", "addr", "flush", "dev", "vA"]);
+    server_ns.must(&["ip", "link", "set", "vA", "address", SPATE_MAC]);
+    client_ns.must(&["ip", "neigh", "flush", "dev", "vB"]);
+    let args: Vec<String> =
+        ["--vdev", "net_af_packet0,iface=vA", "--ip", "198.18.0.2/24", "--lcores", "1", "--interval", "0"]
+            .map(String::from)
+            .to_vec();
+    let app = SpateApp::start(&server_ns, ECHO, &args, "UDP echo on");
+    let spate = client_ns.run(move || kernel_client(target, warm, n));
+    let (_, out) = app.stop();
+    assert!(out.contains("Udp: InDatagrams="), "spate-echo counted datagrams:\n{out}");
+    ((Rtts::new(kernel.0), kernel.1), (Rtts::new(spate.0), spate.1))
+}
+
+/// spate to spate over vhost-user: spate-echo serves `net_vhost`, this
+/// process is the `net_virtio_user` client, polling on CPU 0.
+fn over_vhost(warm: usize, n: usize) -> (Rtts, usize) {
+    let sock = unique_socket_path("latency");
+    let _ = std::fs::remove_file(&sock);
+    let args: Vec<String> = [
+        "--vdev".to_string(),
+        format!("net_vhost0,iface={},queues=1", sock.display()),
+        "--ip".into(),
+        "198.18.0.2/24".into(),
+        "--lcores".into(),
+        "1".into(),
+        "--interval".into(),
+        "0".into(),
+    ]
+    .to_vec();
+    let log = std::path::PathBuf::from(format!("/tmp/{}.log", unique("spate-latency-echo-")));
+    let mut echo = Proc::spawn("spate-echo", ECHO, &args, &log, Duration::from_secs(600)).expect("start spate-echo");
+    echo.remove_on_drop(&sock);
+    assert!(echo.wait_for_output("UDP echo on", Duration::from_secs(60)), "{}", echo.output());
+    let cfg = StackConfig {
+        lcores: "0".into(),
+        ports: vec![
+            PortSpec::new(&format!("net_virtio_user0,path={},queues=1,queue_size=1024", sock.display()))
+                .addr("198.18.0.1/24")
+                .unwrap(),
+        ],
+        stop_on_signal: false,
+        mempool_size: 8191,
+        ..StackConfig::default()
+    };
+    let stack = Stack::new(cfg).expect("the client stack");
+    let sock = Arc::new(UdpSocket::bind(&stack, "198.18.0.1:40000").expect("client socket"));
+    sock.set_nonblocking(true).unwrap();
+    let result = Arc::new(Mutex::new((Vec::with_capacity(n), 0usize)));
+    let (s, r) = (sock.clone(), result.clone());
+    let target: SocketAddr = "198.18.0.2:7".parse().unwrap();
+    stack
+        .run(move |_| {
+            let (s, r) = (s.clone(), r.clone());
+            let hz = spate::dpdk::lcore::tsc_hz() as f64;
+            let (mut seq, mut sent_at, mut rtts, mut lost) = (0u64, 0u64, Vec::with_capacity(n), 0usize);
+            let mut buf = [0u8; 64];
+            move |ctx: &mut LcoreCtx<'_>| {
+                let now = spate::dpdk::lcore::tsc();
+                while let Ok((len, _)) = s.recv_from(&mut buf) {
+                    if len == 32 && buf[..8] == seq.to_le_bytes() && sent_at != 0 {
+                        if seq as usize > warm {
+                            rtts.push(((now - sent_at) as f64 * 1e9 / hz) as u64);
+                        }
+                        sent_at = 0;
+                    }
+                }
+                // 200 ms without a reply: lost (the first waits for ARP).
+                if sent_at != 0 && (now - sent_at) as f64 > hz * 0.2 {
+                    lost += 1;
+                    sent_at = 0;
+                }
+                if rtts.len() >= n || lost >= 1000 {
+                    *r.lock().unwrap() = (std::mem::take(&mut rtts), lost);
+                    ctx.stack().stop();
+                    return;
+                }
+                if sent_at == 0 {
+                    seq += 1;
+                    if s.send_to(&seq.to_le_bytes().repeat(4), target).is_ok() {
+                        sent_at = spate::dpdk::lcore::tsc();
+                    }
+                }
+            }
+        })
+        .expect("run the client");
+    drop(sock);
+    // The client's port closes before the server goes.
+    drop(stack);
+    let status = echo.stop();
+    assert!(status.is_some_and(|s| s.success()), "spate-echo failed:\n{}", echo.output());
+    let (rtts, lost) = std::mem::take(&mut *result.lock().unwrap());
+    (Rtts::new(rtts), lost)
+}
+
+fn cpu_model() -> String {
+    std::fs::read_to_string("/proc/cpuinfo")
+        .ok()
+        .and_then(|t| {
+            t.lines()
+                .find_map(|l| l.strip_prefix("model name").map(|m| m.trim_start_matches([' ', '\t', ':']).to_string()))
+        })
+        .unwrap_or_else(|| "unknown CPU".into())
+}
+
+fn main() {
+    let args: Vec<String> = std::env::args().collect();
+    let quick = args.iter().any(|a| a == "--quick");
+    let json = args.iter().position(|a| a == "--json").and_then(|i| args.get(i + 1)).cloned();
+    let (warm, n) = if quick { (500, 5_000) } else { (2_000, 50_000) };
+    let ((kernel, kernel_lost), (spate_veth, spate_lost)) = over_veth(warm, n);
+    let (vhost, vhost_lost) = over_vhost(warm, n);
+    println!("round trip of one 32-byte datagram at a time, {n} of them (after {warm} unrecorded)");
+    println!("CPU: {}", cpu_model());
+    println!("| path | server | p50 us | p99 us | p99.9 us | lost |");
+    println!("|---|---|---|---|---|---|");
+    let rows = [
+        ("kernel client, veth", "kernel UDP echo", &kernel, kernel_lost),
+        ("kernel client, veth", "spate-echo (net_af_packet)", &spate_veth, spate_lost),
+        ("spate client, vhost-user", "spate-echo (net_vhost)", &vhost, vhost_lost),
+    ];
+    for (path, server, r, lost) in rows {
+        println!("| {path} | {server} | {:.1} | {:.1} | {:.1} | {lost} |", r.pct(50.0), r.pct(99.0), r.pct(99.9));
+    }
+    if let Some(path) = json {
+        let row = |r: &Rtts| serde_json::json!({"p50_us": r.pct(50.0), "p99_us": r.pct(99.0), "p999_us": r.pct(99.9)});
+        let body = serde_json::json!({
+            "bench": "latency", "cpu": cpu_model(), "round_trips": n,
+            "veth_kernel_echo": row(&kernel), "veth_spate_echo": row(&spate_veth), "vhost_spate_to_spate": row(&vhost),
+        });
+        std::fs::write(path, body.to_string()).expect("write JSON");
+    }
+}
