@@ -128,7 +128,7 @@ impl SocketBuilder {
             core,
             family,
             v6only: self.v6only,
-            state: Mutex::new(State { local, peer: None, explicit_ip: !local.ip().is_unspecified() }),
+            state: Mutex::new(State { local, peer: None, explicit_ip: !local.ip().is_unspecified(), last_route: None }),
             nonblocking: AtomicBool::new(false),
             read_timeout: AtomicU64::new(0),
             write_timeout: Mutex::new(None),

@@ -5,7 +5,7 @@
 //! inboxes and the lcore-local send queue.
 
 use std::io;
-use std::net::SocketAddr;
+use std::net::{IpAddr, SocketAddr};
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -25,6 +25,11 @@ struct State {
     peer: Option<SocketAddr>,
     // Bound to a specific address by the user, not by connect.
     explicit_ip: bool,
+    /// The route of the last send: (destination, local address it was
+    /// looked up for, route before the path MTU). The routing table and
+    /// the interfaces do not change while the stack lives, so the pair
+    /// decides the route; a reply stream looks it up once.
+    last_route: Option<(IpAddr, IpAddr, crate::route::Route)>,
 }
 
 /// A UDP socket on a spate [`Stack`].

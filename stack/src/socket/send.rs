@@ -186,11 +186,34 @@ impl UdpSocket {
         self.send_prepared(buf, peer)
     }
 
+    /// The socket's state and the route to `dst` (the last send's when
+    /// it went to the same place from the same address), under one lock.
+    fn state_and_route(&self, dst: SocketAddr) -> io::Result<(super::State, crate::route::Route)> {
+        let shared = self.shared();
+        let mut st = self.state.lock().unwrap_or_else(|p| p.into_inner());
+        let mut route = match st.last_route {
+            Some((d, l, r)) if d == dst.ip() && l == st.local.ip() => r,
+            _ => {
+                let bound_ip = Some(st.local.ip()).filter(|ip| !ip.is_unspecified() && ip.is_ipv4() == dst.is_ipv4());
+                let Some(r) = shared.routes.lookup(&shared.ifaces, &dst.ip(), bound_ip.as_ref()) else {
+                    let c = if dst.is_ipv4() { Counter::IpOutNoRoutes } else { Counter::Ip6OutNoRoutes };
+                    shared.stats.shared().add_shared(c, 1);
+                    return Err(errno(libc::ENETUNREACH, "no route"));
+                };
+                st.last_route = Some((dst.ip(), st.local.ip(), r));
+                r
+            }
+        };
+        if let Some(mtu) = shared.pmtu.get(&dst.ip()) {
+            route.mtu = route.mtu.min(mtu);
+        }
+        Ok((*st, route))
+    }
+
     fn send_prepared(&self, mut buf: SendBuf, dst: SocketAddr) -> io::Result<()> {
         self.pending_error()?;
         let shared = self.shared();
-        let st = self.state();
-        let route = self.route_to(dst, &st)?;
+        let (st, route) = self.state_and_route(dst)?;
         let v4 = dst.is_ipv4();
         let ip_hdr = if v4 { ipv4::HEADER_LEN } else { ipv6::HEADER_LEN };
         if buf.len() + udp::HEADER_LEN + ip_hdr > route.mtu as usize {
