@@ -278,10 +278,12 @@ fn gro_stage_runs_only_while_someone_needs_it() {
     // A socket that closes with GRO on gives its registration back.
     let other = UdpSocket::bind(stack, ("0.0.0.0", 11)).unwrap();
     other.set_gro(true).unwrap();
+    settle(stack);
     send_burst(peer, &burst);
     take(plain, 20);
     assert_eq!(lookups(stack), before + 40);
     drop(other);
+    settle(stack);
     send_burst(peer, &burst);
     take(plain, 20);
     assert_eq!(lookups(stack), before + 40, "closing the last GRO socket ends the stage");
