@@ -284,12 +284,22 @@ impl<S> Snapshot<S> {
     /// [`pick`](Self::pick)), or that it needs the whole lookup.
     #[inline(always)]
     pub fn shortcut(&self, port: u16, v4: bool) -> Shortcut<'_, S> {
-        let info = match self.ports[port as usize] {
-            0 => return Shortcut::Found(None),
-            p => &self.port_info[p as usize - 1],
-        };
-        if let Some(found) = self.sole_in(info, v4) {
-            return Shortcut::Found(found);
+        match self.ports[port as usize] {
+            0 => Shortcut::Found(None),
+            p => self.shortcut_in(&self.port_info[p as usize - 1], v4),
+        }
+    }
+
+    /// [`shortcut`](Self::shortcut) for a port's info: its sole socket,
+    /// or its only group (every member has the group's family, so the
+    /// first one's score decides for all).
+    #[inline(always)]
+    fn shortcut_in(&self, info: &PortInfo, v4: bool) -> Shortcut<'_, S> {
+        if let Some(i) = info.sole.checked_sub(1) {
+            // One socket on the port, taking any address: what the walk
+            // would find (its score is the family's, or none).
+            let takes = self.matchers[i as usize].score[!v4 as usize] >= 0;
+            return Shortcut::Found(takes.then(|| (i, &self.bindings[i as usize])));
         }
         match info.group.checked_sub(1) {
             Some(g) if self.matchers[self.groups[g as usize].first as usize].score[!v4 as usize] < 0 => {
@@ -317,31 +327,6 @@ impl<S> Snapshot<S> {
         super::score::hash_flow_parts(&self.secret, src, src_port, dst, dst_port)
     }
 
-    /// The port's sole socket, for [`shortcut`](Self::shortcut) and
-    /// [`lookup`](Self::lookup): `None` when the port has more, or another
-    /// kind.
-    #[inline(always)]
-    fn sole_in(&self, info: &PortInfo, v4: bool) -> Option<Option<(u32, &Binding<S>)>> {
-        let i = info.sole.checked_sub(1)?;
-        Some((self.matchers[i as usize].score[!v4 as usize] >= 0).then(|| (i, &self.bindings[i as usize])))
-    }
-
-    /// [`lookup`](Self::lookup)'s answer when the port holds one
-    /// reuseport group of wildcard-bound, unconnected members on no device
-    /// and nothing else: the member the flow's hash picks, without the
-    /// walk (every member has the group's family, so the first one's
-    /// score decides for all). `None` when the port needs the walk.
-    #[inline(always)]
-    fn only_group(&self, info: &PortInfo, k: &FlowKey) -> Option<Option<(u32, &Binding<S>)>> {
-        let g = info.group.checked_sub(1)?;
-        if self.matchers[self.groups[g as usize].first as usize].score[!k.v4 as usize] < 0 {
-            return Some(None);
-        }
-        // None (no unconnected member) cannot be: the group has no
-        // connected one. The walk would say the same.
-        self.pick(g, self.flow_hash(k), k.lcore).map(Some)
-    }
-
     /// The socket that receives a datagram with key `k`: its index in this
     /// snapshot, and its binding.
     #[inline]
@@ -350,15 +335,12 @@ impl<S> Snapshot<S> {
             0 => return None,
             p => &self.port_info[p as usize - 1],
         };
-        if let Some(found) = self.sole_in(info, k.v4) {
-            // One socket on the port, taking any address: what the walk
-            // below would find (its score is the family's, or none).
-            return found;
+        match self.shortcut_in(info, k.v4) {
+            Shortcut::Found(found) => found,
+            // The group holds no connected member, so it always picks one.
+            Shortcut::Group(g) => self.pick(g, self.flow_hash(k), k.lcore),
+            Shortcut::Walk => self.walk(info, k),
         }
-        if let Some(found) = self.only_group(info, k) {
-            return found;
-        }
-        self.walk(info, k)
     }
 
     /// The lookup without its shortcuts: connected sockets, then those
