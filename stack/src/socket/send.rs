@@ -56,25 +56,13 @@ impl UdpSocket {
         if buf.len() > self.shared().pool.data_room() as usize - MAX_HEADERS {
             crate::app_thread::enter();
             self.pending_error()?;
-            let st = self.state();
-            let route = self.route_to(dst, &st)?;
-            self.send_fragments(std::iter::once(buf), buf.len(), dst, route, st.local.port())?;
+            let (port, _, route) = self.port_and_route(dst)?;
+            self.send_fragments(std::iter::once(buf), buf.len(), dst, route, port)?;
             return Ok(buf.len());
         }
         let sb = self.copy_in(buf)?;
         self.send_prepared(sb, dst)?;
         Ok(buf.len())
-    }
-
-    /// The route to `dst` for this socket (its bound address as source).
-    fn route_to(&self, dst: SocketAddr, st: &super::State) -> io::Result<crate::route::Route> {
-        let shared = self.shared();
-        let bound_ip = Some(st.local.ip()).filter(|ip| !ip.is_unspecified() && ip.is_ipv4() == dst.is_ipv4());
-        shared.route(&dst.ip(), bound_ip.as_ref()).ok_or_else(|| {
-            let c = if dst.is_ipv4() { Counter::IpOutNoRoutes } else { Counter::Ip6OutNoRoutes };
-            shared.stats.shared().add_shared(c, 1);
-            errno(libc::ENETUNREACH, "no route")
-        })
     }
 
     /// Sends `buf` to the connected peer.
@@ -125,13 +113,7 @@ impl UdpSocket {
         }
         let shared = self.shared();
         let v4 = dst.is_ipv4();
-        let st = self.state();
-        let bound_ip = Some(st.local.ip()).filter(|ip| !ip.is_unspecified() && ip.is_ipv4() == v4);
-        let Some(route) = shared.route(&dst.ip(), bound_ip.as_ref()) else {
-            let c = if v4 { Counter::IpOutNoRoutes } else { Counter::Ip6OutNoRoutes };
-            shared.stats.shared().add_shared(c, 1);
-            return Err(errno(libc::ENETUNREACH, "no route"));
-        };
+        let (port, connected, route) = self.port_and_route(dst)?;
         let ip_hdr = if v4 { ipv4::HEADER_LEN } else { ipv6::HEADER_LEN };
         let max_payload = if v4 { MAX_UDP_PAYLOAD_V4 } else { MAX_UDP_PAYLOAD_V6 };
         if segment + udp::HEADER_LEN + ip_hdr > route.mtu as usize {
@@ -147,8 +129,7 @@ impl UdpSocket {
         // Every mbuf first: all the segments go, or none.
         let mut mbufs: spate_dpdk::Burst<GSO_MAX_SEGMENTS> = spate_dpdk::Burst::new();
         shared.pool.alloc_bulk(&mut mbufs, count).map_err(|_| self.mem_error())?;
-        let src = SocketAddr::new(route.src, st.local.port());
-        let connected = st.peer == Some(dst);
+        let src = SocketAddr::new(route.src, port);
         let first_ident = match src.ip() {
             IpAddr::V4(_) if connected => self.core.ident.fetch_add(count as u32, Ordering::Relaxed) as u16,
             _ => 0,
@@ -186,9 +167,13 @@ impl UdpSocket {
         self.send_prepared(buf, peer)
     }
 
-    /// The socket's state and the route to `dst` (the last send's when
-    /// it went to the same place from the same address), under one lock.
-    fn state_and_route(&self, dst: SocketAddr) -> io::Result<(super::State, crate::route::Route)> {
+    /// The socket's local port, whether `dst` is its connected peer, and
+    /// the route to `dst` from its bound address (the last send's when it
+    /// went to the same place from the same address), under one lock; the
+    /// path MTU applied. Inlined: out of line, its result goes through
+    /// memory on every send.
+    #[inline(always)]
+    fn port_and_route(&self, dst: SocketAddr) -> io::Result<(u16, bool, crate::route::Route)> {
         let shared = self.shared();
         let mut st = self.state.lock().unwrap_or_else(|p| p.into_inner());
         let mut route = match st.last_route {
@@ -207,22 +192,21 @@ impl UdpSocket {
         if let Some(mtu) = shared.pmtu.get(&dst.ip()) {
             route.mtu = route.mtu.min(mtu);
         }
-        Ok((*st, route))
+        Ok((st.local.port(), st.peer == Some(dst), route))
     }
 
     fn send_prepared(&self, mut buf: SendBuf, dst: SocketAddr) -> io::Result<()> {
         self.pending_error()?;
         let shared = self.shared();
-        let (st, route) = self.state_and_route(dst)?;
+        let (port, connected, route) = self.port_and_route(dst)?;
         let v4 = dst.is_ipv4();
         let ip_hdr = if v4 { ipv4::HEADER_LEN } else { ipv6::HEADER_LEN };
         if buf.len() + udp::HEADER_LEN + ip_hdr > route.mtu as usize {
             // Larger than the path: fragments, copied out of the buffer.
             let len = buf.len();
-            return self.send_fragments(buf.mbuf.segment_data(), len, dst, route, st.local.port());
+            return self.send_fragments(buf.mbuf.segment_data(), len, dst, route, port);
         }
-        let src = SocketAddr::new(route.src, st.local.port());
-        let connected = st.peer == Some(dst);
+        let src = SocketAddr::new(route.src, port);
         let ident = match (src.ip(), dst.ip()) {
             // Linux: connected sockets count on their own; unconnected
             // datagrams that may not be fragmented carry 0 (RFC 6864).

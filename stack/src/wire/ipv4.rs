@@ -276,6 +276,7 @@ impl Repr {
     /// The checksum is summed from the fields, not read back from `buf`:
     /// an 8-byte load over the bytes just stored one or two at a time
     /// cannot be forwarded from the store buffer and stalls.
+    #[inline]
     pub fn emit(&self, buf: &mut [u8], offload: bool) {
         let length = self.payload_len + HEADER_LEN as u16;
         let frag = (if self.dont_frag { DF } else { 0 })
