@@ -23,7 +23,8 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use spate_testkit::process::Proc;
-use spate_testkit::{FwdStats, TestPmd, TestPmdBuilder, unique, unique_socket_path};
+use spate_testkit::testpmd::measuring_client;
+use spate_testkit::{FwdStats, TestPmd, TestPmdBuilder, cpu_model, unique, unique_socket_path};
 
 const ECHO: &str = env!("CARGO_BIN_EXE_spate-echo");
 const RING: u16 = 1024;
@@ -92,27 +93,8 @@ fn virtio(sock: &Path) -> String {
 
 /// testpmd 5tswap on the virtio-user end, forwarding on CPU 1.
 fn five_tuple_swap(src: &mut Source, sock: &Path, warmup: u64, seconds: u64) -> Point {
-    let mut pmd = TestPmdBuilder::new("0,1", 0)
-        .vdev(&virtio(sock))
-        .args(
-            [
-                "--forward-mode=5tswap",
-                "--port-topology=loop",
-                "--record-core-cycles",
-                "--nb-cores=1",
-                "--burst=32",
-                "--rxd=1024",
-                "--txd=1024",
-                "--total-num-mbufs=16384",
-                // Without it testpmd waits for Enter, and its stdin is closed.
-                "--stats-period=1",
-            ]
-            .map(String::from),
-        )
-        .limit(Duration::from_secs(warmup + seconds + 60))
-        .spawn("5tswap")
-        .expect("start testpmd 5tswap");
-    pmd.wait_started(Duration::from_secs(30)).expect("5tswap starts");
+    let limit = Duration::from_secs(warmup + seconds + 60);
+    let mut pmd = measuring_client(sock, RING, "5tswap", &["--port-topology=loop"], limit);
     src.start();
     std::thread::sleep(Duration::from_secs(warmup + seconds));
     let (_, back) = src.stop();
@@ -172,16 +154,6 @@ fn spate_echo(src: &mut Source, sock: &Path, warmup: u64, seconds: u64) -> Point
         pps: back as f64 / (warmup + seconds) as f64,
         echoed,
     }
-}
-
-fn cpu_model() -> String {
-    std::fs::read_to_string("/proc/cpuinfo")
-        .ok()
-        .and_then(|t| {
-            t.lines()
-                .find_map(|l| l.strip_prefix("model name").map(|m| m.trim_start_matches([' ', '\t', ':']).to_string()))
-        })
-        .unwrap_or_else(|| "unknown CPU".into())
 }
 
 fn main() {

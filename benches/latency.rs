@@ -22,7 +22,7 @@ use std::time::{Duration, Instant};
 
 use spate::{LcoreCtx, PortSpec, Stack, StackConfig, UdpSocket};
 use spate_testkit::process::Proc;
-use spate_testkit::{Netns, SpateApp, kernel_peer, unique, unique_socket_path, veth};
+use spate_testkit::{Netns, SpateApp, cpu_model, kernel_peer, unique, unique_socket_path, veth};
 
 const ECHO: &str = env!("CARGO_BIN_EXE_spate-echo");
 const SPATE_MAC: &str = "02:53:50:41:54:45";
@@ -199,16 +199,6 @@ fn over_vhost(warm: usize, n: usize) -> (Rtts, usize) {
     assert!(status.is_some_and(|s| s.success()), "spate-echo failed:\n{}", echo.output());
     let (rtts, lost) = std::mem::take(&mut *result.lock().unwrap());
     (Rtts::new(rtts), lost)
-}
-
-fn cpu_model() -> String {
-    std::fs::read_to_string("/proc/cpuinfo")
-        .ok()
-        .and_then(|t| {
-            t.lines()
-                .find_map(|l| l.strip_prefix("model name").map(|m| m.trim_start_matches([' ', '\t', ':']).to_string()))
-        })
-        .unwrap_or_else(|| "unknown CPU".into())
 }
 
 fn main() {

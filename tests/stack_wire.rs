@@ -19,20 +19,27 @@ fn is_announcement(f: &[u8]) -> bool {
         })
 }
 
+/// A stack polling lcore 1 on `port` (announcing itself or not), with a
+/// small pool whose in-use count each test brings back to zero.
+fn wire_stack(port: PortSpec, announce: bool) -> Stack {
+    let cfg = StackConfig {
+        lcores: "1".into(),
+        ports: vec![port],
+        mempool_size: 2047,
+        idle_sleep_us: 50,
+        stop_on_signal: false,
+        announce,
+        ..StackConfig::default()
+    };
+    Stack::new(cfg).unwrap()
+}
+
 #[test]
 fn arp_udp_and_port_unreachable_over_a_wire_pair() {
     let _serial = device_lock();
     shared_eal(Memory::Auto);
     let (mut peer, spate_port, _a) = WirePeer::new(1023);
-    let cfg = StackConfig {
-        lcores: "1".into(),
-        ports: vec![PortSpec::new(&spate_port).addr("198.18.0.2/24").unwrap()],
-        mempool_size: 2047,
-        idle_sleep_us: 50,
-        stop_on_signal: false,
-        ..StackConfig::default()
-    };
-    let stack = Stack::new(cfg).unwrap();
+    let stack = wire_stack(PortSpec::new(&spate_port).addr("198.18.0.2/24").unwrap(), true);
     let spate_mac = stack.interfaces()[0].mac;
     let sock = UdpSocket::bind(&stack, "0.0.0.0:7").unwrap();
     let running = stack.spawn_polling().unwrap();
@@ -104,16 +111,7 @@ fn slow_reader_overflow_counts_drops_and_keeps_order() {
     let _serial = device_lock();
     shared_eal(Memory::Auto);
     let (mut peer, spate_port, _a) = WirePeer::new(1023);
-    let cfg = StackConfig {
-        lcores: "1".into(),
-        ports: vec![PortSpec::new(&spate_port).addr("198.18.0.2/24").unwrap()],
-        mempool_size: 2047,
-        idle_sleep_us: 50,
-        stop_on_signal: false,
-        announce: false,
-        ..StackConfig::default()
-    };
-    let stack = Stack::new(cfg).unwrap();
+    let stack = wire_stack(PortSpec::new(&spate_port).addr("198.18.0.2/24").unwrap(), false);
     let spate_mac = stack.interfaces()[0].mac;
     let truesize = stack.datagram_truesize();
     let sock = UdpSocket::builder(&stack).recv_buffer_size(10 * truesize).bind("0.0.0.0:9").unwrap();
@@ -171,15 +169,8 @@ fn replies_in_the_requests_mbuf_carry_correct_checksums() {
     let _serial = device_lock();
     shared_eal(Memory::Auto);
     let (mut peer, spate_port, _a) = WirePeer::new(1023);
-    let cfg = StackConfig {
-        lcores: "1".into(),
-        ports: vec![PortSpec::new(&spate_port).addr("198.18.0.2/24").unwrap().neighbor(PEER_IP.into(), PEER_MAC)],
-        mempool_size: 2047,
-        idle_sleep_us: 50,
-        stop_on_signal: false,
-        ..StackConfig::default()
-    };
-    let stack = Stack::new(cfg).unwrap();
+    let port = PortSpec::new(&spate_port).addr("198.18.0.2/24").unwrap().neighbor(PEER_IP.into(), PEER_MAC);
+    let stack = wire_stack(port, true);
     let spate_mac = stack.interfaces()[0].mac;
     let sock = UdpSocket::bind(&stack, "0.0.0.0:7").unwrap();
     sock.set_read_timeout(Some(Duration::from_secs(5))).unwrap();

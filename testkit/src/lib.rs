@@ -21,3 +21,15 @@ pub use spate::{SpateApp, counter, parse_counters, port_counter};
 pub use testpmd::{FwdStats, TestPmd, TestPmdBuilder};
 pub use unsafe_libc::{recvmmsg, set_recv_buffer};
 pub use wire_peer::{Rng, WirePeer};
+
+/// The CPU's model name (`/proc/cpuinfo`), printed with every benchmark
+/// table: the same code costs different cycles on different machines.
+pub fn cpu_model() -> String {
+    std::fs::read_to_string("/proc/cpuinfo")
+        .ok()
+        .and_then(|t| {
+            t.lines()
+                .find_map(|l| l.strip_prefix("model name").map(|m| m.trim_start_matches([' ', '\t', ':']).to_string()))
+        })
+        .unwrap_or_else(|| "unknown CPU".into())
+}

@@ -251,31 +251,44 @@ pub fn txonly_client(sock: &Path, limit: Duration) -> TestPmd {
     g
 }
 
-/// dpdk-testpmd `rxonly --record-core-cycles` as the `net_virtio_user`
-/// client of `sock` (ring of `ring` descriptors, forwarding on CPU 1) for
-/// `warmup + seconds`: its mean Rx-pps after the warm-up, its cycles per
-/// packet and the TSC rate it counted them with. The ceiling spate is
-/// measured against.
-pub fn rxonly(sock: &Path, ring: u16, warmup: u64, seconds: u64) -> RxOnly {
-    let mut rx = TestPmdBuilder::new("0,1", 0)
+/// dpdk-testpmd in forwarding mode `mode` (with `extra` arguments) as the
+/// `net_virtio_user` client of `sock` (ring of `ring` descriptors,
+/// forwarding on CPU 1), counting its busy cycles (`--record-core-cycles`)
+/// and printing rates every second; started and forwarding.
+pub fn measuring_client(sock: &Path, ring: u16, mode: &str, extra: &[&str], limit: Duration) -> TestPmd {
+    let mut pmd = TestPmdBuilder::new("0,1", 0)
         .vdev(&format!("net_virtio_user0,path={},queues=1,queue_size={ring}", sock.display()))
         .args(
             [
-                "--forward-mode=rxonly",
+                &format!("--forward-mode={mode}"),
                 "--record-core-cycles",
                 "--nb-cores=1",
                 "--burst=32",
                 "--rxd=1024",
                 "--txd=1024",
                 "--total-num-mbufs=16384",
+                // Also what keeps it running: without it testpmd waits for
+                // Enter, and its stdin is closed.
                 "--stats-period=1",
             ]
+            .into_iter()
+            .chain(extra.iter().copied())
             .map(String::from),
         )
-        .limit(Duration::from_secs(warmup + seconds + 60))
-        .spawn("rxonly")
-        .expect("start testpmd rxonly");
-    rx.wait_started(Duration::from_secs(30)).expect("rxonly starts");
+        .limit(limit)
+        .spawn(mode)
+        .unwrap_or_else(|e| panic!("start testpmd {mode}: {e}"));
+    pmd.wait_started(Duration::from_secs(30)).unwrap_or_else(|e| panic!("testpmd {mode}: {e}"));
+    pmd
+}
+
+/// dpdk-testpmd `rxonly --record-core-cycles` as the `net_virtio_user`
+/// client of `sock` (ring of `ring` descriptors, forwarding on CPU 1) for
+/// `warmup + seconds`: its mean Rx-pps after the warm-up, its cycles per
+/// packet and the TSC rate it counted them with. The ceiling spate is
+/// measured against.
+pub fn rxonly(sock: &Path, ring: u16, warmup: u64, seconds: u64) -> RxOnly {
+    let mut rx = measuring_client(sock, ring, "rxonly", &[], Duration::from_secs(warmup + seconds + 60));
     std::thread::sleep(Duration::from_secs(warmup + seconds));
     let out = rx.finish();
     let stats = FwdStats::parse(&out).unwrap_or_else(|| panic!("no rxonly stats:\n{out}"));
