@@ -402,13 +402,12 @@ fn echo(stack: &Stack, source: Source, target: u64, start: u64) {
             move |ctx: &mut LcoreCtx<'_>| {
                 src.inject();
                 while s.recv_batch(&mut batch, 64).is_ok() {
-                    for dg in batch.drain() {
+                    let replies = batch.drain().map(|dg| {
                         let to = dg.src();
                         bytes += dg.len() as u64;
-                        if s.send_buf_to(dg.into_send_buf(), to).is_ok() {
-                            n += 1;
-                        }
-                    }
+                        (dg.into_send_buf(), to)
+                    });
+                    n += s.send_batch_to(replies).unwrap_or(0) as u64;
                 }
                 src.drain();
                 if n >= target {

@@ -127,7 +127,7 @@ fn no_heap_allocation_per_datagram() {
     running.stop();
 
     // A reuseport group of four: the 16 flows interleave in every burst,
-    // so the lcore sorts bursts by socket and feeds several queues.
+    // so the lcore stages bursts by socket and feeds several queues.
     let group: Arc<Vec<UdpSocket>> = Arc::new(
         (0..4)
             .map(|_| {
@@ -151,10 +151,11 @@ fn no_heap_allocation_per_datagram() {
                     let s = &g[at];
                     while let Ok(n) = s.recv_batch(&mut batch, 32) {
                         counts[at].fetch_add(n as u64, Ordering::Relaxed);
-                        for d in batch.drain() {
+                        // The batch send, as spate-echo replies.
+                        let _ = s.send_batch_to(batch.drain().map(|d| {
                             let to = d.src();
-                            let _ = s.send_buf_to(d.into_send_buf(), to);
-                        }
+                            (d.into_send_buf(), to)
+                        }));
                     }
                 }
             }

@@ -85,7 +85,7 @@ fn arp_udp_and_port_unreachable_over_a_wire_pair() {
 
     // A closed port: ICMP port unreachable.
     peer.send(&udp_frame(spate_mac, false, 40001, 9999, b"anyone?"));
-    let icmp = peer.recv_matching(|f| !is_announcement(f));
+    let icmp = peer.recv_matching(|f| f.len() > 23 && f[12..14] == [8, 0] && f[23] == ip_proto::ICMP);
     let ip = ipv4::Packet::new_checked(&icmp[14..]).unwrap();
     assert_eq!(ip.protocol(), ip_proto::ICMP);
     assert_eq!(&ip.payload()[..2], &[3, 3], "destination unreachable, port");
@@ -205,9 +205,44 @@ fn replies_in_the_requests_mbuf_carry_correct_checksums() {
             assert_eq!(u.checksum(), request_sum, "the request's checksum, kept");
         }
     }
+    // The same four as one batch send: all of them go, in order, each
+    // with its own checksum.
+    let mut replies = Vec::new();
+    for (what, change, to_port, _, _) in cases {
+        peer.send(&udp_frame(spate_mac, false, 40000, 7, b"hello spate"));
+        assert_eq!(sock.recv_batch(&mut batch, 1).unwrap(), 1, "{what}");
+        let mut buf = batch.drain().next().unwrap().into_send_buf();
+        change(&mut buf);
+        replies.push((buf, SocketAddr::new(PEER_IP.into(), to_port)));
+    }
+    assert_eq!(sock.send_batch_to(replies).unwrap(), 4);
+    for (what, _, _, want, want_port) in cases {
+        let out = peer.recv_matching(|f| !is_announcement(f));
+        let e = ethernet::Frame::new_checked(&out[..]).unwrap();
+        let ip = ipv4::Packet::new_checked(e.payload()).unwrap();
+        assert!(ip.verify_checksum(), "batch {what}: IPv4 header checksum");
+        let u = udp::Packet::new_checked(ip.payload()).unwrap();
+        assert!(u.verify_checksum(&IpAddr::V4(SPATE_IP), &IpAddr::V4(PEER_IP)), "batch {what}: UDP checksum");
+        assert_eq!((u.src_port(), u.dst_port(), u.payload()), (7, want_port, want), "batch {what}");
+    }
+    // A bad destination is refused on its own; the datagrams around it go.
+    let bufs = (0..3).map(|i| {
+        let mut b = sock.alloc_send_buf(2).unwrap();
+        b.copy_from_slice(b"ok");
+        (b, SocketAddr::new(PEER_IP.into(), if i == 1 { 0 } else { 40000 }))
+    });
+    assert_eq!(sock.send_batch_to(bufs).unwrap(), 2);
+    for _ in 0..2 {
+        let out = peer.recv_matching(|f| !is_announcement(f));
+        let e = ethernet::Frame::new_checked(&out[..]).unwrap();
+        let ip = ipv4::Packet::new_checked(e.payload()).unwrap();
+        assert_eq!(udp::Packet::new_checked(ip.payload()).unwrap().payload(), b"ok");
+    }
+    let none = [(sock.alloc_send_buf(2).unwrap(), SocketAddr::new(PEER_IP.into(), 0))];
+    assert_eq!(sock.send_batch_to(none).unwrap_err().kind(), std::io::ErrorKind::InvalidInput);
     running.stop();
     let c = stack.counters();
-    assert_eq!(c[Counter::UdpOutDatagrams], 4);
+    assert_eq!(c[Counter::UdpOutDatagrams], 10);
     assert_eq!(c.unaccounted_frames(), 0, "{}", c.render_nonzero());
     drop(batch);
     drop(sock);

@@ -30,6 +30,8 @@ pub struct WirePeer {
     pub pool: Arc<Mempool>,
     _port: Port,
     arp_reply: Vec<u8>,
+    /// Frames received in a burst after the one `recv_matching` returned.
+    later: std::collections::VecDeque<Vec<u8>>,
 }
 
 impl WirePeer {
@@ -40,8 +42,14 @@ impl WirePeer {
         b.configure(&PortConfig::default(), pool.clone()).expect("configure peer port");
         b.start().expect("start peer port");
         let name = a.name().to_string();
-        let peer =
-            WirePeer { rx: b.rx_queue(0).unwrap(), tx: b.tx_queue(0).unwrap(), pool, _port: b, arp_reply: Vec::new() };
+        let peer = WirePeer {
+            rx: b.rx_queue(0).unwrap(),
+            tx: b.tx_queue(0).unwrap(),
+            pool,
+            _port: b,
+            arp_reply: Vec::new(),
+            later: Default::default(),
+        };
         (peer, name, a)
     }
 
@@ -57,6 +65,7 @@ impl WirePeer {
             pool,
             _port: port,
             arp_reply: Vec::new(),
+            later: Default::default(),
         }
     }
 
@@ -127,18 +136,20 @@ impl WirePeer {
         self.rx.rx_burst(b)
     }
 
-    /// The next frame `keep` accepts, within 5 s.
+    /// The next frame `keep` accepts, within 5 s (frames that came in
+    /// the same burst after it wait for the next call).
     pub fn recv_matching(&mut self, keep: impl Fn(&[u8]) -> bool) -> Vec<u8> {
         let deadline = Instant::now() + Duration::from_secs(5);
         let mut b: Burst = Burst::new();
         loop {
+            while let Some(f) = self.later.pop_front() {
+                if keep(&f) {
+                    return f;
+                }
+            }
             assert!(Instant::now() < deadline, "spate sent nothing matching");
             if self.rx.rx_burst(&mut b) > 0 {
-                for m in b.drain() {
-                    if keep(m.data()) {
-                        return m.data().to_vec();
-                    }
-                }
+                self.later.extend(b.drain().map(|m| m.data().to_vec()));
             } else {
                 std::thread::sleep(Duration::from_micros(100));
             }

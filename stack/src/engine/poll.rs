@@ -154,10 +154,7 @@ impl Worker<'_> {
         self.ready_bits = 0;
         let mut queue = LOCAL_TX.with(|l| l.borrow_mut().take()).map(|l| l.queue).unwrap_or_default();
         let n = queue.len();
-        for pkt in queue.drain(..) {
-            self.count_out(&pkt);
-            self.transmit(pkt);
-        }
+        self.transmit_all(&mut queue);
         self.local = queue;
         n
     }

@@ -48,6 +48,40 @@ impl Worker<'_> {
         }
     }
 
+    /// Sends what the application queued in its callback, in order: a run
+    /// of packets to the neighbour before them takes its MAC from the last
+    /// one (one memo look-up per neighbour, not per packet), and the
+    /// counters are added once for the lot.
+    pub(super) fn transmit_all(&mut self, queue: &mut Vec<TxPacket>) {
+        let mut known: Option<(u16, IpAddr, MacAddr)> = None;
+        let (mut udp4, mut udp6, mut ip4, mut ip6) = (0, 0, 0, 0);
+        for pkt in queue.drain(..) {
+            let v4 = pkt.next_hop.is_ipv4();
+            if pkt.datagram {
+                (udp4, udp6) = if v4 { (udp4 + 1, udp6) } else { (udp4, udp6 + 1) };
+            }
+            let mac = match known {
+                Some((i, hop, mac)) if i == pkt.iface && hop == pkt.next_hop => mac,
+                _ => match self.memo.get(pkt.iface, &pkt.next_hop, self.now) {
+                    Some(mac) => {
+                        known = Some((pkt.iface, pkt.next_hop, mac));
+                        mac
+                    }
+                    None => {
+                        self.transmit(pkt);
+                        continue;
+                    }
+                },
+            };
+            (ip4, ip6) = if v4 { (ip4 + 1, ip6) } else { (ip4, ip6 + 1) };
+            self.send_frame(pkt.iface, pkt.mbuf, mac, ethertype_for(&pkt.next_hop));
+        }
+        self.add(Counter::UdpOutDatagrams, udp4);
+        self.add(Counter::Udp6OutDatagrams, udp6);
+        self.add(Counter::IpOutRequests, ip4);
+        self.add(Counter::Ip6OutRequests, ip6);
+    }
+
     /// Sends an IP packet to a known MAC.
     #[inline]
     pub(super) fn send_ip(&mut self, pkt: TxPacket, mac: MacAddr) {

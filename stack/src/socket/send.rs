@@ -167,13 +167,13 @@ impl UdpSocket {
         self.send_prepared(buf, peer)
     }
 
-    /// The socket's local port, whether `dst` is its connected peer, and
-    /// the route to `dst` from its bound address (the last send's when it
-    /// went to the same place from the same address), under one lock; the
-    /// path MTU applied. Inlined: out of line, its result goes through
-    /// memory on every send.
+    /// The socket's local port and connected peer, and the route to
+    /// `dst`'s address from its bound address (the last send's when it went
+    /// to the same address from the same one), under one lock; the path MTU
+    /// applied. All of it depends on `dst`'s address alone, not its port.
+    /// Inlined: out of line, its result goes through memory on every send.
     #[inline(always)]
-    fn port_and_route(&self, dst: SocketAddr) -> io::Result<(u16, bool, crate::route::Route)> {
+    fn path_to(&self, dst: SocketAddr) -> io::Result<Path> {
         let shared = self.shared();
         let mut st = self.state.lock().unwrap_or_else(|p| p.into_inner());
         let mut route = match st.last_route {
@@ -192,34 +192,110 @@ impl UdpSocket {
         if let Some(mtu) = shared.pmtu.get(&dst.ip()) {
             route.mtu = route.mtu.min(mtu);
         }
-        Ok((st.local.port(), st.peer == Some(dst), route))
+        Ok(Path { port: st.local.port(), peer: st.peer, route })
     }
 
-    fn send_prepared(&self, mut buf: SendBuf, dst: SocketAddr) -> io::Result<()> {
+    /// [`path_to`](Self::path_to) as the other send paths take it: the
+    /// local port, whether `dst` is the connected peer, the route.
+    #[inline(always)]
+    fn port_and_route(&self, dst: SocketAddr) -> io::Result<(u16, bool, crate::route::Route)> {
+        let p = self.path_to(dst)?;
+        Ok((p.port, p.peer == Some(dst), p.route))
+    }
+
+    fn send_prepared(&self, buf: SendBuf, dst: SocketAddr) -> io::Result<()> {
         self.pending_error()?;
+        let route = self.port_and_route(dst)?;
+        match self.prepare(buf, dst, route)? {
+            Prepared::Packet(pkt) => self.submit(pkt, dst.is_ipv4()),
+            Prepared::TooLong(buf, (port, _, route)) => self.send_long(buf, dst, route, port),
+        }
+    }
+
+    /// Sends each buffer to its address, as `sendmmsg` does: one call for
+    /// a batch, its datagrams handed to the transmit path together, the
+    /// route looked up once for consecutive datagrams to one place. Each
+    /// datagram stands alone: one that cannot be sent (a bad address, a
+    /// full queue) is dropped and counted as its own send would count it,
+    /// and the rest still go. Returns how many were sent, or, when none
+    /// could be, the first error.
+    pub fn send_batch_to<I>(&self, msgs: I) -> io::Result<usize>
+    where
+        I: IntoIterator<Item = (SendBuf, SocketAddr)>,
+    {
+        self.pending_error()?;
+        let mut staged = Staged::new();
+        let (mut sent, mut first_error) = (0, None);
+        let mut last: Option<(IpAddr, Path)> = None;
+        for (buf, addr) in msgs {
+            let step = self.destination(addr).and_then(|dst| {
+                let path = match last {
+                    Some((ip, p)) if ip == dst.ip() => p,
+                    _ => {
+                        let p = self.path_to(dst)?;
+                        last = Some((dst.ip(), p));
+                        p
+                    }
+                };
+                match self.prepare(buf, dst, (path.port, path.peer == Some(dst), path.route))? {
+                    Prepared::Packet(pkt) => staged.push(pkt),
+                    Prepared::TooLong(buf, (port, _, route)) => {
+                        // After what was staged before it, in order.
+                        sent += self.submit_staged(&mut staged, &mut first_error);
+                        self.send_long(buf, dst, route, port)?;
+                        sent += 1;
+                    }
+                }
+                Ok(())
+            });
+            if let Err(e) = step {
+                first_error.get_or_insert(e);
+            }
+            if staged.is_full() {
+                sent += self.submit_staged(&mut staged, &mut first_error);
+            }
+        }
+        sent += self.submit_staged(&mut staged, &mut first_error);
+        match first_error {
+            Some(e) if sent == 0 => Err(e),
+            _ => Ok(sent),
+        }
+    }
+
+    /// The packet for one send to `dst` by `route`: headers written in
+    /// front of the payload. A datagram longer than the path comes back,
+    /// to go as fragments.
+    #[inline(always)]
+    fn prepare(
+        &self,
+        mut buf: SendBuf,
+        dst: SocketAddr,
+        (port, connected, route): (u16, bool, crate::route::Route),
+    ) -> io::Result<Prepared> {
         let shared = self.shared();
-        let (port, connected, route) = self.port_and_route(dst)?;
         let v4 = dst.is_ipv4();
         let ip_hdr = if v4 { ipv4::HEADER_LEN } else { ipv6::HEADER_LEN };
         if buf.len() + udp::HEADER_LEN + ip_hdr > route.mtu as usize {
-            // Larger than the path: fragments, copied out of the buffer.
-            let len = buf.len();
-            return self.send_fragments(buf.mbuf.segment_data(), len, dst, route, port);
+            return Ok(Prepared::TooLong(buf, (port, connected, route)));
         }
         let src = SocketAddr::new(route.src, port);
-        let ident = match (src.ip(), dst.ip()) {
-            // Linux: connected sockets count on their own; unconnected
-            // datagrams that may not be fragmented carry 0 (RFC 6864).
-            (IpAddr::V4(_), _) if connected => self.core.ident.fetch_add(1, Ordering::Relaxed) as u16,
-            (IpAddr::V4(_), _) => 0,
-            _ => 0,
-        };
+        // Linux: connected sockets count on their own; unconnected
+        // datagrams that may not be fragmented carry 0 (RFC 6864).
+        let ident = if v4 && connected { self.core.ident.fetch_add(1, Ordering::Relaxed) as u16 } else { 0 };
         buf.mbuf.set_ol_flags(0);
         let known_checksum = buf.reply_checksum(&src, &dst);
         let headers = UdpHeaders { src, dst, ident, dont_frag: true, ttl: 64, zero_checksum: false, known_checksum };
         let iface = &shared.ifaces[route.iface as usize];
         push_udp_ip(&mut buf.mbuf, &headers, iface).map_err(|e| io::Error::new(io::ErrorKind::InvalidInput, e))?;
-        self.submit(TxPacket { mbuf: buf.mbuf, iface: route.iface, next_hop: route.next_hop, datagram: true }, v4)
+        Ok(Prepared::Packet(TxPacket { mbuf: buf.mbuf, iface: route.iface, next_hop: route.next_hop, datagram: true }))
+    }
+
+    /// Sends a datagram longer than the path as fragments, copied out of
+    /// its buffer.
+    #[cold]
+    fn send_long(&self, buf: SendBuf, dst: SocketAddr, route: crate::route::Route, port: u16) -> io::Result<()> {
+        let len = buf.len();
+        self.send_fragments(buf.mbuf.segment_data(), len, dst, route, port)
     }
 
     /// Sends a datagram larger than the path MTU as IP fragments (unless
@@ -338,9 +414,89 @@ impl UdpSocket {
         }
     }
 
+    /// Hands the staged packets to the transmit path in one go (the
+    /// lcore's own queue inside its callback, else one by one as `submit`
+    /// does); returns how many went, keeping the first error of those
+    /// that did not.
+    fn submit_staged(&self, staged: &mut Staged, first_error: &mut Option<io::Error>) -> usize {
+        let shared = self.shared();
+        let n = staged.len;
+        if n == 0 {
+            return 0;
+        }
+        let local = LOCAL_TX.with(|l| match &mut *l.borrow_mut() {
+            Some(local) if local.stack_id == shared.id && local.queue.len() + n <= LOCAL_TX_CAPACITY => {
+                local.queue.extend(staged.drain());
+                true
+            }
+            _ => false,
+        });
+        if local {
+            return n;
+        }
+        let mut sent = 0;
+        for pkt in staged.drain() {
+            let v4 = pkt.next_hop.is_ipv4();
+            match self.submit(pkt, v4) {
+                Ok(()) => sent += 1,
+                Err(e) => {
+                    first_error.get_or_insert(e);
+                }
+            }
+        }
+        sent
+    }
+
     fn sndbuf_error(&self, v4: bool) -> io::Error {
         let c = if v4 { Counter::UdpSndbufErrors } else { Counter::Udp6SndbufErrors };
         self.shared().stats.shared().add_shared(c, 1);
         io::Error::from_raw_os_error(libc::EAGAIN)
+    }
+}
+
+/// Where a socket's sends to one address go (see [`UdpSocket::path_to`]).
+#[derive(Clone, Copy)]
+struct Path {
+    port: u16,
+    peer: Option<SocketAddr>,
+    route: crate::route::Route,
+}
+
+/// What [`UdpSocket::prepare`] made of a send.
+enum Prepared {
+    /// Headers written: ready for the transmit path.
+    Packet(TxPacket),
+    /// Longer than the path MTU: to be fragmented.
+    TooLong(SendBuf, (u16, bool, crate::route::Route)),
+}
+
+/// Packets of a batch send on their way to the transmit path.
+struct Staged {
+    slots: [Option<TxPacket>; STAGED],
+    len: usize,
+}
+
+/// Packets a batch send stages before it hands them over.
+const STAGED: usize = 32;
+
+impl Staged {
+    fn new() -> Staged {
+        Staged { slots: [const { None }; STAGED], len: 0 }
+    }
+
+    #[inline]
+    fn push(&mut self, pkt: TxPacket) {
+        self.slots[self.len] = Some(pkt);
+        self.len += 1;
+    }
+
+    fn is_full(&self) -> bool {
+        self.len == STAGED
+    }
+
+    /// Takes the staged packets out, oldest first.
+    fn drain(&mut self) -> impl Iterator<Item = TxPacket> + '_ {
+        let n = std::mem::take(&mut self.len);
+        self.slots[..n].iter_mut().filter_map(Option::take)
     }
 }

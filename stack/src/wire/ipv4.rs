@@ -23,7 +23,7 @@ pub const HEADER_LEN: usize = 20;
 /// Largest total length.
 pub const MAX_PACKET_LEN: usize = 65535;
 
-const DF: u16 = 0x4000;
+pub(crate) const DF: u16 = 0x4000;
 const MF: u16 = 0x2000;
 const OFFSET_MASK: u16 = 0x1fff;
 
