@@ -63,6 +63,9 @@ struct Producer<T> {
     list: Mutex<Vec<T>>,
     /// `list.len()`, published for lock-free polls (written under `list`'s lock).
     queued: AtomicUsize,
+    /// What `list`'s items are charged, so a splice that takes the list
+    /// whole need not sum them (read and written under `list`'s lock).
+    bytes: AtomicUsize,
     /// Bytes this producer ever queued (wrapping; written under `list`'s lock).
     charged: AtomicUsize,
     /// Datagrams this producer dropped for want of room.
@@ -145,7 +148,11 @@ impl<T> RxQueue<T> {
     /// releases are read first, so the difference never goes below zero.
     pub fn rmem(&self) -> usize {
         let released = self.readers.released.load(Ordering::Acquire);
-        let charged = self.producers.iter().fold(0usize, |sum, p| sum.wrapping_add(p.charged.load(Ordering::Acquire)));
+        let charged = match &self.producers[..] {
+            // One polling lcore: no loop.
+            [one] => one.charged.load(Ordering::Acquire),
+            all => all.iter().fold(0usize, |sum, p| sum.wrapping_add(p.charged.load(Ordering::Acquire))),
+        };
         charged.wrapping_sub(released)
     }
 }
@@ -159,6 +166,7 @@ impl<T: Truesize> RxQueue<T> {
                     CachePadded::new(Producer {
                         list: Mutex::new(Vec::new()),
                         queued: AtomicUsize::new(0),
+                        bytes: AtomicUsize::new(0),
                         charged: AtomicUsize::new(0),
                         drops: AtomicU64::new(0),
                     })
@@ -229,7 +237,11 @@ impl<T: Truesize> RxQueue<T> {
             return Err(Refusal::Closed);
         }
         let room = self.room();
-        let mut size: usize = batch.iter().map(Truesize::truesize).sum();
+        let mut size: usize = match &batch[..] {
+            // One, the common case in a group that spread a burst: no loop.
+            [one] => one.truesize(),
+            all => all.iter().map(Truesize::truesize).sum(),
+        };
         let mut taken = batch.len();
         if size > room {
             (size, taken) = (0, 0);
@@ -242,7 +254,9 @@ impl<T: Truesize> RxQueue<T> {
                 taken += 1;
             }
         }
-        if taken == batch.len() {
+        if taken == 1 && batch.len() == 1 {
+            list.extend(batch.pop());
+        } else if taken == batch.len() {
             list.append(batch);
         } else {
             list.extend(batch.drain(..taken));
@@ -272,6 +286,7 @@ impl<T: Truesize> RxQueue<T> {
     #[inline]
     fn publish(producer: &Producer<T>, list: &[T], size: usize) {
         producer.charged.store(producer.charged.load(Ordering::Relaxed).wrapping_add(size), Ordering::Release);
+        producer.bytes.store(producer.bytes.load(Ordering::Relaxed) + size, Ordering::Relaxed);
         producer.queued.store(list.len(), Ordering::Release);
     }
 
@@ -358,6 +373,7 @@ impl<T: Truesize> RxQueue<T> {
         item
     }
 
+    #[inline]
     fn try_pop_batch(&self, out: &mut Vec<T>, max: usize) -> usize {
         if max == 0 || self.looks_empty() {
             return 0;
@@ -408,6 +424,7 @@ impl<T: Truesize> RxQueue<T> {
     /// (returns how many items and bytes), otherwise into the empty reader
     /// list, swapped in O(1) (returns no items). `None`: every producer
     /// list is empty.
+    #[inline]
     fn splice(&self, r: &mut Reader<T>, out: &mut Vec<T>, room: usize) -> Option<(usize, usize)> {
         let n = self.producers.len();
         for i in 0..n {
@@ -424,8 +441,12 @@ impl<T: Truesize> RxQueue<T> {
                 continue;
             }
             let taken = if list.len() <= room {
-                let items = (list.len(), list.iter().map(Truesize::truesize).sum());
-                out.append(&mut list);
+                let items = (list.len(), p.bytes.load(Ordering::Relaxed));
+                if list.len() == 1 {
+                    out.extend(list.pop());
+                } else {
+                    out.append(&mut list);
+                }
                 items
             } else {
                 // Both conversions keep the buffer: the producer's becomes
@@ -434,6 +455,7 @@ impl<T: Truesize> RxQueue<T> {
                 r.list = VecDeque::from(std::mem::replace(&mut *list, spare));
                 (0, 0)
             };
+            p.bytes.store(0, Ordering::Relaxed);
             p.queued.store(0, Ordering::Release);
             r.next = if idx + 1 == n { 0 } else { idx + 1 };
             return Some(taken);
@@ -533,6 +555,7 @@ impl<T: Truesize> RxQueue<T> {
         for p in self.producers.iter() {
             let mut list = lock(&p.list);
             dropped.extend(list.drain(..));
+            p.bytes.store(0, Ordering::Relaxed);
             p.queued.store(0, Ordering::Release);
         }
         r.owed += dropped.iter().map(Truesize::truesize).sum::<usize>();
