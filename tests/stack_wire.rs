@@ -249,3 +249,135 @@ fn replies_in_the_requests_mbuf_carry_correct_checksums() {
     drop(peer);
     assert_eq!(stack.mempool().in_use(), 0);
 }
+
+/// The receive fast path (IPv4 and IPv6 UDP to a bound socket) against the
+/// full one: the same frames, good and bad, sent once with the GRO stage
+/// off (the fast path takes what it can) and once with it on (every frame
+/// goes the whole way), must deliver the same datagrams and move every
+/// counter outside the GRO stage's own by the same amounts.
+#[test]
+fn the_fast_path_delivers_and_counts_as_the_full_path() {
+    use spate_testkit::wire_peer::{PEER_IP6, SPATE_IP6};
+    let _serial = device_lock();
+    shared_eal(Memory::Auto);
+    let (mut peer, spate_port, _a) = WirePeer::new(1023);
+    let port = PortSpec::new(&spate_port)
+        .addr("198.18.0.2/24")
+        .unwrap()
+        .addr("fd00::2/64")
+        .unwrap()
+        .neighbor(PEER_IP.into(), PEER_MAC)
+        .neighbor(PEER_IP6.into(), PEER_MAC);
+    let stack = wire_stack(port, false);
+    let mac = stack.interfaces()[0].mac;
+    let sock = UdpSocket::bind(&stack, "[::]:7").unwrap();
+    sock.set_nonblocking(true).unwrap();
+    let running = stack.spawn_polling().unwrap();
+
+    let udp_sum_at = |f: &[u8]| if f[12..14] == [0x08, 0x00] { 14 + 20 + 6 } else { 14 + 40 + 6 };
+    let mut frames: Vec<(String, Vec<u8>)> = Vec::new();
+    for v6 in [false, true] {
+        let fam = if v6 { "v6" } else { "v4" };
+        let good = udp_frame(mac, v6, 40000, 7, format!("good {fam}").as_bytes());
+        frames.push((format!("{fam} good"), good.clone()));
+        let mut padded = good.clone();
+        padded.extend_from_slice(&[0xee; 10]);
+        frames.push((format!("{fam} padded"), padded));
+        let mut bad = good.clone();
+        *bad.last_mut().unwrap() ^= 0x55;
+        frames.push((format!("{fam} bad checksum"), bad));
+        let mut zero = good.clone();
+        let at = udp_sum_at(&zero);
+        zero[at..at + 2].copy_from_slice(&[0, 0]);
+        frames.push((format!("{fam} zero checksum"), zero));
+        frames.push((format!("{fam} closed port"), udp_frame(mac, v6, 40000, 9, b"nobody")));
+        let mut short_ip = good.clone();
+        short_ip.pop();
+        frames.push((format!("{fam} cut short"), short_ip));
+    }
+    // IPv4 with an options word (IHL 6), checksums redone.
+    let mut opts = udp_frame(mac, false, 40001, 7, b"options");
+    opts.splice(34..34, [1u8, 1, 1, 0]);
+    opts[14] = 0x46;
+    let total = u16::from_be_bytes([opts[16], opts[17]]) + 4;
+    opts[16..18].copy_from_slice(&total.to_be_bytes());
+    opts[24..26].copy_from_slice(&[0, 0]);
+    let c = !fold(&opts[14..38]);
+    opts[24..26].copy_from_slice(&c.to_be_bytes());
+    frames.push(("v4 options".into(), opts));
+    // IPv6 with a hop-by-hop header (PadN): the UDP checksum is unchanged.
+    let mut hbh = udp_frame(mac, true, 40001, 7, b"hop by hop");
+    hbh.splice(54..54, [ip_proto::UDP, 0, 1, 4, 0, 0, 0, 0]);
+    hbh[20] = 0;
+    let plen = u16::from_be_bytes([hbh[18], hbh[19]]) + 8;
+    hbh[18..20].copy_from_slice(&plen.to_be_bytes());
+    frames.push(("v6 hop-by-hop".into(), hbh));
+    // IPv6 to all-nodes, and from a multicast source.
+    let mut all_nodes = udp_frame(mac, true, 40002, 7, b"all nodes");
+    all_nodes[38..54].copy_from_slice(&"ff02::1".parse::<std::net::Ipv6Addr>().unwrap().octets());
+    frames.push(("v6 to all-nodes".into(), all_nodes));
+    let mut from_group = udp_frame(mac, true, 40003, 7, b"from a group");
+    from_group[22..38].copy_from_slice(&"ff02::1".parse::<std::net::Ipv6Addr>().unwrap().octets());
+    frames.push(("v6 from a group".into(), from_group));
+
+    let settle = |stack: &Stack| {
+        let loops = stack.lcore_load(0).1;
+        let t = std::time::Instant::now();
+        while stack.lcore_load(0).1 < loops + 2 && t.elapsed() < Duration::from_secs(2) {
+            std::thread::yield_now();
+        }
+    };
+    let mut round = |peer: &mut WirePeer| {
+        let before = stack.counters();
+        for (_, f) in &frames {
+            peer.send(f);
+        }
+        let t = std::time::Instant::now();
+        while stack.counters().delta(&before)[Counter::RxFrames] < frames.len() as u64
+            && t.elapsed() < Duration::from_secs(5)
+        {
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        settle(&stack);
+        let mut got = Vec::new();
+        let mut buf = [0u8; 2048];
+        while let Ok((n, from)) = sock.recv_from(&mut buf) {
+            got.push((from, buf[..n].to_vec()));
+        }
+        (stack.counters().delta(&before), got)
+    };
+    let (fast, fast_got) = round(&mut peer);
+    let gro = UdpSocket::bind(&stack, "0.0.0.0:4789").unwrap();
+    gro.set_gro(true).unwrap();
+    settle(&stack);
+    let (full, full_got) = round(&mut peer);
+    running.stop();
+
+    let names: Vec<&str> = frames.iter().map(|(n, _)| n.as_str()).collect();
+    assert_eq!(fast_got, full_got, "the datagrams delivered, for {names:?}");
+    assert!(fast_got.len() >= 4, "the good ones came through: {fast_got:?}");
+    for want in [&b"good v4"[..], b"good v6"] {
+        assert!(fast_got.iter().any(|(_, p)| p == want), "{want:?} came through: {fast_got:?}");
+    }
+    for (c, v) in full.iter() {
+        if c.group() == "Gro" {
+            continue;
+        }
+        assert_eq!(fast[c], v, "{}.{}: fast path {} vs full path {v}", c.group(), c.name(), fast[c]);
+    }
+    assert!(full[Counter::GroLookups] > 0, "the second round went through the GRO stage");
+    assert_eq!(full.unaccounted_frames(), 0, "{}", full.render_nonzero());
+    drop(gro);
+    drop(sock);
+    drop(peer);
+    assert_eq!(stack.mempool().in_use(), 0);
+}
+
+/// The folded one's-complement sum of `b` (even length).
+fn fold(b: &[u8]) -> u16 {
+    let mut s: u32 = b.chunks(2).map(|w| u16::from_be_bytes([w[0], w[1]]) as u32).sum();
+    while s > 0xffff {
+        s = (s & 0xffff) + (s >> 16);
+    }
+    s as u16
+}

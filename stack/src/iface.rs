@@ -30,6 +30,8 @@ pub struct Interface {
     pub ipv4_broadcast: Vec<Ipv4Addr>,
     /// IPv6 addresses, the link-local one first.
     pub ipv6: Vec<Cidr>,
+    /// The addresses of `ipv6` alone, as the receive path compares them.
+    pub ipv6_addrs: Vec<Ipv6Addr>,
     /// The port checks IPv4/UDP checksums on receive.
     pub rx_checksum: bool,
     /// The port computes IPv4/UDP checksums on transmit.
@@ -88,6 +90,13 @@ impl Interface {
                 })
                 .collect(),
             ipv4_broadcast: ipv4.iter().filter_map(|c| c.broadcast()).collect(),
+            ipv6_addrs: v6
+                .iter()
+                .filter_map(|c| match c.addr {
+                    IpAddr::V6(a) => Some(a),
+                    _ => None,
+                })
+                .collect(),
             ipv6: v6,
             rx_checksum: false,
             tx_checksum: false,
@@ -113,7 +122,7 @@ impl Interface {
     /// Whether `a` is one of our IPv6 addresses.
     #[inline]
     pub fn has_ipv6(&self, a: &Ipv6Addr) -> bool {
-        self.ipv6.iter().any(|c| c.addr == IpAddr::V6(*a))
+        self.ipv6_addrs.contains(a)
     }
 
     /// Whether an IPv6 packet to `a` is ours: our addresses, their

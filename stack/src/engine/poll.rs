@@ -104,10 +104,11 @@ impl Worker<'_> {
         } else {
             // The common case first (IPv4 UDP to a socket, not a
             // fragment); what it does not take goes the whole way.
-            let mut fast = 0;
+            let (mut fast4, mut fast6) = (0, 0);
             for m in burst.drain() {
-                match self.rx_fast_v4(iface, m) {
-                    Ok(()) => fast += 1,
+                match self.rx_fast(iface, m) {
+                    Ok(true) => fast4 += 1,
+                    Ok(false) => fast6 += 1,
                     Err(m) => {
                         if let Some(outcome) = self.rx_frame::<false>(iface, m) {
                             self.inc(outcome);
@@ -115,9 +116,13 @@ impl Worker<'_> {
                     }
                 }
             }
-            if fast > 0 {
-                self.add(Counter::IpInReceives, fast);
-                self.add(Counter::IpInDelivers, fast);
+            if fast4 > 0 {
+                self.add(Counter::IpInReceives, fast4);
+                self.add(Counter::IpInDelivers, fast4);
+            }
+            if fast6 > 0 {
+                self.add(Counter::Ip6InReceives, fast6);
+                self.add(Counter::Ip6InDelivers, fast6);
             }
         }
         self.deliver_staged();

@@ -56,28 +56,26 @@ pub(crate) struct UdpInFrame {
 /// Where the fast path finds an untagged IPv4 frame's headers.
 const FAST_L3: usize = ethernet::HEADER_LEN;
 const FAST_L4: usize = FAST_L3 + ipv4::HEADER_LEN;
+/// And an IPv6 frame's UDP header, after a header without extensions.
+const FAST6_L4: usize = FAST_L3 + ipv6::HEADER_LEN;
 
 impl Worker<'_> {
     /// The common case without the branches of the others: an untagged
     /// Ethernet frame to the interface's own MAC carrying IPv4 without
-    /// options, not a fragment, UDP to one of the interface's addresses
-    /// with good checksums, its UDP length the IP payload's, to a bound
-    /// socket. Such a datagram is staged for its socket, and counted with
-    /// the burst (`IpInReceives` and `IpInDelivers` by the caller,
+    /// options or IPv6 without extension headers, not a fragment, UDP to
+    /// one of the interface's unicast addresses with good checksums, its
+    /// UDP length the IP payload's, to a bound socket. Such a datagram is
+    /// staged for its socket, and counted with the burst (`IpInReceives`
+    /// and `IpInDelivers`, or their IPv6 twins, by the caller;
     /// `RxDelivered` and `UdpInDatagrams` when queued), exactly as the
-    /// full path would. Anything else comes back untouched, for the full
-    /// path, which counts and answers it (ICMP port unreachable
-    /// included): nothing here is counted or changed before the datagram
-    /// is known to be the common case.
+    /// full path would. Returns whether it was IPv4. Anything else comes
+    /// back untouched, for the full path, which counts and answers it
+    /// (ICMP port unreachable included): nothing here is counted or
+    /// changed before the datagram is known to be the common case.
     #[inline(always)]
-    pub(super) fn rx_fast_v4(&mut self, ifx: u16, mut m: Mbuf) -> Result<(), Mbuf> {
+    pub(super) fn rx_fast(&mut self, ifx: u16, m: Mbuf) -> Result<bool, Mbuf> {
         let iface: &Interface = &self.shared.ifaces[ifx as usize];
-        let d = m.data();
-        // The headers as one fixed-size array: no bounds checks below.
-        let Some(h) = d.get(..FAST_L4 + udp::HEADER_LEN) else { return Err(m) };
-        let h: &[u8; FAST_L4 + udp::HEADER_LEN] = h.try_into().expect("sliced to the size");
-        let be16 = |i: usize| u16::from_be_bytes([h[i], h[i + 1]]);
-        let be32 = |i: usize| u32::from_be_bytes([h[i], h[i + 1], h[i + 2], h[i + 3]]);
+        let Some(h) = m.data().get(..ethernet::HEADER_LEN) else { return Err(m) };
         let mac = &iface.mac.0;
         let to_us = u32::from_ne_bytes([h[0], h[1], h[2], h[3]])
             == u32::from_ne_bytes([mac[0], mac[1], mac[2], mac[3]])
@@ -85,11 +83,29 @@ impl Worker<'_> {
         if iface.vlan.is_some() || !to_us {
             return Err(m);
         }
-        // EtherType IPv4; version 4 with a 20-byte header; no fragment
+        match u16::from_be_bytes([h[12], h[13]]) {
+            ethernet::ethertype::IPV4 => self.rx_fast_v4(ifx, m).map(|()| true),
+            ethernet::ethertype::IPV6 => self.rx_fast_v6(ifx, m).map(|()| false),
+            _ => Err(m),
+        }
+    }
+
+    /// [`rx_fast`](Self::rx_fast) for IPv4, the frame's Ethernet header
+    /// already checked.
+    #[inline(always)]
+    fn rx_fast_v4(&mut self, ifx: u16, mut m: Mbuf) -> Result<(), Mbuf> {
+        let iface: &Interface = &self.shared.ifaces[ifx as usize];
+        let d = m.data();
+        // The headers as one fixed-size array: no bounds checks below.
+        let Some(h) = d.get(..FAST_L4 + udp::HEADER_LEN) else { return Err(m) };
+        let h: &[u8; FAST_L4 + udp::HEADER_LEN] = h.try_into().expect("sliced to the size");
+        let be16 = |i: usize| u16::from_be_bytes([h[i], h[i + 1]]);
+        let be32 = |i: usize| u32::from_be_bytes([h[i], h[i + 1], h[i + 2], h[i + 3]]);
+        // Version 4 with a 20-byte header; no fragment
         // (DF may be set); UDP.
         let total = be16(FAST_L3 + 2) as usize;
         let frag = be16(FAST_L3 + 6) & 0x3fff;
-        if be16(12) != ethernet::ethertype::IPV4 || h[FAST_L3] != 0x45 || frag != 0 || h[FAST_L3 + 9] != ip_proto::UDP {
+        if h[FAST_L3] != 0x45 || frag != 0 || h[FAST_L3 + 9] != ip_proto::UDP {
             return Err(m);
         }
         if total < ipv4::HEADER_LEN + udp::HEADER_LEN || FAST_L3 + total > d.len() {
@@ -168,6 +184,80 @@ impl Worker<'_> {
         }
         let d = Datagram::new(m, header_span(FAST_L3, FAST_L4), mapped);
         self.stage(index, ifx, true, d);
+        Ok(())
+    }
+
+    /// [`rx_fast`](Self::rx_fast) for IPv6: no extension header (the next
+    /// header UDP), to one of the interface's unicast addresses, the UDP
+    /// checksum present and good (IPv6 has no datagram without one).
+    #[inline(always)]
+    fn rx_fast_v6(&mut self, ifx: u16, mut m: Mbuf) -> Result<(), Mbuf> {
+        let iface: &Interface = &self.shared.ifaces[ifx as usize];
+        let d = m.data();
+        let Some(h) = d.get(..FAST6_L4 + udp::HEADER_LEN) else { return Err(m) };
+        let h: &[u8; FAST6_L4 + udp::HEADER_LEN] = h.try_into().expect("sliced to the size");
+        let be16 = |i: usize| u16::from_be_bytes([h[i], h[i + 1]]);
+        let addr = |i: usize| Ipv6Addr::from(<[u8; 16]>::try_from(&h[i..i + 16]).expect("16 bytes"));
+        let payload_len = be16(FAST_L3 + 4) as usize;
+        if h[FAST_L3] >> 4 != 6 || h[FAST_L3 + 6] != ip_proto::UDP || FAST6_L4 + payload_len > d.len() {
+            return Err(m);
+        }
+        let (src, dst) = (addr(FAST_L3 + 8), addr(FAST_L3 + 24));
+        if dst.is_multicast() || src.is_multicast() || !iface.has_ipv6(&dst) {
+            return Err(m);
+        }
+        let udp_len = be16(FAST6_L4 + 4) as usize;
+        if udp_len != payload_len || udp_len < udp::HEADER_LEN {
+            return Err(m);
+        }
+        let udp_ok = match m.rx_l4_checksum() {
+            RxChecksum::Good => be16(FAST6_L4 + 6) != 0,
+            RxChecksum::Bad => false,
+            _ if be16(FAST6_L4 + 6) == 0 => false,
+            _ => {
+                // The pseudo-header's addresses lie just before the UDP
+                // header, as in IPv4: one sum over both, plus the next
+                // header and the length, in the machine's byte order.
+                let sum = checksum::sum_native(&d[FAST_L3 + 8..FAST6_L4 + udp_len]);
+                let rest = u16::from_be(ip_proto::UDP as u16) as u64 + u16::from_be(udp_len as u16) as u64;
+                checksum::fold(sum + rest) == 0xffff
+            }
+        };
+        if !udp_ok {
+            return Err(m);
+        }
+        let padding = d.len() - FAST6_L4 - udp_len;
+        let dst_port = be16(FAST6_L4 + 2);
+        let (src, dst) = (u128::from(src), u128::from(dst));
+        let found = match self.snapshot.shortcut(dst_port, false) {
+            Shortcut::Found(found) => found,
+            Shortcut::Group(g) => {
+                let hash =
+                    m.rss_hash().unwrap_or_else(|| self.snapshot.flow_hash_of(src, be16(FAST6_L4), dst, dst_port));
+                self.snapshot.pick(g, hash, self.idx as u32)
+            }
+            Shortcut::Walk => {
+                let key = FlowKey {
+                    src,
+                    src_port: be16(FAST6_L4),
+                    dst,
+                    dst_port,
+                    v4: false,
+                    iface: ifx,
+                    lcore: self.idx as u32,
+                    rss_hash: m.rss_hash(),
+                };
+                self.snapshot.lookup(&key)
+            }
+        };
+        let Some((index, _)) = found else {
+            return Err(m);
+        };
+        if (padding > 0 && m.trim(padding).is_err()) || m.adj(FAST6_L4 + udp::HEADER_LEN).is_err() {
+            return Err(m);
+        }
+        let d = Datagram::new(m, header_span(FAST_L3, FAST6_L4), false);
+        self.stage(index, ifx, false, d);
         Ok(())
     }
 }
