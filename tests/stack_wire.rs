@@ -257,7 +257,7 @@ fn replies_in_the_requests_mbuf_carry_correct_checksums() {
 /// counter outside the GRO stage's own by the same amounts.
 #[test]
 fn the_fast_path_delivers_and_counts_as_the_full_path() {
-    use spate_testkit::wire_peer::{PEER_IP6, SPATE_IP6};
+    use spate_testkit::wire_peer::PEER_IP6;
     let _serial = device_lock();
     shared_eal(Memory::Auto);
     let (mut peer, spate_port, _a) = WirePeer::new(1023);
@@ -327,7 +327,7 @@ fn the_fast_path_delivers_and_counts_as_the_full_path() {
             std::thread::yield_now();
         }
     };
-    let mut round = |peer: &mut WirePeer| {
+    let round = |peer: &mut WirePeer| {
         let before = stack.counters();
         for (_, f) in &frames {
             peer.send(f);
