@@ -109,14 +109,22 @@ impl Interface {
     /// Whether `a` is one of our IPv4 addresses.
     #[inline]
     pub fn has_ipv4(&self, a: Ipv4Addr) -> bool {
-        self.ipv4_addrs.contains(&a)
+        match &self.ipv4_addrs[..] {
+            // One address, the common case: no loop.
+            [one] => *one == a,
+            all => all.contains(&a),
+        }
     }
 
     /// Whether `a` is the limited broadcast or one of our subnets'
     /// broadcast addresses.
     #[inline]
     pub fn is_ipv4_broadcast(&self, a: Ipv4Addr) -> bool {
-        a.is_broadcast() || self.ipv4_broadcast.contains(&a)
+        a.is_broadcast()
+            || match &self.ipv4_broadcast[..] {
+                [one] => *one == a,
+                all => all.contains(&a),
+            }
     }
 
     /// Whether `a` is one of our IPv6 addresses.

@@ -22,24 +22,19 @@ pub fn sum(data: &[u8]) -> u64 {
 /// the swap.
 #[inline(always)]
 pub fn sum_native(data: &[u8]) -> u64 {
-    let (mut a, mut b) = (0u64, 0u64);
-    let mut chunks = data.chunks_exact(16);
-    for c in &mut chunks {
-        let (x, y) = c.split_at(8);
-        let x = u64::from_ne_bytes(x.try_into().expect("8 bytes"));
-        let y = u64::from_ne_bytes(y.try_into().expect("8 bytes"));
-        // Add 32-bit halves: no overflow before 2^31 chunks.
-        a += (x >> 32) + (x & 0xffff_ffff);
-        b += (y >> 32) + (y & 0xffff_ffff);
+    // 64-bit words with their carries counted apart (an add and an
+    // add-with-carry per word): the one's-complement sum of the 16-bit
+    // words, folded to 64 bits (RFC 1071, 2(C)).
+    let (mut acc, mut carries) = (0u64, 0u64);
+    let mut words = data.chunks_exact(8);
+    for w in &mut words {
+        let (s, c) = acc.overflowing_add(u64::from_ne_bytes(w.try_into().expect("8 bytes")));
+        acc = s;
+        carries += c as u64;
     }
-    // The last 0 to 15 bytes: up to one more word of 8, then the rest.
-    let mut rest = chunks.remainder();
-    let mut t = a + b;
-    if rest.len() >= 8 {
-        let x = u64::from_ne_bytes(rest[..8].try_into().expect("8 bytes"));
-        t += (x >> 32) + (x & 0xffff_ffff);
-        rest = &rest[8..];
-    }
+    let rest = words.remainder();
+    // Folded below 2^35, so callers may add more before their fold.
+    let mut t = (acc >> 32) + (acc & 0xffff_ffff) + carries;
     if !rest.is_empty() {
         t += tail(data, rest);
     }
@@ -64,14 +59,15 @@ fn tail(data: &[u8], rest: &[u8]) -> u64 {
     (x >> 32) + (x & 0xffff_ffff)
 }
 
-/// Folds a sum to 16 bits (not complemented), in a fixed number of steps.
+/// Folds a sum to 16 bits (not complemented), in two steps: each adds the
+/// halves and the carry out of that add (an end-around carry never carries
+/// again: a sum that carried is at most 2^n - 2).
 #[inline]
 pub fn fold(acc: u64) -> u16 {
-    let x = (acc & 0xffff_ffff) + (acc >> 32); // < 2^33
-    let x = (x & 0xffff) + (x >> 16); // < 2^17 + 2^16
-    let x = (x & 0xffff) + (x >> 16); // < 2^16 + 2
-    let x = (x & 0xffff) + (x >> 16); // < 2^16
-    x as u16
+    let (x, c) = (acc as u32).overflowing_add((acc >> 32) as u32);
+    let x = x + c as u32;
+    let (y, c) = (x as u16).overflowing_add((x >> 16) as u16);
+    y + c as u16
 }
 
 /// The checksum field value for `data`: the complement of its folded sum.
@@ -160,6 +156,21 @@ mod tests {
             data[0..2].copy_from_slice(&c.to_be_bytes());
             assert_eq!(fold(sum_native(&data)), 0xffff, "len {len}");
             assert_eq!(fold(sum(&data)), 0xffff, "len {len}");
+        }
+    }
+
+    #[test]
+    fn fold_matches_folding_until_it_fits() {
+        let slow = |mut x: u64| {
+            while x > 0xffff {
+                x = (x & 0xffff) + (x >> 16);
+            }
+            x as u16
+        };
+        let edges = [0, 1, 0xffff, 0x1_0000, 0xffff_ffff, 0x1_0000_0000, 0x1_fffe_0001, u64::MAX, u64::MAX - 1];
+        let spread = (0..10_000u64).map(|i| i.wrapping_mul(0x9e37_79b9_7f4a_7c15));
+        for x in edges.into_iter().chain(spread) {
+            assert_eq!(fold(x), slow(x), "{x:#x}");
         }
     }
 
