@@ -173,6 +173,16 @@ impl UdpSocket {
 
     /// The destination as the wire sees it, checked against the family.
     pub(super) fn destination(&self, addr: SocketAddr) -> io::Result<SocketAddr> {
+        if let SocketAddr::V4(a) = addr {
+            // The common case, without the normalising below.
+            if self.family == Family::V6 && self.v6only {
+                return Err(errno(libc::ENETUNREACH, "IPv4-mapped address on an IPv6-only socket"));
+            }
+            if a.port() == 0 || a.ip().is_unspecified() {
+                return Err(errno(libc::EINVAL, "no destination port or address"));
+            }
+            return Ok(addr);
+        }
         let dst = normalize(addr);
         match (self.family, addr, dst) {
             (Family::V4, SocketAddr::V6(_), _) => Err(errno(libc::EAFNOSUPPORT, "IPv6 address on an IPv4 socket")),
