@@ -351,6 +351,25 @@ fn the_fast_path_delivers_and_counts_as_the_full_path() {
     gro.set_gro(true).unwrap();
     settle(&stack);
     let (full, full_got) = round(&mut peer);
+    // The IPv6 socket's batch send to an IPv4-mapped peer and to an IPv6
+    // one: IPv4 and IPv6 frames, checksums good.
+    let to = |ip: IpAddr| {
+        let mut b = sock.alloc_send_buf(5).unwrap();
+        b.copy_from_slice(b"reply");
+        (b, SocketAddr::new(ip, 40000))
+    };
+    let mapped = IpAddr::V6(PEER_IP.to_ipv6_mapped());
+    assert_eq!(sock.send_batch_to([to(mapped), to(PEER_IP6.into())]).unwrap(), 2);
+    let v4 = peer.recv_matching(|f| f[12..14] == [8, 0] && f[23] == ip_proto::UDP);
+    let ip = ipv4::Packet::new_checked(&v4[14..]).unwrap();
+    assert!(ip.verify_checksum() && ip.dst() == PEER_IP);
+    let u = udp::Packet::new_checked(ip.payload()).unwrap();
+    assert!(u.verify_checksum(&IpAddr::V4(SPATE_IP), &IpAddr::V4(PEER_IP)));
+    assert_eq!((u.src_port(), u.dst_port(), u.payload()), (7, 40000, &b"reply"[..]));
+    let v6 = peer.recv_matching(|f| f[12..14] == [0x86, 0xdd] && f[20] == ip_proto::UDP);
+    let u = udp::Packet::new_checked(&v6[54..]).unwrap();
+    assert!(u.verify_checksum(&spate_testkit::wire_peer::SPATE_IP6.into(), &PEER_IP6.into()));
+    assert_eq!(u.payload(), b"reply");
     running.stop();
 
     let names: Vec<&str> = frames.iter().map(|(n, _)| n.as_str()).collect();

@@ -2,7 +2,7 @@
 //! moves from the port to the application, and back out as a reply,
 //! without a copy.
 
-use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr, SocketAddrV4};
 
 use spate_dpdk::{Burst, Mbuf};
 
@@ -319,6 +319,26 @@ impl SendBuf {
         let ports = get_u16(udp_hdr, 0) == dst.port() && get_u16(udp_hdr, 2) == src.port();
         let same_len = get_u16(udp_hdr, 4) as usize == self.mbuf.pkt_len() + udp::HEADER_LEN;
         (from && to && ports && same_len).then(|| get_u16(udp_hdr, 6))
+    }
+
+    /// [`reply_checksum`](Self::reply_checksum) for IPv4, the addresses
+    /// by value.
+    #[inline]
+    pub(crate) fn reply_checksum_v4(&self, src: SocketAddrV4, dst: SocketAddrV4) -> Option<u16> {
+        if self.request == 0 {
+            return None;
+        }
+        let room = self.mbuf.headroom_bytes();
+        let ip = room.get(room.len().checked_sub(self.request as usize)?..)?;
+        let (ip, udp_hdr) = (ip.get(..20)?, &room[room.len() - udp::HEADER_LEN..]);
+        let word = |b: &[u8], at: usize| u32::from_be_bytes([b[at], b[at + 1], b[at + 2], b[at + 3]]);
+        let same = ip[0] >> 4 == 4
+            && word(ip, 12) == u32::from(*dst.ip())
+            && word(ip, 16) == u32::from(*src.ip())
+            && get_u16(udp_hdr, 0) == dst.port()
+            && get_u16(udp_hdr, 2) == src.port()
+            && get_u16(udp_hdr, 4) as usize == self.mbuf.pkt_len() + udp::HEADER_LEN;
+        same.then(|| get_u16(udp_hdr, 6))
     }
 
     /// Payload length.

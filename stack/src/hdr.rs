@@ -45,19 +45,44 @@ pub struct UdpHeaders {
 #[inline]
 pub fn push_udp_ip(m: &mut Mbuf, h: &UdpHeaders, iface: &Interface) -> Result<(), &'static str> {
     if let (SocketAddr::V4(s), SocketAddr::V4(d)) = (h.src, h.dst) {
-        return push_udp_ipv4(m, s, d, h, iface.tx_checksum);
+        let v4 = Udp4 { ident: h.ident, dont_frag: h.dont_frag, ttl: h.ttl, zero_checksum: h.zero_checksum };
+        return push_udp_ipv4(m, s, d, v4, h.known_checksum, iface.tx_checksum);
     }
     push_udp_ip_any(m, h, iface)
 }
 
+/// What an IPv4 datagram's headers carry besides its addresses (see
+/// [`UdpHeaders`]).
+#[derive(Debug, Clone, Copy)]
+pub struct Udp4 {
+    /// IPv4 identification.
+    pub ident: u16,
+    /// IPv4 don't-fragment.
+    pub dont_frag: bool,
+    /// TTL.
+    pub ttl: u8,
+    /// Leave the UDP checksum zero.
+    pub zero_checksum: bool,
+}
+
+impl Udp4 {
+    /// A socket's datagram: DF set (the path MTU is discovered), TTL 64,
+    /// a UDP checksum.
+    pub const fn datagram(ident: u16) -> Udp4 {
+        Udp4 { ident, dont_frag: true, ttl: 64, zero_checksum: false }
+    }
+}
+
 /// IPv4 headers, the common case: both headers composed as words and
 /// written with one prepend, the IPv4 checksum summed from those words.
+/// The addresses come by value, in registers, not in a `SocketAddr`.
 #[inline(always)]
-fn push_udp_ipv4(
+pub fn push_udp_ipv4(
     m: &mut Mbuf,
     s: SocketAddrV4,
     d: SocketAddrV4,
-    h: &UdpHeaders,
+    h: Udp4,
+    known_checksum: Option<u16>,
     offload: bool,
 ) -> Result<(), &'static str> {
     let payload_len = m.pkt_len();
@@ -74,7 +99,7 @@ fn push_udp_ipv4(
     } else if offload {
         // The port wants the pseudo-header sum in the field.
         checksum::fold(addrs + ip_proto::UDP as u64 + udp_len as u64)
-    } else if let Some(c) = h.known_checksum {
+    } else if let Some(c) = known_checksum {
         c
     } else {
         let data = checksum::sum_segments(m.segment_data());
