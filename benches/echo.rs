@@ -146,6 +146,10 @@ fn spate_echo(src: &mut Source, sock: &Path, warmup: u64, seconds: u64) -> Point
             .and_then(|v| v.parse().ok())
             .unwrap_or_else(|| panic!("no {line} {key} in:\n{text}"))
     };
+    // What spate did with what it got, for the reader of the table.
+    for l in text.lines().filter(|l| ["Rx:", "Tx:", "Udp:", "Lcores:"].iter().any(|p| l.starts_with(p))) {
+        eprintln!("spate-echo {l}");
+    }
     let busy = word("Lcores:", "BusyCycles=");
     let echoed = word("Udp:", "OutDatagrams=");
     Point {

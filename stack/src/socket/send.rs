@@ -233,7 +233,12 @@ impl UdpSocket {
             // with its addresses by value.
             let v4 = match addr {
                 SocketAddr::V4(d) => Some(d),
-                SocketAddr::V6(a) => mapped_v4(self.family, a),
+                SocketAddr::V6(a) if self.family == Family::V6 => {
+                    let (o, port) = (a.ip().octets(), a.port());
+                    (o[..12] == [0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff])
+                        .then(|| SocketAddrV4::new(Ipv4Addr::new(o[12], o[13], o[14], o[15]), port))
+                }
+                SocketAddr::V6(_) => None,
             };
             let buf = match v4 {
                 Some(d) => match self.prepare_v4(buf, d, &mut last4) {
@@ -518,15 +523,6 @@ impl UdpSocket {
         self.shared().stats.shared().add_shared(c, 1);
         io::Error::from_raw_os_error(libc::EAGAIN)
     }
-}
-
-/// An IPv6 socket's IPv4-mapped destination as the IPv4 one it stands
-/// for (an IPv4 socket refuses IPv6 addresses on the general path). Out
-/// of line: inlined, it costs an IPv4 socket's sends a dozen instructions.
-#[inline(never)]
-fn mapped_v4(family: Family, a: std::net::SocketAddrV6) -> Option<SocketAddrV4> {
-    let ip = a.ip().to_ipv4_mapped().filter(|_| family == Family::V6)?;
-    Some(SocketAddrV4::new(ip, a.port()))
 }
 
 /// Where a socket's sends to one address go (see [`UdpSocket::path_to`]).
