@@ -94,6 +94,7 @@ impl Datagram {
     }
 
     /// Each segment of the payload, in order.
+    #[inline]
     pub fn segments(&self) -> impl Iterator<Item = &[u8]> {
         self.mbuf.segment_data()
     }
@@ -185,6 +186,7 @@ impl Datagram {
     /// the address it came from, from the address it went to, the reply
     /// keeps the request's UDP checksum (the pseudo-header sums the same
     /// four values, swapped) and spate sums no payload.
+    #[inline]
     pub fn into_send_buf(self) -> SendBuf {
         // A coalesced datagram's checksum was its first segment's; an IPv4
         // one without a checksum has none to keep.
@@ -194,6 +196,7 @@ impl Datagram {
     }
 
     /// The mbuf, for code that works with DPDK directly.
+    #[inline]
     pub fn into_mbuf(self) -> Mbuf {
         self.mbuf
     }
@@ -233,21 +236,25 @@ impl DatagramBatch {
     }
 
     /// Datagrams held.
+    #[inline]
     pub fn len(&self) -> usize {
         self.items.len()
     }
 
     /// Whether it holds none.
+    #[inline]
     pub fn is_empty(&self) -> bool {
         self.items.is_empty()
     }
 
     /// The datagrams.
+    #[inline]
     pub fn iter(&self) -> std::slice::Iter<'_, Datagram> {
         self.items.iter()
     }
 
     /// Takes every datagram out (to reply with, or keep).
+    #[inline]
     pub fn drain(&mut self) -> std::vec::Drain<'_, Datagram> {
         self.items.drain(..)
     }
@@ -342,11 +349,13 @@ impl SendBuf {
     }
 
     /// Payload length.
+    #[inline]
     pub fn len(&self) -> usize {
         self.mbuf.pkt_len()
     }
 
     /// Whether the payload is empty.
+    #[inline]
     pub fn is_empty(&self) -> bool {
         self.len() == 0
     }
