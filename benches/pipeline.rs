@@ -10,12 +10,13 @@
 //! datagram, repeatable to the instruction on a shared machine.
 //!
 //! ```text
-//! cargo bench --bench pipeline -- [--callgrind] [--datagrams N] [--flows F] [--sockets S] [--json PATH]
+//! cargo bench --bench pipeline -- [--callgrind] [--datagrams N] [--flows F] [--sockets S] [--burst B] [--json PATH]
 //! cargo bench --bench pipeline -- --gro-table | --frag-table | --scale-table | --guard
 //! ```
 //! `--guard` prints spate's own instructions per datagram on the paths
 //! `cargo xtask perf-guard` holds to their budgets (receive with one
-//! socket and with a 64-member group, echo), each less its floor; with
+//! socket and with a 64-member group, echo, and echo with one datagram per
+//! loop iteration, `--burst 1`), each less its floor; with
 //! `--echo`, `--inject-only` sends every frame straight back unread.
 //! `--inject-only` measures the source and a bare rx_burst + free loop
 //! without the stack, the floor the stack's cost is read against.
@@ -38,6 +39,8 @@ use spate_testkit::wire_peer::{PEER_IP, PEER_MAC, eth, ip_fragments, udp_datagra
 const SPATE_MAC: MacAddr = MacAddr([0x02, 0x53, 0x50, 0x41, 0x54, 0x45]);
 
 struct Source {
+    /// Frames written per call (at most 32).
+    burst: u64,
     tx: TxQueue,
     rx: RxQueue,
     pool: Arc<Mempool>,
@@ -51,9 +54,9 @@ struct Source {
 }
 
 impl Source {
-    /// Writes up to 32 frames into the wire.
+    /// Writes up to `burst` frames into the wire.
     fn inject(&mut self) {
-        let n = (self.target - self.sent).min(32) as usize;
+        let n = (self.target - self.sent).min(self.burst) as usize;
         if n == 0 {
             return;
         }
@@ -136,6 +139,9 @@ struct Args {
     /// Polling lcores (receive mode): with 2, software RSS hands half the
     /// flows to the second lcore.
     lcores: usize,
+    /// Frames the source writes per loop iteration (1 to 32): 1 is a
+    /// stream so thin that every datagram is a burst of its own.
+    burst: u64,
 }
 
 fn parse() -> (Args, bool, Option<String>) {
@@ -153,6 +159,7 @@ fn parse() -> (Args, bool, Option<String>) {
         one_by_one: args.iter().any(|a| a == "--one-by-one"),
         echo: flag("--echo").and_then(|v| v.parse().ok()),
         lcores: flag("--lcores").and_then(|v| v.parse().ok()).unwrap_or(1),
+        burst: flag("--burst").and_then(|v| v.parse().ok()).unwrap_or(32u64).clamp(1, 32),
     };
     (a, args.iter().any(|a| a == "--callgrind"), flag("--json"))
 }
@@ -195,6 +202,7 @@ fn run_once(a: &Args) {
         eth(SPATE_MAC, spate::wire::ethernet::ethertype::ARP, &body)
     };
     let source = Source {
+        burst: a.burst,
         tx: b_port.tx_queue(0).unwrap(),
         rx: b_port.rx_queue(0).unwrap(),
         pool: peer_pool,
@@ -401,13 +409,18 @@ fn echo(stack: &Stack, source: Source, target: u64, start: u64) {
             let (mut n, mut bytes) = (0u64, 0u64);
             move |ctx: &mut LcoreCtx<'_>| {
                 src.inject();
-                while s.recv_batch(&mut batch, 64).is_ok() {
+                // A short batch means the queue is empty (as a short
+                // `recvmmsg` does): no call just to hear `WouldBlock`.
+                while let Ok(got) = s.recv_batch(&mut batch, 64) {
                     let replies = batch.drain().map(|dg| {
                         let to = dg.src();
                         bytes += dg.len() as u64;
                         (dg.into_send_buf(), to)
                     });
                     n += s.send_batch_to(replies).unwrap_or(0) as u64;
+                    if got < 64 {
+                        break;
+                    }
                 }
                 src.drain();
                 if n >= target {
@@ -438,17 +451,23 @@ fn guard(json: Option<String>) {
     let group = instructions_per_datagram(&args(&["--sockets", "64"]), n) - floor;
     let echo_floor = instructions_per_datagram(&args(&["--echo", "64", "--inject-only"]), n);
     let echo = instructions_per_datagram(&args(&["--echo", "64"]), n) - echo_floor;
+    // One datagram per loop iteration: what every iteration costs besides
+    // its datagrams, paid by each one when the stream is thin.
+    let thin_floor = instructions_per_datagram(&args(&["--echo", "64", "--inject-only", "--burst", "1"]), n);
+    let thin = instructions_per_datagram(&args(&["--echo", "64", "--burst", "1"]), n) - thin_floor;
     println!("spate's own instructions per datagram (callgrind, 16 flows, 64 bytes, {n} and {} datagrams):", 2 * n);
     println!("| path | floor | spate's own |");
     println!("|---|---|---|");
     println!("| receive, 1 socket | {floor:.1} | {one:.1} |");
     println!("| receive, 64-member group | {floor:.1} | {group:.1} |");
     println!("| echo (reply in the request's mbuf) | {echo_floor:.1} | {echo:.1} |");
-    println!("perf-guard receive_1_socket={one:.1} receive_64_group={group:.1} echo={echo:.1}");
+    println!("| echo, one datagram per loop iteration | {thin_floor:.1} | {thin:.1} |");
+    println!("perf-guard receive_1_socket={one:.1} receive_64_group={group:.1} echo={echo:.1} echo_burst_1={thin:.1}");
     if let Some(path) = json {
         let body = serde_json::json!({
             "bench": "pipeline-guard", "floor": floor, "receive_1_socket": one,
             "receive_64_group": group, "echo_floor": echo_floor, "echo": echo,
+            "echo_burst_1_floor": thin_floor, "echo_burst_1": thin,
         });
         std::fs::write(path, body.to_string()).expect("write JSON");
     }

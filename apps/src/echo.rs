@@ -75,14 +75,19 @@ fn run(args: &EchoArgs) -> Result<(), Box<dyn std::error::Error>> {
             for id in ctx.ready() {
                 let i = by_id[id];
                 let s = &socks[i];
-                while s.recv_batch(&mut batch, BATCH).is_ok() {
-                    counts[i].fetch_add(batch.len() as u64, Ordering::Relaxed);
+                while let Ok(got) = s.recv_batch(&mut batch, BATCH) {
+                    counts[i].fetch_add(got as u64, Ordering::Relaxed);
                     // One call for the batch; a full queue drops the
                     // replies, as a kernel would.
                     let _ = s.send_batch_to(batch.drain().map(|d| {
                         let to = d.src();
                         (d.into_send_buf(), to)
                     }));
+                    // A short batch: the queue is empty, no call just to
+                    // hear WouldBlock.
+                    if got < BATCH {
+                        break;
+                    }
                 }
             }
         }

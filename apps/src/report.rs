@@ -127,8 +127,10 @@ pub fn summary(stack: &Stack) -> String {
     let _ = write!(out, "\nMempool: InUse={} Size={}", stack.mempool().in_use(), stack.mempool().size());
     let _ =
         write!(out, "\nReassembly: HeldBytes={} PeakBytes={}", stack.reassembly_bytes(), stack.reassembly_peak_bytes());
-    let busy: u64 = (0..stack.lcores().len()).map(|i| stack.lcore_load(i).0).sum();
-    let _ = write!(out, "\nLcores: BusyCycles={busy} TscHz={}", spate::dpdk::lcore::tsc_hz());
+    let (busy, loops) = (0..stack.lcores().len())
+        .map(|i| stack.lcore_load(i))
+        .fold((0, 0), |(b, l), (busy, loops)| (b + busy, l + loops));
+    let _ = write!(out, "\nLcores: BusyCycles={busy} Loops={loops} TscHz={}", spate::dpdk::lcore::tsc_hz());
     out
 }
 

@@ -254,8 +254,8 @@ impl<T: Truesize> RxQueue<T> {
                 taken += 1;
             }
         }
-        if taken == 1 && batch.len() == 1 {
-            list.extend(batch.pop());
+        if let (1, [_]) = (taken, &batch[..]) {
+            list.push(batch.pop().expect("one"));
         } else if taken == batch.len() {
             list.append(batch);
         } else {
@@ -354,7 +354,10 @@ impl<T: Truesize> RxQueue<T> {
     #[inline]
     fn looks_empty(&self) -> bool {
         self.readers.queued.load(Ordering::Acquire) == 0
-            && self.producers.iter().all(|p| p.queued.load(Ordering::Acquire) == 0)
+            && match &self.producers[..] {
+                [one] => one.queued.load(Ordering::Acquire) == 0,
+                all => all.iter().all(|p| p.queued.load(Ordering::Acquire) == 0),
+            }
     }
 
     fn try_pop(&self) -> Option<T> {
@@ -424,7 +427,7 @@ impl<T: Truesize> RxQueue<T> {
     /// (returns how many items and bytes), otherwise into the empty reader
     /// list, swapped in O(1) (returns no items). `None`: every producer
     /// list is empty.
-    #[inline]
+    #[inline(always)]
     fn splice(&self, r: &mut Reader<T>, out: &mut Vec<T>, room: usize) -> Option<(usize, usize)> {
         let n = self.producers.len();
         for i in 0..n {
@@ -442,8 +445,8 @@ impl<T: Truesize> RxQueue<T> {
             }
             let taken = if list.len() <= room {
                 let items = (list.len(), p.bytes.load(Ordering::Relaxed));
-                if list.len() == 1 {
-                    out.extend(list.pop());
+                if let [_] = &list[..] {
+                    out.push(list.pop().expect("one"));
                 } else {
                     out.append(&mut list);
                 }

@@ -96,9 +96,8 @@ impl Runs {
     /// Forgets the burst's runs (each already emptied by its delivery).
     #[inline]
     fn reset(&mut self) {
-        for run in &self.runs[..self.used] {
-            self.slot[run.index as usize % SLOTS] = 0;
-        }
+        // The whole table: 64 bytes, a few stores, no loop.
+        self.slot = [0; SLOTS];
         self.used = 0;
     }
 }
@@ -112,13 +111,17 @@ impl Worker<'_> {
         if self.runs.used == 0 {
             return;
         }
-        let mut runs = std::mem::take(&mut self.runs.runs);
         let (mut delivered, mut v4) = (0, 0);
-        for run in &mut runs[..self.runs.used] {
-            let (n, n4) = self.deliver_run(run);
+        for r in 0..self.runs.used {
+            // The run's datagrams out while the worker delivers them (a
+            // move of three words), back with their capacity after.
+            let run = &mut self.runs.runs[r];
+            let (index, iface, n4) = (run.index, run.iface, run.v4);
+            let mut datagrams = std::mem::take(&mut run.datagrams);
+            let (n, n4) = self.deliver_run(index, iface, n4, &mut datagrams);
+            self.runs.runs[r].datagrams = datagrams;
             (delivered, v4) = (delivered + n, v4 + n4);
         }
-        self.runs.runs = runs;
         self.runs.reset();
         self.add(Counter::RxDelivered, delivered);
         self.add(Counter::UdpInDatagrams, v4);
@@ -128,33 +131,39 @@ impl Worker<'_> {
     /// Queues one socket's run, counting what was refused and freeing it;
     /// returns how many were queued and how many of those are IPv4.
     #[inline]
-    fn deliver_run(&mut self, run: &mut Run) -> (u64, u64) {
-        let b = self.snapshot.get(run.index);
+    fn deliver_run(&mut self, index: u32, iface: u16, v4: u32, datagrams: &mut Vec<Datagram>) -> (u64, u64) {
+        let b = self.snapshot.get(index);
         if b.sock.epoch.load(Ordering::Acquire) != b.epoch {
             // The socket changed (connected, left its group, closed)
             // after this snapshot: look again in the current one.
-            self.redeliver(run.iface, &mut run.datagrams);
+            self.redeliver(iface, datagrams);
             return (0, 0);
         }
-        let offered = run.datagrams.len();
-        let refusal = b.sock.queue.push_batch(self.idx, &mut run.datagrams);
+        let offered = datagrams.len();
+        let refusal = b.sock.queue.push_batch(self.idx, datagrams);
         let id = b.id;
-        let accepted = (offered - run.datagrams.len()) as u64;
+        let accepted = (offered - datagrams.len()) as u64;
         if accepted > 0 {
             self.mark_ready(id);
         }
         if refusal.is_ok() {
-            return (accepted, run.v4 as u64);
+            return (accepted, v4 as u64);
         }
-        self.refused(run, refusal, accepted)
+        self.refused(v4, datagrams, refusal, accepted)
     }
 
     /// Counts and frees the tail of a run its queue refused; returns what
     /// was queued (as `deliver_run`).
     #[cold]
-    fn refused(&mut self, run: &mut Run, refusal: Result<(), Refusal>, accepted: u64) -> (u64, u64) {
-        let refused_v4 = run.datagrams.iter().filter(|d| d.wire_src().is_ipv4()).count() as u64;
-        let refused = run.datagrams.len() as u64;
+    fn refused(
+        &mut self,
+        v4: u32,
+        datagrams: &mut Vec<Datagram>,
+        refusal: Result<(), Refusal>,
+        accepted: u64,
+    ) -> (u64, u64) {
+        let refused_v4 = datagrams.iter().filter(|d| d.wire_src().is_ipv4()).count() as u64;
+        let refused = datagrams.len() as u64;
         match refusal {
             Ok(()) => {}
             Err(Refusal::Full) => {
@@ -166,8 +175,8 @@ impl Worker<'_> {
             }
             Err(Refusal::Closed) => self.add(Counter::RxSocketClosed, refused),
         }
-        run.datagrams.clear();
-        (accepted, run.v4 as u64 - refused_v4)
+        datagrams.clear();
+        (accepted, v4 as u64 - refused_v4)
     }
 
     /// Names socket `id` in the application's `ready` list, once: a bit per

@@ -548,7 +548,7 @@ struct Staged {
 }
 
 /// Packets a batch send stages before it hands them over.
-const STAGED: usize = 32;
+const STAGED: usize = 8;
 
 impl Staged {
     fn new() -> Staged {
