@@ -27,6 +27,7 @@ impl Worker<'_> {
             self.announce();
             self.flush_all();
         }
+        self.install_local_tx();
         loop {
             let start = spate_dpdk::lcore::tsc();
             self.now = self.shared.clock.at(start);
@@ -54,6 +55,7 @@ impl Worker<'_> {
                 break;
             }
         }
+        self.remove_local_tx();
         self.flush_all();
     }
 
@@ -150,23 +152,47 @@ impl Worker<'_> {
 
     /// Calls the application and sends what it sent.
     fn run_app(&mut self, app: &mut dyn FnMut(&mut LcoreCtx<'_>)) -> usize {
-        let queue = std::mem::take(&mut self.local);
-        LOCAL_TX.with(|l| *l.borrow_mut() = Some(LocalTx { stack_id: self.shared.id, queue }));
         let mut ctx =
             LcoreCtx { index: self.idx, lcore: self.lcore, now: self.now, stack: self.stack, ready: &self.ready };
         app(&mut ctx);
         self.ready.clear();
         self.ready_bits = 0;
-        let mut queue = LOCAL_TX.with(|l| l.borrow_mut().take()).map(|l| l.queue).unwrap_or_default();
+        // What the callback sent, swapped for the empty queue this lcore
+        // keeps (both keep their capacity): one thread-local access.
+        let mut queue = std::mem::take(&mut self.local);
+        LOCAL_TX.with(|l| {
+            if let Some(local) = &mut *l.borrow_mut() {
+                std::mem::swap(&mut local.queue, &mut queue);
+            }
+        });
         let n = queue.len();
         self.transmit_all(&mut queue);
         self.local = queue;
         n
     }
 
+    /// Installs this lcore's queue for sends from its callback (the
+    /// thread-local `LOCAL_TX`) for the time the loop runs.
+    fn install_local_tx(&mut self) {
+        let queue = Vec::with_capacity(self.local.capacity());
+        LOCAL_TX.with(|l| *l.borrow_mut() = Some(LocalTx { stack_id: self.shared.id, queue }));
+    }
+
+    /// Takes the queue out again: after the loop, sends go to the inbox.
+    fn remove_local_tx(&mut self) {
+        if let Some(local) = LOCAL_TX.with(|l| l.borrow_mut().take()) {
+            let mut queue = local.queue;
+            self.transmit_all(&mut queue);
+        }
+    }
+
     /// Sends what application threads queued for this lcore.
     fn drain_inbox(&mut self) -> usize {
         let inbox = &self.shared.inbox[self.idx];
+        // Two loads say whether there is anything, cheaper than a failed pop.
+        if inbox.is_empty() {
+            return 0;
+        }
         let mut n = 0;
         while n < INBOX_BATCH {
             let Some(pkt) = inbox.pop() else { break };

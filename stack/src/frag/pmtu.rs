@@ -30,11 +30,17 @@ impl PathMtu {
     }
 
     /// The path MTU learnt for `dst`, if one is current.
-    #[inline]
+    #[inline(always)]
     pub fn get(&self, dst: &IpAddr) -> Option<u16> {
         if self.entries.load(Ordering::Acquire) == 0 {
             return None;
         }
+        self.look_up(dst)
+    }
+
+    /// `get` with entries to look through.
+    #[inline(never)]
+    fn look_up(&self, dst: &IpAddr) -> Option<u16> {
         let map = self.map.read().unwrap_or_else(|p| p.into_inner());
         map.get(dst).filter(|(_, until)| *until > Instant::now()).map(|(mtu, _)| *mtu)
     }
