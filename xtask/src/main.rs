@@ -493,6 +493,8 @@ fn bench(args: &[String]) -> Result {
         ("ip_id", vec![]),
         ("lookup", vec!["--callgrind"]),
         ("rx_queue", vec![]),
+        ("echo", vec![]),
+        ("latency", vec![]),
         ("pps", vec![]),
     ];
     for (name, extra) in all {
