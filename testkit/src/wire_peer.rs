@@ -131,7 +131,8 @@ impl WirePeer {
         }
     }
 
-    /// Receives what is there into `b`.
+    /// Receives what is there into `b` (not the frames a `recv_matching`
+    /// call kept for the next one).
     pub fn recv_burst(&mut self, b: &mut Burst) -> usize {
         self.rx.rx_burst(b)
     }

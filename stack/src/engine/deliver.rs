@@ -196,12 +196,14 @@ impl Worker<'_> {
     /// after a fresh lookup in the current snapshot.
     #[cold]
     fn redeliver(&mut self, iface: u16, batch: &mut Vec<Datagram>) {
-        self.snapshot = self.shared.sockets.snapshot();
-        self.snap_gen = self.shared.sockets.generation();
+        // The current snapshot, kept apart: the burst's other runs hold
+        // binding indices into the one they were staged against, which
+        // stays the lcore's until its next poll takes the new one.
+        let fresh = self.shared.sockets.snapshot();
         for d in batch.drain(..) {
             let v4 = d.src().is_ipv4() || d.is_mapped();
             let key = crate::lookup::FlowKey::new(&d.wire_src(), &d.wire_dst(), iface).on_lcore(self.idx as u32);
-            let Some((_, b)) = self.snapshot.lookup(&key) else {
+            let Some((_, b)) = fresh.lookup(&key) else {
                 self.inc(Counter::RxSocketClosed);
                 continue;
             };

@@ -11,6 +11,16 @@ use crate::shared::{BURST, LOCAL_TX, LocalTx, TxPacket};
 use crate::stats::Counter;
 use crate::time::Instant;
 
+/// Clears `LOCAL_TX` when dropped, on the way out of the loop however it
+/// ends.
+struct LocalTxGuard;
+
+impl Drop for LocalTxGuard {
+    fn drop(&mut self) {
+        LOCAL_TX.with(|l| l.borrow_mut().take());
+    }
+}
+
 /// Packets taken from the inbox per loop iteration.
 const INBOX_BATCH: usize = 256;
 /// Timer period.
@@ -28,6 +38,9 @@ impl Worker<'_> {
             self.flush_all();
         }
         self.install_local_tx();
+        // Should the loop unwind, the queue goes with it (its mbufs
+        // freed): a thread that carries on must not send into it.
+        let _installed = LocalTxGuard;
         loop {
             let start = spate_dpdk::lcore::tsc();
             self.now = self.shared.clock.at(start);
@@ -178,7 +191,8 @@ impl Worker<'_> {
         LOCAL_TX.with(|l| *l.borrow_mut() = Some(LocalTx { stack_id: self.shared.id, queue }));
     }
 
-    /// Takes the queue out again: after the loop, sends go to the inbox.
+    /// Takes the queue out again and sends what is in it: after the loop,
+    /// sends go to the inbox.
     fn remove_local_tx(&mut self) {
         if let Some(local) = LOCAL_TX.with(|l| l.borrow_mut().take()) {
             let mut queue = local.queue;

@@ -29,8 +29,9 @@ pub struct TxPacket {
 }
 
 thread_local! {
-    /// Set on a polling lcore while it runs the application's callback:
-    /// sends made there go straight to the lcore's transmit path.
+    /// Set on a polling lcore while its loop runs (only the application's
+    /// callback sends from that thread meanwhile): sends made there go
+    /// straight to the lcore's transmit path.
     pub(crate) static LOCAL_TX: RefCell<Option<LocalTx>> = const { RefCell::new(None) };
 }
 
