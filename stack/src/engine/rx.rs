@@ -59,6 +59,17 @@ const FAST_L4: usize = FAST_L3 + ipv4::HEADER_LEN;
 /// And an IPv6 frame's UDP header, after a header without extensions.
 const FAST6_L4: usize = FAST_L3 + ipv6::HEADER_LEN;
 
+/// Whether a UDP checksum verifies, from the sum over the pseudo-header's
+/// addresses (which lie just before the UDP header, in IPv4 and IPv6
+/// alike) through the datagram's end, plus protocol and length; in the
+/// machine's byte order (the fold is all ones either way).
+#[inline(always)]
+fn udp_sum_ok(addresses_to_end: &[u8], udp_len: usize) -> bool {
+    let sum = checksum::sum_native(addresses_to_end);
+    let rest = u16::from_be(ip_proto::UDP as u16) as u64 + u16::from_be(udp_len as u16) as u64;
+    checksum::fold(sum + rest) == 0xffff
+}
+
 impl Worker<'_> {
     /// The common case without the branches of the others: an untagged
     /// Ethernet frame to the interface's own MAC carrying IPv4 without
@@ -93,7 +104,7 @@ impl Worker<'_> {
     /// [`rx_fast`](Self::rx_fast) for IPv4, the frame's Ethernet header
     /// already checked.
     #[inline(always)]
-    fn rx_fast_v4(&mut self, ifx: u16, mut m: Mbuf) -> Result<(), Mbuf> {
+    fn rx_fast_v4(&mut self, ifx: u16, m: Mbuf) -> Result<(), Mbuf> {
         let iface: &Interface = &self.shared.ifaces[ifx as usize];
         let d = m.data();
         // The headers as one fixed-size array: no bounds checks below.
@@ -136,62 +147,25 @@ impl Worker<'_> {
             RxChecksum::Good => true,
             RxChecksum::Bad => false,
             _ if be16(FAST_L4 + 6) == 0 => true,
-            _ => {
-                // The pseudo-header's addresses lie just before the UDP
-                // header: one sum over both, plus protocol and length.
-                // In the machine's byte order (the fold is all ones either way).
-                let sum = checksum::sum_native(&d[FAST_L3 + 12..FAST_L4 + udp_len]);
-                let rest = u16::from_be(ip_proto::UDP as u16) as u64 + u16::from_be(udp_len as u16) as u64;
-                checksum::fold(sum + rest) == 0xffff
-            }
+            _ => udp_sum_ok(&d[FAST_L3 + 12..FAST_L4 + udp_len], udp_len),
         };
         if !udp_ok {
             return Err(m);
         }
         let padding = d.len() - FAST_L3 - total;
         let dst_port = be16(FAST_L4 + 2);
-        let found = match self.snapshot.shortcut(dst_port, true) {
-            Shortcut::Found(found) => found,
-            Shortcut::Group(g) => {
-                let (src, dst) = (0xffff_0000_0000 | u32::from(src) as u128, 0xffff_0000_0000 | u32::from(dst) as u128);
-                let hash =
-                    m.rss_hash().unwrap_or_else(|| self.snapshot.flow_hash_of(src, be16(FAST_L4), dst, dst_port));
-                self.snapshot.pick(g, hash, self.idx as u32)
-            }
-            Shortcut::Walk => {
-                let key = FlowKey {
-                    src: 0xffff_0000_0000 | u32::from(src) as u128,
-                    src_port: be16(FAST_L4),
-                    dst: 0xffff_0000_0000 | u32::from(dst) as u128,
-                    dst_port,
-                    v4: true,
-                    iface: ifx,
-                    lcore: self.idx as u32,
-                    rss_hash: m.rss_hash(),
-                };
-                self.snapshot.lookup(&key)
-            }
-        };
-        let Some((index, b)) = found else {
+        let (src, dst) = (0xffff_0000_0000 | u32::from(src) as u128, 0xffff_0000_0000 | u32::from(dst) as u128);
+        let Some((index, mapped)) = self.fast_lookup(&m, ifx, true, (src, be16(FAST_L4)), (dst, dst_port)) else {
             return Err(m);
         };
-        let mapped = b.family == Family::V6;
-        // Only the payload stays in the mbuf (the headers stay in its
-        // headroom, where the datagram reads its addresses from); padding
-        // after the IP packet goes.
-        if (padding > 0 && m.trim(padding).is_err()) || m.adj(FAST_L4 + udp::HEADER_LEN).is_err() {
-            return Err(m);
-        }
-        let d = Datagram::new(m, header_span(FAST_L3, FAST_L4), mapped);
-        self.stage(index, ifx, true, d);
-        Ok(())
+        self.stage_fast(ifx, true, m, padding, FAST_L4, index, mapped)
     }
 
     /// [`rx_fast`](Self::rx_fast) for IPv6: no extension header (the next
     /// header UDP), to one of the interface's unicast addresses, the UDP
     /// checksum present and good (IPv6 has no datagram without one).
     #[inline(always)]
-    fn rx_fast_v6(&mut self, ifx: u16, mut m: Mbuf) -> Result<(), Mbuf> {
+    fn rx_fast_v6(&mut self, ifx: u16, m: Mbuf) -> Result<(), Mbuf> {
         let iface: &Interface = &self.shared.ifaces[ifx as usize];
         let d = m.data();
         let Some(h) = d.get(..FAST6_L4 + udp::HEADER_LEN) else { return Err(m) };
@@ -214,14 +188,7 @@ impl Worker<'_> {
             RxChecksum::Good => be16(FAST6_L4 + 6) != 0,
             RxChecksum::Bad => false,
             _ if be16(FAST6_L4 + 6) == 0 => false,
-            _ => {
-                // The pseudo-header's addresses lie just before the UDP
-                // header, as in IPv4: one sum over both, plus the next
-                // header and the length, in the machine's byte order.
-                let sum = checksum::sum_native(&d[FAST_L3 + 8..FAST6_L4 + udp_len]);
-                let rest = u16::from_be(ip_proto::UDP as u16) as u64 + u16::from_be(udp_len as u16) as u64;
-                checksum::fold(sum + rest) == 0xffff
-            }
+            _ => udp_sum_ok(&d[FAST_L3 + 8..FAST6_L4 + udp_len], udp_len),
         };
         if !udp_ok {
             return Err(m);
@@ -229,20 +196,39 @@ impl Worker<'_> {
         let padding = d.len() - FAST6_L4 - udp_len;
         let dst_port = be16(FAST6_L4 + 2);
         let (src, dst) = (u128::from(src), u128::from(dst));
-        let found = match self.snapshot.shortcut(dst_port, false) {
+        // An IPv6 datagram is never mapped: its socket is IPv6.
+        let Some((index, _)) = self.fast_lookup(&m, ifx, false, (src, be16(FAST6_L4)), (dst, dst_port)) else {
+            return Err(m);
+        };
+        self.stage_fast(ifx, false, m, padding, FAST6_L4, index, false)
+    }
+
+    /// The fast paths' look-up: the port's shortcut decision, the group's
+    /// hash from the port's RSS hash where there is one, the walk
+    /// otherwise. Returns the binding's index and whether the datagram
+    /// reaches an IPv6 socket (IPv4-mapped, for an IPv4 one).
+    #[inline(always)]
+    fn fast_lookup(
+        &self,
+        m: &Mbuf,
+        ifx: u16,
+        v4: bool,
+        (src, src_port): (u128, u16),
+        (dst, dst_port): (u128, u16),
+    ) -> Option<(u32, bool)> {
+        let found = match self.snapshot.shortcut(dst_port, v4) {
             Shortcut::Found(found) => found,
             Shortcut::Group(g) => {
-                let hash =
-                    m.rss_hash().unwrap_or_else(|| self.snapshot.flow_hash_of(src, be16(FAST6_L4), dst, dst_port));
+                let hash = m.rss_hash().unwrap_or_else(|| self.snapshot.flow_hash_of(src, src_port, dst, dst_port));
                 self.snapshot.pick(g, hash, self.idx as u32)
             }
             Shortcut::Walk => {
                 let key = FlowKey {
                     src,
-                    src_port: be16(FAST6_L4),
+                    src_port,
                     dst,
                     dst_port,
-                    v4: false,
+                    v4,
                     iface: ifx,
                     lcore: self.idx as u32,
                     rss_hash: m.rss_hash(),
@@ -250,14 +236,29 @@ impl Worker<'_> {
                 self.snapshot.lookup(&key)
             }
         };
-        let Some((index, _)) = found else {
-            return Err(m);
-        };
-        if (padding > 0 && m.trim(padding).is_err()) || m.adj(FAST6_L4 + udp::HEADER_LEN).is_err() {
+        found.map(|(index, b)| (index, b.family == Family::V6))
+    }
+
+    /// Stages a fast path's datagram: only the payload stays in the mbuf
+    /// (the headers stay in its headroom, where the datagram reads its
+    /// addresses from); padding after the IP packet goes.
+    #[allow(clippy::too_many_arguments)]
+    #[inline(always)]
+    fn stage_fast(
+        &mut self,
+        ifx: u16,
+        v4: bool,
+        mut m: Mbuf,
+        padding: usize,
+        l4: usize,
+        index: u32,
+        mapped: bool,
+    ) -> Result<(), Mbuf> {
+        if (padding > 0 && m.trim(padding).is_err()) || m.adj(l4 + udp::HEADER_LEN).is_err() {
             return Err(m);
         }
-        let d = Datagram::new(m, header_span(FAST_L3, FAST6_L4), false);
-        self.stage(index, ifx, false, d);
+        let d = Datagram::new(m, header_span(FAST_L3, l4), mapped);
+        self.stage(index, ifx, v4, d);
         Ok(())
     }
 }
