@@ -19,6 +19,18 @@ fn is_announcement(f: &[u8]) -> bool {
         })
 }
 
+/// A UDP datagram spate sent the peer over IPv4, both checksums verified:
+/// (source port, destination port, UDP checksum, payload).
+fn udp_to_peer(frame: &[u8], what: &str) -> (u16, u16, u16, Vec<u8>) {
+    let e = ethernet::Frame::new_checked(frame).unwrap();
+    let ip = ipv4::Packet::new_checked(e.payload()).unwrap();
+    assert!(ip.verify_checksum(), "{what}: IPv4 header checksum");
+    assert_eq!((ip.src(), ip.dst()), (SPATE_IP, PEER_IP), "{what}: addresses");
+    let u = udp::Packet::new_checked(ip.payload()).unwrap();
+    assert!(u.verify_checksum(&IpAddr::V4(SPATE_IP), &IpAddr::V4(PEER_IP)), "{what}: UDP checksum");
+    (u.src_port(), u.dst_port(), u.checksum(), u.payload().to_vec())
+}
+
 /// A stack polling lcore 1 on `port` (announcing itself or not), with a
 /// small pool whose in-use count each test brings back to zero.
 fn wire_stack(port: PortSpec, announce: bool) -> Stack {
@@ -194,15 +206,10 @@ fn replies_in_the_requests_mbuf_carry_correct_checksums() {
         let mut buf = d.into_send_buf();
         change(&mut buf);
         sock.send_buf_to(buf, SocketAddr::new(PEER_IP.into(), to_port)).unwrap();
-        let out = peer.recv_matching(|f| !is_announcement(f));
-        let e = ethernet::Frame::new_checked(&out[..]).unwrap();
-        let ip = ipv4::Packet::new_checked(e.payload()).unwrap();
-        assert!(ip.verify_checksum(), "{what}: IPv4 header checksum");
-        let u = udp::Packet::new_checked(ip.payload()).unwrap();
-        assert!(u.verify_checksum(&IpAddr::V4(SPATE_IP), &IpAddr::V4(PEER_IP)), "{what}: UDP checksum");
-        assert_eq!((u.src_port(), u.dst_port(), u.payload()), (7, want_port, want), "{what}");
+        let (src_port, dst_port, sum, payload) = udp_to_peer(&peer.recv_matching(|f| !is_announcement(f)), what);
+        assert_eq!((src_port, dst_port, &payload[..]), (7, want_port, want), "{what}");
         if what == "unchanged" {
-            assert_eq!(u.checksum(), request_sum, "the request's checksum, kept");
+            assert_eq!(sum, request_sum, "the request's checksum, kept");
         }
     }
     // The same four as one batch send: all of them go, in order, each
@@ -217,13 +224,9 @@ fn replies_in_the_requests_mbuf_carry_correct_checksums() {
     }
     assert_eq!(sock.send_batch_to(replies).unwrap(), 4);
     for (what, _, _, want, want_port) in cases {
-        let out = peer.recv_matching(|f| !is_announcement(f));
-        let e = ethernet::Frame::new_checked(&out[..]).unwrap();
-        let ip = ipv4::Packet::new_checked(e.payload()).unwrap();
-        assert!(ip.verify_checksum(), "batch {what}: IPv4 header checksum");
-        let u = udp::Packet::new_checked(ip.payload()).unwrap();
-        assert!(u.verify_checksum(&IpAddr::V4(SPATE_IP), &IpAddr::V4(PEER_IP)), "batch {what}: UDP checksum");
-        assert_eq!((u.src_port(), u.dst_port(), u.payload()), (7, want_port, want), "batch {what}");
+        let what = format!("batch {what}");
+        let (src_port, dst_port, _, payload) = udp_to_peer(&peer.recv_matching(|f| !is_announcement(f)), &what);
+        assert_eq!((src_port, dst_port, &payload[..]), (7, want_port, want), "{what}");
     }
     // A bad destination is refused on its own; the datagrams around it go.
     let bufs = (0..3).map(|i| {
@@ -233,10 +236,8 @@ fn replies_in_the_requests_mbuf_carry_correct_checksums() {
     });
     assert_eq!(sock.send_batch_to(bufs).unwrap(), 2);
     for _ in 0..2 {
-        let out = peer.recv_matching(|f| !is_announcement(f));
-        let e = ethernet::Frame::new_checked(&out[..]).unwrap();
-        let ip = ipv4::Packet::new_checked(e.payload()).unwrap();
-        assert_eq!(udp::Packet::new_checked(ip.payload()).unwrap().payload(), b"ok");
+        let (_, _, _, payload) = udp_to_peer(&peer.recv_matching(|f| !is_announcement(f)), "around the bad one");
+        assert_eq!(payload, b"ok");
     }
     let none = [(sock.alloc_send_buf(2).unwrap(), SocketAddr::new(PEER_IP.into(), 0))];
     assert_eq!(sock.send_batch_to(none).unwrap_err().kind(), std::io::ErrorKind::InvalidInput);
@@ -361,11 +362,8 @@ fn the_fast_path_delivers_and_counts_as_the_full_path() {
     let mapped = IpAddr::V6(PEER_IP.to_ipv6_mapped());
     assert_eq!(sock.send_batch_to([to(mapped), to(PEER_IP6.into())]).unwrap(), 2);
     let v4 = peer.recv_matching(|f| f[12..14] == [8, 0] && f[23] == ip_proto::UDP);
-    let ip = ipv4::Packet::new_checked(&v4[14..]).unwrap();
-    assert!(ip.verify_checksum() && ip.dst() == PEER_IP);
-    let u = udp::Packet::new_checked(ip.payload()).unwrap();
-    assert!(u.verify_checksum(&IpAddr::V4(SPATE_IP), &IpAddr::V4(PEER_IP)));
-    assert_eq!((u.src_port(), u.dst_port(), u.payload()), (7, 40000, &b"reply"[..]));
+    let (src_port, dst_port, _, payload) = udp_to_peer(&v4, "to the IPv4-mapped peer");
+    assert_eq!((src_port, dst_port, &payload[..]), (7, 40000, &b"reply"[..]));
     let v6 = peer.recv_matching(|f| f[12..14] == [0x86, 0xdd] && f[20] == ip_proto::UDP);
     let u = udp::Packet::new_checked(&v6[54..]).unwrap();
     assert!(u.verify_checksum(&spate_testkit::wire_peer::SPATE_IP6.into(), &PEER_IP6.into()));

@@ -37,20 +37,9 @@ pub struct WirePeer {
 impl WirePeer {
     /// Creates a wire pair; returns the peer and the name of spate's end.
     pub fn new(mbufs: u32) -> (WirePeer, String, Port) {
-        let (a, mut b) = Port::wire_pair(&unique("w")).expect("wire pair");
-        let pool = Arc::new(Mempool::new(&MempoolConfig::new(&unique("peer"), mbufs)).expect("peer pool"));
-        b.configure(&PortConfig::default(), pool.clone()).expect("configure peer port");
-        b.start().expect("start peer port");
+        let (a, b) = Port::wire_pair(&unique("w")).expect("wire pair");
         let name = a.name().to_string();
-        let peer = WirePeer {
-            rx: b.rx_queue(0).unwrap(),
-            tx: b.tx_queue(0).unwrap(),
-            pool,
-            _port: b,
-            arp_reply: Vec::new(),
-            later: Default::default(),
-        };
-        (peer, name, a)
+        (WirePeer::on_port(b, mbufs), name, a)
     }
 
     /// The peer on a port of its own (a `net_virtio_user` client, say),
