@@ -2,7 +2,7 @@
 //! options, receiving, and closing.
 
 use std::io;
-use std::net::{IpAddr, Ipv6Addr, SocketAddr, ToSocketAddrs};
+use std::net::{IpAddr, Ipv6Addr, SocketAddr, SocketAddrV4, ToSocketAddrs};
 use std::sync::atomic::{AtomicBool, AtomicI32, AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant as StdInstant};
@@ -175,13 +175,7 @@ impl UdpSocket {
     pub(super) fn destination(&self, addr: SocketAddr) -> io::Result<SocketAddr> {
         if let SocketAddr::V4(a) = addr {
             // The common case, without the normalising below.
-            if self.family == Family::V6 && self.v6only {
-                return Err(errno(libc::ENETUNREACH, "IPv4-mapped address on an IPv6-only socket"));
-            }
-            if a.port() == 0 || a.ip().is_unspecified() {
-                return Err(errno(libc::EINVAL, "no destination port or address"));
-            }
-            return Ok(addr);
+            return self.v4_destination(a).map(|()| addr);
         }
         let dst = normalize(addr);
         match (self.family, addr, dst) {
@@ -194,6 +188,18 @@ impl UdpSocket {
             }
             _ => Ok(dst),
         }
+    }
+
+    /// Whether this socket may send to IPv4 destination `a`.
+    #[inline]
+    pub(super) fn v4_destination(&self, a: SocketAddrV4) -> io::Result<()> {
+        if self.family == Family::V6 && self.v6only {
+            return Err(errno(libc::ENETUNREACH, "IPv4-mapped address on an IPv6-only socket"));
+        }
+        if a.port() == 0 || a.ip().is_unspecified() {
+            return Err(errno(libc::EINVAL, "no destination port or address"));
+        }
+        Ok(())
     }
 
     /// Connects to `addr`: `send` goes there and only its datagrams are

@@ -302,12 +302,7 @@ impl UdpSocket {
         d: SocketAddrV4,
         last: &mut Option<(Ipv4Addr, Path, Ipv4Addr)>,
     ) -> io::Result<Result<TxPacket, SendBuf>> {
-        if self.family == Family::V6 && self.v6only {
-            return Err(errno(libc::ENETUNREACH, "IPv4-mapped address on an IPv6-only socket"));
-        }
-        if d.port() == 0 || d.ip().is_unspecified() {
-            return Err(errno(libc::EINVAL, "no destination port or address"));
-        }
+        self.v4_destination(d)?;
         let (path, src_ip) = match *last {
             Some((ip, p, s)) if ip == *d.ip() => (p, s),
             _ => {
