@@ -5,8 +5,10 @@
 //! list; when it is empty it splices a whole producer list across in O(1)
 //! (the producer's `Vec` becomes the reader's `VecDeque` and the reader's
 //! emptied buffer the producer's, both keeping their capacity), taking
-//! producers in turn so none starves. Whole lists move with one copy: a
-//! producer appends a burst that fits in one `memcpy`, and a reader with
+//! producers in turn so none starves. Whole lists move with one copy at
+//! most: a producer whose list is empty swaps the burst's buffer in (no
+//! copy; the burst keeps the list's empty buffer) and otherwise appends
+//! the burst with one `memcpy`, and a reader with
 //! room for all of a producer's list takes it straight into its batch the
 //! same way, the list keeping its buffer. Each side publishes how many items
 //! its list holds, so a poll of an empty queue reads those words and takes
@@ -40,6 +42,11 @@ use crate::sync::{AtomicBool, AtomicU64, AtomicUsize, Condvar, Mutex, Ordering, 
 /// Naps in a row a reader takes on an empty queue before it asks to be
 /// woken (see `RxQueue::set_nap`).
 const EMPTY_NAPS: usize = 2;
+
+/// A producer list's first buffer: room for a burst (spate's are 32), so
+/// a burst queued on the empty list can be swapped in whole instead of
+/// copied (see `push_batch`).
+const PRODUCER_CAPACITY: usize = 32;
 
 /// What a queued item costs against the receive buffer.
 pub trait Truesize {
@@ -164,7 +171,7 @@ impl<T: Truesize> RxQueue<T> {
             producers: (0..producers.max(1))
                 .map(|_| {
                     CachePadded::new(Producer {
-                        list: Mutex::new(Vec::new()),
+                        list: Mutex::new(Vec::with_capacity(PRODUCER_CAPACITY)),
                         queued: AtomicUsize::new(0),
                         bytes: AtomicUsize::new(0),
                         charged: AtomicUsize::new(0),
@@ -257,7 +264,13 @@ impl<T: Truesize> RxQueue<T> {
         if let (1, [_]) = (taken, &batch[..]) {
             list.push(batch.pop().expect("one"));
         } else if taken == batch.len() {
-            list.append(batch);
+            if list.is_empty() && list.capacity() >= batch.capacity() {
+                // The batch's buffer becomes the list, without a copy; the
+                // batch keeps the list's empty one, no smaller than its own.
+                std::mem::swap(&mut *list, batch);
+            } else {
+                list.append(batch);
+            }
         } else {
             list.extend(batch.drain(..taken));
         }
@@ -517,7 +530,7 @@ impl<T: Truesize> RxQueue<T> {
             match wait {
                 Wait::No => true,
                 Wait::Forever => {
-                    g = w.cv.wait(g).unwrap_or_else(|p| p.into_inner());
+                    g = crate::sync::wait(&w.cv, g, None);
                     false
                 }
                 Wait::Until(deadline) => {
@@ -525,14 +538,7 @@ impl<T: Truesize> RxQueue<T> {
                     if now >= deadline {
                         true
                     } else {
-                        #[cfg(not(loom))]
-                        {
-                            g = w.cv.wait_timeout(g, deadline - now).unwrap_or_else(|p| p.into_inner()).0;
-                        }
-                        #[cfg(loom)]
-                        {
-                            g = w.cv.wait(g).unwrap();
-                        }
+                        g = crate::sync::wait(&w.cv, g, Some(deadline - now));
                         false
                     }
                 }

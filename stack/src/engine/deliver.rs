@@ -113,15 +113,34 @@ impl Worker<'_> {
         }
         let (mut delivered, mut v4) = (0, 0);
         for r in 0..self.runs.used {
-            // The run's datagrams out while the worker delivers them (a
-            // move of three words), back with their capacity after.
+            // The fields apart, so the run's datagrams go to the queue where
+            // they lie (no move of the `Vec` in and out).
             let run = &mut self.runs.runs[r];
-            let (index, iface, n4) = (run.index, run.iface, run.v4);
-            let mut datagrams = std::mem::take(&mut run.datagrams);
-            let (n, n4) = self.deliver_run(index, iface, n4, &mut datagrams);
-            std::mem::swap(&mut self.runs.runs[r].datagrams, &mut datagrams);
-            // What comes back is the empty `Vec` the take left: nothing to free.
-            std::mem::forget(datagrams);
+            let b = self.snapshot.get(run.index);
+            if b.sock.epoch.load(Ordering::Acquire) != b.epoch {
+                // The socket changed (connected, left its group, closed)
+                // after this snapshot: look again in the current one.
+                let (iface, mut datagrams) = (run.iface, std::mem::take(&mut run.datagrams));
+                self.redeliver(iface, &mut datagrams);
+                self.runs.runs[r].datagrams = datagrams;
+                continue;
+            }
+            let offered = run.datagrams.len();
+            let refusal = b.sock.queue.push_batch(self.idx, &mut run.datagrams);
+            let accepted = offered - run.datagrams.len();
+            if accepted > 0 {
+                mark_ready(&mut self.ready, &mut self.ready_bits, b.id);
+            }
+            let n4 = run.v4 as u64;
+            let (n, n4) = match refusal {
+                Ok(()) => (accepted as u64, n4),
+                Err(refusal) => {
+                    let mut datagrams = std::mem::take(&mut run.datagrams);
+                    let counted = self.refused(n4, &mut datagrams, refusal, accepted as u64);
+                    self.runs.runs[r].datagrams = datagrams;
+                    counted
+                }
+            };
             (delivered, v4) = (delivered + n, v4 + n4);
         }
         self.runs.reset();
@@ -130,66 +149,31 @@ impl Worker<'_> {
         self.add(Counter::Udp6InDatagrams, delivered - v4);
     }
 
-    /// Queues one socket's run, counting what was refused and freeing it;
-    /// returns how many were queued and how many of those are IPv4.
-    #[inline]
-    fn deliver_run(&mut self, index: u32, iface: u16, v4: u32, datagrams: &mut Vec<Datagram>) -> (u64, u64) {
-        let b = self.snapshot.get(index);
-        if b.sock.epoch.load(Ordering::Acquire) != b.epoch {
-            // The socket changed (connected, left its group, closed)
-            // after this snapshot: look again in the current one.
-            self.redeliver(iface, datagrams);
-            return (0, 0);
-        }
-        let offered = datagrams.len();
-        let refusal = b.sock.queue.push_batch(self.idx, datagrams);
-        let id = b.id;
-        let accepted = (offered - datagrams.len()) as u64;
-        if accepted > 0 {
-            self.mark_ready(id);
-        }
-        if refusal.is_ok() {
-            return (accepted, v4 as u64);
-        }
-        self.refused(v4, datagrams, refusal, accepted)
-    }
-
     /// Counts and frees the tail of a run its queue refused; returns what
     /// was queued (as `deliver_run`).
     #[cold]
-    fn refused(
-        &mut self,
-        v4: u32,
-        datagrams: &mut Vec<Datagram>,
-        refusal: Result<(), Refusal>,
-        accepted: u64,
-    ) -> (u64, u64) {
+    fn refused(&mut self, v4: u64, datagrams: &mut Vec<Datagram>, refusal: Refusal, accepted: u64) -> (u64, u64) {
         let refused_v4 = datagrams.iter().filter(|d| d.wire_src().is_ipv4()).count() as u64;
         let refused = datagrams.len() as u64;
         match refusal {
-            Ok(()) => {}
-            Err(Refusal::Full) => {
+            Refusal::Full => {
                 self.add(Counter::RxRcvbufFull, refused);
                 self.add(Counter::UdpRcvbufErrors, refused_v4);
                 self.add(Counter::UdpInErrors, refused_v4);
                 self.add(Counter::Udp6RcvbufErrors, refused - refused_v4);
                 self.add(Counter::Udp6InErrors, refused - refused_v4);
             }
-            Err(Refusal::Closed) => self.add(Counter::RxSocketClosed, refused),
+            Refusal::Closed => self.add(Counter::RxSocketClosed, refused),
         }
         datagrams.clear();
-        (accepted, v4 as u64 - refused_v4)
+        (accepted, v4 - refused_v4)
     }
 
-    /// Names socket `id` in the application's `ready` list, once: a bit per
-    /// id modulo 64 says when the list need not be searched.
+    /// Names socket `id` in the application's `ready` list (see
+    /// [`mark_ready`]).
     #[inline]
     fn mark_ready(&mut self, id: u64) {
-        let bit = 1u64 << (id % 64);
-        if self.ready_bits & bit == 0 || !self.ready.contains(&id) {
-            self.ready_bits |= bit;
-            self.ready.push(id);
-        }
+        mark_ready(&mut self.ready, &mut self.ready_bits, id);
     }
 
     /// Delivers datagrams whose socket changed since the lookup, one by one,
@@ -223,5 +207,16 @@ impl Worker<'_> {
                 Err(crate::rx_queue::Refused::Closed(_)) => self.inc(Counter::RxSocketClosed),
             }
         }
+    }
+}
+
+/// Names socket `id` in the application's `ready` list, once: a bit per id
+/// modulo 64 says when the list need not be searched.
+#[inline(always)]
+fn mark_ready(ready: &mut Vec<u64>, bits: &mut u64, id: u64) {
+    let bit = 1u64 << (id % 64);
+    if *bits & bit == 0 || !ready.contains(&id) {
+        *bits |= bit;
+        ready.push(id);
     }
 }

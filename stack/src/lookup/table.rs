@@ -73,6 +73,9 @@ struct PortInfo {
     /// connected, to no device): the family decides whether it takes the
     /// datagram, the flow hash which member does. 0 otherwise.
     group: u32,
+    /// For `sole` or `group`: whether it takes IPv4 (`[0]`) and IPv6
+    /// (`[1]`) datagrams, so the shortcut reads no binding to say.
+    takes: [bool; 2],
 }
 
 /// Up to this many connected sockets on a port are compared one by one;
@@ -190,6 +193,7 @@ impl<S: Clone> Snapshot<S> {
                 let m = &snap.matchers[info.wild_lo as usize];
                 if m.local == 0 && !m.connected && m.iface == ANY && m.group == 0 {
                     info.sole = info.wild_lo + 1;
+                    info.takes = m.score.map(|s| s >= 0);
                 }
             }
             if !info.specific && info.connected == 0 && info.wild_hi > info.wild_lo {
@@ -198,6 +202,8 @@ impl<S: Clone> Snapshot<S> {
                 if m.group != 0 && m.group_end == info.wild_hi && members.iter().all(|x| x.local == 0 && x.iface == ANY)
                 {
                     info.group = m.group;
+                    // Every member has the group's family: the first says.
+                    info.takes = m.score.map(|s| s >= 0);
                 }
             }
             snap.port_info.push(info);
@@ -295,16 +301,14 @@ impl<S> Snapshot<S> {
     /// first one's score decides for all).
     #[inline(always)]
     fn shortcut_in(&self, info: &PortInfo, v4: bool) -> Shortcut<'_, S> {
+        let takes = info.takes[!v4 as usize];
         if let Some(i) = info.sole.checked_sub(1) {
             // One socket on the port, taking any address: what the walk
             // would find (its score is the family's, or none).
-            let takes = self.matchers[i as usize].score[!v4 as usize] >= 0;
             return Shortcut::Found(takes.then(|| (i, &self.bindings[i as usize])));
         }
         match info.group.checked_sub(1) {
-            Some(g) if self.matchers[self.groups[g as usize].first as usize].score[!v4 as usize] < 0 => {
-                Shortcut::Found(None)
-            }
+            Some(_) if !takes => Shortcut::Found(None),
             Some(g) => Shortcut::Group(g),
             None => Shortcut::Walk,
         }
