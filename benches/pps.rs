@@ -143,7 +143,7 @@ fn ceiling(src: &mut Source, frame: usize, t: Timing) -> (Point, Option<f64>) {
         pps: r.pps,
         cycles: Some(r.cycles),
         ns: None,
-        drops: 0.0,
+        drops: r.drop_share,
         note: String::new(),
     };
     (p, r.hz)

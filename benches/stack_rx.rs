@@ -23,6 +23,9 @@ const RING: u16 = 1024;
 struct Sample {
     pps: f64,
     cycles: f64,
+    /// Share of the datagrams queued or refused at the socket that were
+    /// refused (its receive buffer full), over the measured seconds.
+    drop_share: f64,
 }
 
 struct Reconciliation {
@@ -42,7 +45,7 @@ fn testpmd_rxonly(sock: &Path, warmup: u64, seconds: u64) -> Sample {
     let mut source = generator(sock, Duration::from_secs(warmup + seconds + 60), false);
     let r = rxonly(sock, RING, warmup, seconds);
     source.finish();
-    Sample { pps: r.pps, cycles: r.cycles }
+    Sample { pps: r.pps, cycles: r.cycles, drop_share: r.drop_share }
 }
 
 /// spate on the vhost-user pair, polling lcore 1.
@@ -120,13 +123,21 @@ fn spate_sink(sock: &Path, warmup: u64, seconds: u64, checksum_offload: bool) ->
     std::thread::sleep(Duration::from_secs(warmup));
     let (busy0, _) = stack.lcore_load(0);
     let n0 = consumed.load(Ordering::Relaxed);
+    let c0 = stack.counters();
     let t0 = Instant::now();
     std::thread::sleep(Duration::from_secs(seconds));
     let (busy1, loops1) = stack.lcore_load(0);
     let n1 = consumed.load(Ordering::Relaxed);
+    let c1 = stack.counters();
     eprintln!("spate: {} loop iterations, {:.1} datagrams per iteration", loops1, n1 as f64 / loops1.max(1) as f64);
     let secs = t0.elapsed().as_secs_f64();
-    let sample = Sample { pps: (n1 - n0) as f64 / secs, cycles: (busy1 - busy0) as f64 / (n1 - n0).max(1) as f64 };
+    let queued = c1[Counter::RxDelivered] - c0[Counter::RxDelivered];
+    let dropped = c1[Counter::RxRcvbufFull] - c0[Counter::RxRcvbufFull];
+    let sample = Sample {
+        pps: (n1 - n0) as f64 / secs,
+        cycles: (busy1 - busy0) as f64 / (n1 - n0).max(1) as f64,
+        drop_share: dropped as f64 / (queued + dropped).max(1) as f64,
+    };
 
     // Reconcile: stop the source (the link stays up), let spate drain,
     // compare totals.
@@ -269,6 +280,7 @@ fn main() {
         (vec![], vec![], vec![], vec![], vec![], vec![]);
     let mut recs = Vec::new();
     let (mut th_ns, mut th_reader, mut th_drop, mut th_pps, mut rtc_ns) = (vec![], vec![], vec![], vec![], vec![]);
+    let mut rtc_drop = vec![];
     let mut th_recs = Vec::new();
     if args.iter().any(|a| a == "--thread-only") {
         // For a profiler: the thread-mode sink alone.
@@ -296,6 +308,7 @@ fn main() {
         th_drop.push(th.drop_share);
         th_pps.push(th.pps);
         rtc_ns.push(s.cycles * 1e9 / hz);
+        rtc_drop.push(s.drop_share);
         th_recs.push(th_rec);
         eprintln!(
             "round {}: testpmd rxonly {:.2} Mpps {:.1} cyc | spate {:.2} Mpps {:.1} cyc | spate+csum offload {:.2} Mpps {:.1} cyc",
@@ -363,7 +376,11 @@ fn main() {
     println!("thread mode: CPU per delivered datagram, median of {rounds} round(s)");
     println!("| sink | ns/datagram | of which reader thread | delivered Mpps | dropped at the socket | ratio to RTC |");
     println!("|---|---|---|---|---|---|");
-    println!("| run-to-completion (lcore busy) | {rn:.1} | | {:.2} | 0 | 1.000 |", sp / 1e6);
+    println!(
+        "| run-to-completion (lcore busy) | {rn:.1} | | {:.2} | {:.3}% | 1.000 |",
+        sp / 1e6,
+        median(&mut rtc_drop) * 100.0
+    );
     println!(
         "| reader thread (lcore busy + reader CPU) | {tn:.1} | {tr:.1} | {:.2} | {:.3}% | {:.3} |",
         tp2 / 1e6,

@@ -70,47 +70,9 @@ pub fn drops(c: &Counters) -> String {
     drop_counts(c).iter().map(|(k, v)| format!("{k}={v}")).collect::<Vec<_>>().join(" ")
 }
 
-/// The non-zero drop counters, named `Group.Name`.
+/// The non-zero drop counters, named `Group.Name` ([`Counter::is_drop`]).
 pub fn drop_counts(c: &Counters) -> Vec<(String, u64)> {
-    let mut out = Vec::new();
-    for (k, v) in c.iter() {
-        let is_drop = matches!(
-            k,
-            Counter::RxNoPort
-                | Counter::RxIgnoredMulti
-                | Counter::RxRcvbufFull
-                | Counter::RxSocketClosed
-                | Counter::RxUdpErrors
-                | Counter::RxUdpCsumErrors
-                | Counter::RxIcmpErrors
-                | Counter::RxArpErrors
-                | Counter::RxNdErrors
-                | Counter::RxEthTruncated
-                | Counter::RxNotForUs
-                | Counter::RxUnknownEtherType
-                | Counter::RxVlanMismatch
-                | Counter::RxIpv4HdrErrors
-                | Counter::RxIpv4Truncated
-                | Counter::RxIpv4NotForUs
-                | Counter::RxReasmDropped
-                | Counter::RxReasmDuplicates
-                | Counter::RxVxlanErrors
-                | Counter::RxIpv4UnknownProto
-                | Counter::RxIpv6HdrErrors
-                | Counter::RxIpv6Truncated
-                | Counter::RxIpv6NotForUs
-                | Counter::RxIpv6ExtErrors
-                | Counter::RxIpv6UnknownProto
-                | Counter::TxRingFull
-                | Counter::TxNoRoute
-                | Counter::TxNoMbuf
-                | Counter::NeighQueueDrops
-        );
-        if is_drop && v > 0 {
-            out.push((format!("{}.{}", k.group(), k.name()), v));
-        }
-    }
-    out
+    c.iter().filter(|(k, v)| k.is_drop() && *v > 0).map(|(k, v)| (format!("{}.{}", k.group(), k.name()), v)).collect()
 }
 
 /// The final summary: port counters and every non-zero stack counter.

@@ -12,7 +12,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use crossbeam_utils::CachePadded;
 
 macro_rules! counters {
-    ($( $id:ident = $group:literal . $name:literal : $doc:literal; )*) => {
+    ($( $id:ident = $kind:ident $group:literal . $name:literal : $doc:literal; )*) => {
         /// A counter.
         #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
         #[repr(usize)]
@@ -33,147 +33,168 @@ macro_rules! counters {
             pub const fn name(self) -> &'static str {
                 match self { $( Counter::$id => $name, )* }
             }
+
+            /// Whether it counts frames, packets or datagrams spate lost or
+            /// refused (`drop` in the table below), rather than work done,
+            /// outcomes handled, or a loss some other counter already
+            /// counts (the SNMP groups' errors repeat the `Rx` outcomes).
+            /// Every counter is marked one way or the other, so a new one
+            /// cannot be left out of the drop reports by accident.
+            pub const fn is_drop(self) -> bool {
+                match self { $( Counter::$id => counter_kind!($kind), )* }
+            }
         }
     };
 }
 
+/// A counter's mark in the table: `drop` or `kept`; anything else does
+/// not compile.
+macro_rules! counter_kind {
+    (drop) => {
+        true
+    };
+    (kept) => {
+        false
+    };
+}
+
 counters! {
-    RxFrames = "Rx"."Frames": "Frames received from ports.";
-    RxDelivered = "Rx"."Delivered": "UDP datagrams queued to a socket.";
-    RxNoPort = "Rx"."NoPort": "UDP datagrams for a port nobody listens on.";
-    RxIgnoredMulti = "Rx"."IgnoredMulti": "Broadcast or multicast UDP nobody listens for.";
-    RxRcvbufFull = "Rx"."RcvbufFull": "UDP datagrams dropped because the socket's receive buffer was full.";
-    RxSocketClosed = "Rx"."SocketClosed": "UDP datagrams for a socket closed while they were on their way.";
-    RxUdpErrors = "Rx"."UdpErrors": "UDP datagrams with a bad length.";
-    RxUdpCsumErrors = "Rx"."UdpCsumErrors": "UDP datagrams with a bad checksum (or a zero one over IPv6).";
-    RxIcmp = "Rx"."Icmp": "ICMP and ICMPv6 messages handled (echo answered, errors noted, others counted).";
-    RxIcmpErrors = "Rx"."IcmpErrors": "ICMP and ICMPv6 messages that were malformed or had a bad checksum.";
-    RxArp = "Rx"."Arp": "ARP packets handled.";
-    RxArpErrors = "Rx"."ArpErrors": "ARP packets that were short or not Ethernet/IPv4.";
-    RxNd = "Rx"."Nd": "Neighbour-discovery messages handled.";
-    RxNdErrors = "Rx"."NdErrors": "Neighbour-discovery messages that failed RFC 4861 validation.";
-    RxEthTruncated = "Rx"."EthTruncated": "Frames shorter than an Ethernet header.";
-    RxNotForUs = "Rx"."NotForUs": "Frames for another MAC address.";
-    RxUnknownEtherType = "Rx"."UnknownEtherType": "Frames of an EtherType spate does not speak.";
-    RxVlanMismatch = "Rx"."VlanMismatch": "Frames with a VLAN tag other than the port's (or tagged on an untagged port).";
-    RxIpv4HdrErrors = "Rx"."Ipv4HdrErrors": "IPv4 packets with a bad version, header length or checksum.";
-    RxIpv4Truncated = "Rx"."Ipv4Truncated": "IPv4 packets longer than the frame that carried them.";
-    RxIpv4NotForUs = "Rx"."Ipv4NotForUs": "IPv4 packets for an address that is not ours.";
-    RxReasmHeld = "Rx"."ReasmHeld": "IP fragments kept for reassembly (the datagram counts with the fragment that completes it).";
-    RxReasmDropped = "Rx"."ReasmDropped": "IP fragments refused or dropped with their datagram (overlap, past 64 KiB, too many, tiny first, non-UDP datagram).";
-    RxReasmDuplicates = "Rx"."ReasmDuplicates": "IP fragments identical to one held.";
-    RxSteerDropped = "Rx"."SteerDropped": "Frames (or reassembled datagrams) dropped because the ring to the lcore owning their flow was full.";
-    RxIpv4UnknownProto = "Rx"."Ipv4UnknownProto": "IPv4 packets of a protocol spate does not speak.";
-    RxIpv6HdrErrors = "Rx"."Ipv6HdrErrors": "IPv6 packets with a bad version.";
-    RxIpv6Truncated = "Rx"."Ipv6Truncated": "IPv6 packets longer than the frame that carried them.";
-    RxIpv6NotForUs = "Rx"."Ipv6NotForUs": "IPv6 packets for an address that is not ours.";
-    RxIpv6ExtErrors = "Rx"."Ipv6ExtErrors": "IPv6 packets whose extension headers are malformed, too many, or ask for routing.";
-    RxIpv6UnknownProto = "Rx"."Ipv6UnknownProto": "IPv6 packets of a protocol spate does not speak.";
-    RxGroMerged = "Rx"."GroMerged": "UDP datagrams merged into the one before them (UDP GRO): delivered as its segments.";
-    RxVxlanErrors = "Rx"."VxlanErrors": "VXLAN packets with a bad header, an unknown VNI or an inner frame too short.";
+    RxFrames = kept "Rx"."Frames": "Frames received from ports.";
+    RxDelivered = kept "Rx"."Delivered": "UDP datagrams queued to a socket.";
+    RxNoPort = drop "Rx"."NoPort": "UDP datagrams for a port nobody listens on.";
+    RxIgnoredMulti = drop "Rx"."IgnoredMulti": "Broadcast or multicast UDP nobody listens for.";
+    RxRcvbufFull = drop "Rx"."RcvbufFull": "UDP datagrams dropped because the socket's receive buffer was full.";
+    RxSocketClosed = drop "Rx"."SocketClosed": "UDP datagrams for a socket closed while they were on their way.";
+    RxUdpErrors = drop "Rx"."UdpErrors": "UDP datagrams with a bad length.";
+    RxUdpCsumErrors = drop "Rx"."UdpCsumErrors": "UDP datagrams with a bad checksum (or a zero one over IPv6).";
+    RxIcmp = kept "Rx"."Icmp": "ICMP and ICMPv6 messages handled (echo answered, errors noted, others counted).";
+    RxIcmpErrors = drop "Rx"."IcmpErrors": "ICMP and ICMPv6 messages that were malformed or had a bad checksum.";
+    RxArp = kept "Rx"."Arp": "ARP packets handled.";
+    RxArpErrors = drop "Rx"."ArpErrors": "ARP packets that were short or not Ethernet/IPv4.";
+    RxNd = kept "Rx"."Nd": "Neighbour-discovery messages handled.";
+    RxNdErrors = drop "Rx"."NdErrors": "Neighbour-discovery messages that failed RFC 4861 validation.";
+    RxEthTruncated = drop "Rx"."EthTruncated": "Frames shorter than an Ethernet header.";
+    RxNotForUs = drop "Rx"."NotForUs": "Frames for another MAC address.";
+    RxUnknownEtherType = drop "Rx"."UnknownEtherType": "Frames of an EtherType spate does not speak.";
+    RxVlanMismatch = drop "Rx"."VlanMismatch": "Frames with a VLAN tag other than the port's (or tagged on an untagged port).";
+    RxIpv4HdrErrors = drop "Rx"."Ipv4HdrErrors": "IPv4 packets with a bad version, header length or checksum.";
+    RxIpv4Truncated = drop "Rx"."Ipv4Truncated": "IPv4 packets longer than the frame that carried them.";
+    RxIpv4NotForUs = drop "Rx"."Ipv4NotForUs": "IPv4 packets for an address that is not ours.";
+    RxReasmHeld = kept "Rx"."ReasmHeld": "IP fragments kept for reassembly (the datagram counts with the fragment that completes it).";
+    RxReasmDropped = drop "Rx"."ReasmDropped": "IP fragments refused or dropped with their datagram (overlap, past 64 KiB, too many, tiny first, non-UDP datagram).";
+    RxReasmDuplicates = drop "Rx"."ReasmDuplicates": "IP fragments identical to one held.";
+    RxSteerDropped = drop "Rx"."SteerDropped": "Frames (or reassembled datagrams) dropped because the ring to the lcore owning their flow was full.";
+    RxIpv4UnknownProto = drop "Rx"."Ipv4UnknownProto": "IPv4 packets of a protocol spate does not speak.";
+    RxIpv6HdrErrors = drop "Rx"."Ipv6HdrErrors": "IPv6 packets with a bad version.";
+    RxIpv6Truncated = drop "Rx"."Ipv6Truncated": "IPv6 packets longer than the frame that carried them.";
+    RxIpv6NotForUs = drop "Rx"."Ipv6NotForUs": "IPv6 packets for an address that is not ours.";
+    RxIpv6ExtErrors = drop "Rx"."Ipv6ExtErrors": "IPv6 packets whose extension headers are malformed, too many, or ask for routing.";
+    RxIpv6UnknownProto = drop "Rx"."Ipv6UnknownProto": "IPv6 packets of a protocol spate does not speak.";
+    RxGroMerged = kept "Rx"."GroMerged": "UDP datagrams merged into the one before them (UDP GRO): delivered as its segments.";
+    RxVxlanErrors = drop "Rx"."VxlanErrors": "VXLAN packets with a bad header, an unknown VNI or an inner frame too short.";
 
-    GroLookups = "Gro"."Lookups": "UDP datagrams the GRO stage looked up (only while a tunnel or a GRO socket exists).";
-    GroCoalesced = "Gro"."Coalesced": "Datagrams of more than one segment delivered to GRO sockets.";
-    VxlanInPackets = "Vxlan"."InPackets": "VXLAN packets decapsulated.";
-    VxlanOutPackets = "Vxlan"."OutPackets": "Frames encapsulated into VXLAN.";
+    GroLookups = kept "Gro"."Lookups": "UDP datagrams the GRO stage looked up (only while a tunnel or a GRO socket exists).";
+    GroCoalesced = kept "Gro"."Coalesced": "Datagrams of more than one segment delivered to GRO sockets.";
+    VxlanInPackets = kept "Vxlan"."InPackets": "VXLAN packets decapsulated.";
+    VxlanOutPackets = kept "Vxlan"."OutPackets": "Frames encapsulated into VXLAN.";
 
-    TxFrames = "Tx"."Frames": "Frames handed to ports.";
-    TxRingFull = "Tx"."RingFull": "Frames dropped because a TX ring stayed full through the retries.";
-    TxHandoffDropped = "Tx"."HandoffDropped": "Frames dropped because the ring to the lcore owning the port's TX queue was full.";
-    SteerFrames = "Steer"."Frames": "Frames this lcore handed to the lcore owning their flow (counted there in their Rx outcome).";
-    SteerDatagrams = "Steer"."Datagrams": "Reassembled datagrams handed to the lcore owning their flow.";
-    SteerTx = "Steer"."TxFrames": "Frames handed to the lcore owning the port's TX queue.";
-    TxNoRoute = "Tx"."NoRoute": "Locally made packets (ICMP) without a route.";
-    TxNoMbuf = "Tx"."NoMbuf": "Control frames (ARP, ND) not sent for lack of mbufs.";
+    TxFrames = kept "Tx"."Frames": "Frames handed to ports.";
+    TxRingFull = drop "Tx"."RingFull": "Frames dropped because a TX ring stayed full through the retries.";
+    TxHandoffDropped = drop "Tx"."HandoffDropped": "Frames dropped because the ring to the lcore owning the port's TX queue was full.";
+    SteerFrames = kept "Steer"."Frames": "Frames this lcore handed to the lcore owning their flow (counted there in their Rx outcome).";
+    SteerDatagrams = kept "Steer"."Datagrams": "Reassembled datagrams handed to the lcore owning their flow.";
+    SteerTx = kept "Steer"."TxFrames": "Frames handed to the lcore owning the port's TX queue.";
+    TxNoRoute = drop "Tx"."NoRoute": "Locally made packets (ICMP) without a route.";
+    TxNoMbuf = drop "Tx"."NoMbuf": "Control frames (ARP, ND) not sent for lack of mbufs.";
 
-    ArpInRequests = "Arp"."InRequests": "ARP requests for our addresses.";
-    ArpInReplies = "Arp"."InReplies": "ARP replies.";
-    ArpOutRequests = "Arp"."OutRequests": "ARP requests sent (gratuitous ones included).";
-    ArpOutReplies = "Arp"."OutReplies": "ARP replies sent.";
-    NeighResolved = "Neigh"."Resolved": "Neighbours resolved.";
-    NeighFailed = "Neigh"."Failed": "Neighbours that did not answer.";
-    NeighQueued = "Neigh"."Queued": "Packets queued while their neighbour was resolved.";
-    NeighQueueDrops = "Neigh"."QueueDrops": "Packets dropped because their neighbour did not answer or the queue was full.";
+    ArpInRequests = kept "Arp"."InRequests": "ARP requests for our addresses.";
+    ArpInReplies = kept "Arp"."InReplies": "ARP replies.";
+    ArpOutRequests = kept "Arp"."OutRequests": "ARP requests sent (gratuitous ones included).";
+    ArpOutReplies = kept "Arp"."OutReplies": "ARP replies sent.";
+    NeighResolved = kept "Neigh"."Resolved": "Neighbours resolved.";
+    NeighFailed = kept "Neigh"."Failed": "Neighbours that did not answer.";
+    NeighQueued = kept "Neigh"."Queued": "Packets queued while their neighbour was resolved.";
+    NeighQueueDrops = drop "Neigh"."QueueDrops": "Packets dropped because their neighbour did not answer or the queue was full.";
 
-    IpInReceives = "Ip"."InReceives": "IPv4 packets received.";
-    IpInHdrErrors = "Ip"."InHdrErrors": "IPv4 packets with header errors.";
-    IpInAddrErrors = "Ip"."InAddrErrors": "IPv4 packets for an address that is not ours.";
-    IpInUnknownProtos = "Ip"."InUnknownProtos": "IPv4 packets of an unknown protocol.";
-    IpInTruncatedPkts = "Ip"."InTruncatedPkts": "IPv4 packets shorter than their total length.";
-    IpInDiscards = "Ip"."InDiscards": "IPv4 packets discarded for lack of resources or support.";
-    IpInDelivers = "Ip"."InDelivers": "IPv4 packets delivered to ICMP or UDP.";
-    IpReasmTimeout = "Ip"."ReasmTimeout": "IPv4 datagrams whose fragments did not all come in time.";
-    IpReasmReqds = "Ip"."ReasmReqds": "IPv4 fragments received.";
-    IpReasmOKs = "Ip"."ReasmOKs": "IPv4 datagrams reassembled.";
-    IpReasmFails = "Ip"."ReasmFails": "IPv4 datagrams not reassembled (bad or overlapping fragments, timeouts, memory).";
-    IpFragOKs = "Ip"."FragOKs": "IPv4 datagrams fragmented.";
-    IpFragFails = "Ip"."FragFails": "IPv4 datagrams that needed fragmenting but could not be (DF asked for).";
-    IpFragCreates = "Ip"."FragCreates": "IPv4 fragments made.";
-    IpOutRequests = "Ip"."OutRequests": "IPv4 packets sent.";
-    IpOutNoRoutes = "Ip"."OutNoRoutes": "IPv4 packets without a route.";
-    Ip6InReceives = "Ip6"."InReceives": "IPv6 packets received.";
-    Ip6InHdrErrors = "Ip6"."InHdrErrors": "IPv6 packets with header errors.";
-    Ip6InAddrErrors = "Ip6"."InAddrErrors": "IPv6 packets for an address that is not ours.";
-    Ip6InUnknownProtos = "Ip6"."InUnknownProtos": "IPv6 packets of an unknown protocol.";
-    Ip6InTruncatedPkts = "Ip6"."InTruncatedPkts": "IPv6 packets shorter than their payload length.";
-    Ip6InDiscards = "Ip6"."InDiscards": "IPv6 packets discarded for lack of resources or support.";
-    Ip6InDelivers = "Ip6"."InDelivers": "IPv6 packets delivered to ICMPv6 or UDP.";
-    Ip6ReasmTimeout = "Ip6"."ReasmTimeout": "IPv6 datagrams whose fragments did not all come in time.";
-    Ip6ReasmReqds = "Ip6"."ReasmReqds": "IPv6 fragments received.";
-    Ip6ReasmOKs = "Ip6"."ReasmOKs": "IPv6 datagrams reassembled.";
-    Ip6ReasmFails = "Ip6"."ReasmFails": "IPv6 datagrams not reassembled (bad or overlapping fragments, timeouts, memory).";
-    Ip6FragOKs = "Ip6"."FragOKs": "IPv6 datagrams fragmented.";
-    Ip6FragFails = "Ip6"."FragFails": "IPv6 datagrams that needed fragmenting but could not be.";
-    Ip6FragCreates = "Ip6"."FragCreates": "IPv6 fragments made.";
-    Ip6OutRequests = "Ip6"."OutRequests": "IPv6 packets sent.";
-    Ip6OutNoRoutes = "Ip6"."OutNoRoutes": "IPv6 packets without a route.";
+    IpInReceives = kept "Ip"."InReceives": "IPv4 packets received.";
+    IpInHdrErrors = kept "Ip"."InHdrErrors": "IPv4 packets with header errors.";
+    IpInAddrErrors = kept "Ip"."InAddrErrors": "IPv4 packets for an address that is not ours.";
+    IpInUnknownProtos = kept "Ip"."InUnknownProtos": "IPv4 packets of an unknown protocol.";
+    IpInTruncatedPkts = kept "Ip"."InTruncatedPkts": "IPv4 packets shorter than their total length.";
+    IpInDiscards = kept "Ip"."InDiscards": "IPv4 packets discarded for lack of resources or support.";
+    IpInDelivers = kept "Ip"."InDelivers": "IPv4 packets delivered to ICMP or UDP.";
+    IpReasmTimeout = drop "Ip"."ReasmTimeout": "IPv4 datagrams whose fragments did not all come in time.";
+    IpReasmReqds = kept "Ip"."ReasmReqds": "IPv4 fragments received.";
+    IpReasmOKs = kept "Ip"."ReasmOKs": "IPv4 datagrams reassembled.";
+    IpReasmFails = kept "Ip"."ReasmFails": "IPv4 datagrams not reassembled (bad or overlapping fragments, timeouts, memory).";
+    IpFragOKs = kept "Ip"."FragOKs": "IPv4 datagrams fragmented.";
+    IpFragFails = kept "Ip"."FragFails": "IPv4 datagrams that needed fragmenting but could not be (DF asked for).";
+    IpFragCreates = kept "Ip"."FragCreates": "IPv4 fragments made.";
+    IpOutRequests = kept "Ip"."OutRequests": "IPv4 packets sent.";
+    IpOutNoRoutes = kept "Ip"."OutNoRoutes": "IPv4 packets without a route.";
+    Ip6InReceives = kept "Ip6"."InReceives": "IPv6 packets received.";
+    Ip6InHdrErrors = kept "Ip6"."InHdrErrors": "IPv6 packets with header errors.";
+    Ip6InAddrErrors = kept "Ip6"."InAddrErrors": "IPv6 packets for an address that is not ours.";
+    Ip6InUnknownProtos = kept "Ip6"."InUnknownProtos": "IPv6 packets of an unknown protocol.";
+    Ip6InTruncatedPkts = kept "Ip6"."InTruncatedPkts": "IPv6 packets shorter than their payload length.";
+    Ip6InDiscards = kept "Ip6"."InDiscards": "IPv6 packets discarded for lack of resources or support.";
+    Ip6InDelivers = kept "Ip6"."InDelivers": "IPv6 packets delivered to ICMPv6 or UDP.";
+    Ip6ReasmTimeout = drop "Ip6"."ReasmTimeout": "IPv6 datagrams whose fragments did not all come in time.";
+    Ip6ReasmReqds = kept "Ip6"."ReasmReqds": "IPv6 fragments received.";
+    Ip6ReasmOKs = kept "Ip6"."ReasmOKs": "IPv6 datagrams reassembled.";
+    Ip6ReasmFails = kept "Ip6"."ReasmFails": "IPv6 datagrams not reassembled (bad or overlapping fragments, timeouts, memory).";
+    Ip6FragOKs = kept "Ip6"."FragOKs": "IPv6 datagrams fragmented.";
+    Ip6FragFails = kept "Ip6"."FragFails": "IPv6 datagrams that needed fragmenting but could not be.";
+    Ip6FragCreates = kept "Ip6"."FragCreates": "IPv6 fragments made.";
+    Ip6OutRequests = kept "Ip6"."OutRequests": "IPv6 packets sent.";
+    Ip6OutNoRoutes = kept "Ip6"."OutNoRoutes": "IPv6 packets without a route.";
 
-    IcmpInMsgs = "Icmp"."InMsgs": "ICMP messages received.";
-    IcmpInErrors = "Icmp"."InErrors": "ICMP messages with errors.";
-    IcmpInCsumErrors = "Icmp"."InCsumErrors": "ICMP messages with a bad checksum.";
-    IcmpInDestUnreachs = "Icmp"."InDestUnreachs": "Destination unreachable messages received.";
-    IcmpInTimeExcds = "Icmp"."InTimeExcds": "Time exceeded messages received.";
-    IcmpInEchos = "Icmp"."InEchos": "Echo requests received.";
-    IcmpInEchoReps = "Icmp"."InEchoReps": "Echo replies received.";
-    IcmpOutMsgs = "Icmp"."OutMsgs": "ICMP messages sent.";
-    IcmpOutDestUnreachs = "Icmp"."OutDestUnreachs": "Destination unreachable messages sent.";
-    IcmpOutEchoReps = "Icmp"."OutEchoReps": "Echo replies sent.";
-    IcmpOutRateLimited = "Icmp"."OutRateLimited": "ICMP errors not sent because of the rate limit.";
-    Icmp6InMsgs = "Icmp6"."InMsgs": "ICMPv6 messages received.";
-    Icmp6InErrors = "Icmp6"."InErrors": "ICMPv6 messages with errors.";
-    Icmp6InCsumErrors = "Icmp6"."InCsumErrors": "ICMPv6 messages with a bad checksum.";
-    Icmp6InDestUnreachs = "Icmp6"."InDestUnreachs": "Destination unreachable messages received.";
-    Icmp6InPktTooBigs = "Icmp6"."InPktTooBigs": "Packet too big messages received.";
-    Icmp6InEchos = "Icmp6"."InEchos": "Echo requests received.";
-    Icmp6InEchoReplies = "Icmp6"."InEchoReplies": "Echo replies received.";
-    Icmp6InRouterAdvertisements = "Icmp6"."InRouterAdvertisements": "Router advertisements received.";
-    Icmp6InNeighborSolicits = "Icmp6"."InNeighborSolicits": "Neighbour solicitations received.";
-    Icmp6InNeighborAdvertisements = "Icmp6"."InNeighborAdvertisements": "Neighbour advertisements received.";
-    Icmp6OutMsgs = "Icmp6"."OutMsgs": "ICMPv6 messages sent.";
-    Icmp6OutDestUnreachs = "Icmp6"."OutDestUnreachs": "Destination unreachable messages sent.";
-    Icmp6OutEchoReplies = "Icmp6"."OutEchoReplies": "Echo replies sent.";
-    Icmp6OutNeighborSolicits = "Icmp6"."OutNeighborSolicits": "Neighbour solicitations sent.";
-    Icmp6OutNeighborAdvertisements = "Icmp6"."OutNeighborAdvertisements": "Neighbour advertisements sent.";
-    Icmp6OutRateLimited = "Icmp6"."OutRateLimited": "ICMPv6 errors not sent because of the rate limit.";
+    IcmpInMsgs = kept "Icmp"."InMsgs": "ICMP messages received.";
+    IcmpInErrors = kept "Icmp"."InErrors": "ICMP messages with errors.";
+    IcmpInCsumErrors = kept "Icmp"."InCsumErrors": "ICMP messages with a bad checksum.";
+    IcmpInDestUnreachs = kept "Icmp"."InDestUnreachs": "Destination unreachable messages received.";
+    IcmpInTimeExcds = kept "Icmp"."InTimeExcds": "Time exceeded messages received.";
+    IcmpInEchos = kept "Icmp"."InEchos": "Echo requests received.";
+    IcmpInEchoReps = kept "Icmp"."InEchoReps": "Echo replies received.";
+    IcmpOutMsgs = kept "Icmp"."OutMsgs": "ICMP messages sent.";
+    IcmpOutDestUnreachs = kept "Icmp"."OutDestUnreachs": "Destination unreachable messages sent.";
+    IcmpOutEchoReps = kept "Icmp"."OutEchoReps": "Echo replies sent.";
+    IcmpOutRateLimited = kept "Icmp"."OutRateLimited": "ICMP errors not sent because of the rate limit.";
+    Icmp6InMsgs = kept "Icmp6"."InMsgs": "ICMPv6 messages received.";
+    Icmp6InErrors = kept "Icmp6"."InErrors": "ICMPv6 messages with errors.";
+    Icmp6InCsumErrors = kept "Icmp6"."InCsumErrors": "ICMPv6 messages with a bad checksum.";
+    Icmp6InDestUnreachs = kept "Icmp6"."InDestUnreachs": "Destination unreachable messages received.";
+    Icmp6InPktTooBigs = kept "Icmp6"."InPktTooBigs": "Packet too big messages received.";
+    Icmp6InEchos = kept "Icmp6"."InEchos": "Echo requests received.";
+    Icmp6InEchoReplies = kept "Icmp6"."InEchoReplies": "Echo replies received.";
+    Icmp6InRouterAdvertisements = kept "Icmp6"."InRouterAdvertisements": "Router advertisements received.";
+    Icmp6InNeighborSolicits = kept "Icmp6"."InNeighborSolicits": "Neighbour solicitations received.";
+    Icmp6InNeighborAdvertisements = kept "Icmp6"."InNeighborAdvertisements": "Neighbour advertisements received.";
+    Icmp6OutMsgs = kept "Icmp6"."OutMsgs": "ICMPv6 messages sent.";
+    Icmp6OutDestUnreachs = kept "Icmp6"."OutDestUnreachs": "Destination unreachable messages sent.";
+    Icmp6OutEchoReplies = kept "Icmp6"."OutEchoReplies": "Echo replies sent.";
+    Icmp6OutNeighborSolicits = kept "Icmp6"."OutNeighborSolicits": "Neighbour solicitations sent.";
+    Icmp6OutNeighborAdvertisements = kept "Icmp6"."OutNeighborAdvertisements": "Neighbour advertisements sent.";
+    Icmp6OutRateLimited = kept "Icmp6"."OutRateLimited": "ICMPv6 errors not sent because of the rate limit.";
 
-    UdpInDatagrams = "Udp"."InDatagrams": "UDP/IPv4 datagrams delivered to sockets.";
-    UdpNoPorts = "Udp"."NoPorts": "UDP/IPv4 datagrams for a port with no socket.";
-    UdpInErrors = "Udp"."InErrors": "UDP/IPv4 datagrams not delivered for reasons other than NoPorts.";
-    UdpOutDatagrams = "Udp"."OutDatagrams": "UDP/IPv4 datagrams sent.";
-    UdpRcvbufErrors = "Udp"."RcvbufErrors": "UDP/IPv4 datagrams dropped because the receive buffer was full.";
-    UdpSndbufErrors = "Udp"."SndbufErrors": "UDP/IPv4 sends that found no room to queue.";
-    UdpInCsumErrors = "Udp"."InCsumErrors": "UDP/IPv4 datagrams with a bad checksum.";
-    UdpIgnoredMulti = "Udp"."IgnoredMulti": "Broadcast or multicast UDP/IPv4 datagrams with no socket.";
-    UdpMemErrors = "Udp"."MemErrors": "UDP/IPv4 datagrams dropped for lack of mbufs.";
-    Udp6InDatagrams = "Udp6"."InDatagrams": "UDP/IPv6 datagrams delivered to sockets.";
-    Udp6NoPorts = "Udp6"."NoPorts": "UDP/IPv6 datagrams for a port with no socket.";
-    Udp6InErrors = "Udp6"."InErrors": "UDP/IPv6 datagrams not delivered for reasons other than NoPorts.";
-    Udp6OutDatagrams = "Udp6"."OutDatagrams": "UDP/IPv6 datagrams sent.";
-    Udp6RcvbufErrors = "Udp6"."RcvbufErrors": "UDP/IPv6 datagrams dropped because the receive buffer was full.";
-    Udp6SndbufErrors = "Udp6"."SndbufErrors": "UDP/IPv6 sends that found no room to queue.";
-    Udp6InCsumErrors = "Udp6"."InCsumErrors": "UDP/IPv6 datagrams with a bad checksum.";
-    Udp6IgnoredMulti = "Udp6"."IgnoredMulti": "Multicast UDP/IPv6 datagrams with no socket.";
-    Udp6MemErrors = "Udp6"."MemErrors": "UDP/IPv6 datagrams dropped for lack of mbufs.";
+    UdpInDatagrams = kept "Udp"."InDatagrams": "UDP/IPv4 datagrams delivered to sockets.";
+    UdpNoPorts = kept "Udp"."NoPorts": "UDP/IPv4 datagrams for a port with no socket.";
+    UdpInErrors = kept "Udp"."InErrors": "UDP/IPv4 datagrams not delivered for reasons other than NoPorts.";
+    UdpOutDatagrams = kept "Udp"."OutDatagrams": "UDP/IPv4 datagrams sent.";
+    UdpRcvbufErrors = kept "Udp"."RcvbufErrors": "UDP/IPv4 datagrams dropped because the receive buffer was full.";
+    UdpSndbufErrors = kept "Udp"."SndbufErrors": "UDP/IPv4 sends that found no room to queue.";
+    UdpInCsumErrors = kept "Udp"."InCsumErrors": "UDP/IPv4 datagrams with a bad checksum.";
+    UdpIgnoredMulti = kept "Udp"."IgnoredMulti": "Broadcast or multicast UDP/IPv4 datagrams with no socket.";
+    UdpMemErrors = kept "Udp"."MemErrors": "UDP/IPv4 datagrams dropped for lack of mbufs.";
+    Udp6InDatagrams = kept "Udp6"."InDatagrams": "UDP/IPv6 datagrams delivered to sockets.";
+    Udp6NoPorts = kept "Udp6"."NoPorts": "UDP/IPv6 datagrams for a port with no socket.";
+    Udp6InErrors = kept "Udp6"."InErrors": "UDP/IPv6 datagrams not delivered for reasons other than NoPorts.";
+    Udp6OutDatagrams = kept "Udp6"."OutDatagrams": "UDP/IPv6 datagrams sent.";
+    Udp6RcvbufErrors = kept "Udp6"."RcvbufErrors": "UDP/IPv6 datagrams dropped because the receive buffer was full.";
+    Udp6SndbufErrors = kept "Udp6"."SndbufErrors": "UDP/IPv6 sends that found no room to queue.";
+    Udp6InCsumErrors = kept "Udp6"."InCsumErrors": "UDP/IPv6 datagrams with a bad checksum.";
+    Udp6IgnoredMulti = kept "Udp6"."IgnoredMulti": "Multicast UDP/IPv6 datagrams with no socket.";
+    Udp6MemErrors = kept "Udp6"."MemErrors": "UDP/IPv6 datagrams dropped for lack of mbufs.";
 }
 
 /// Number of counters.
@@ -319,25 +340,16 @@ impl Counters {
         self[Counter::RxFrames] as i64 - outcomes as i64
     }
 
-    /// Frames dropped on receive: every `Rx` outcome but delivery and the
-    /// handled control messages.
+    /// Frames and datagrams dropped on receive: the `Rx` outcomes marked
+    /// as drops (not delivery, the handled control messages, or
+    /// fragments held for reassembly, which are still on their way).
     pub fn rx_drops(&self) -> u64 {
-        Counter::ALL
-            .iter()
-            .filter(|c| {
-                c.group() == "Rx"
-                    && !matches!(
-                        c,
-                        Counter::RxFrames
-                            | Counter::RxDelivered
-                            | Counter::RxGroMerged
-                            | Counter::RxIcmp
-                            | Counter::RxArp
-                            | Counter::RxNd
-                    )
-            })
-            .map(|&c| self[c])
-            .sum()
+        Counter::ALL.iter().filter(|c| c.group() == "Rx" && c.is_drop()).map(|&c| self[c]).sum()
+    }
+
+    /// Every drop counter's value, summed ([`Counter::is_drop`]).
+    pub fn drops(&self) -> u64 {
+        Counter::ALL.iter().filter(|c| c.is_drop()).map(|&c| self[c]).sum()
     }
 
     /// The non-zero counters as `Group.Name=value` words, one group per line.
@@ -387,5 +399,25 @@ mod tests {
         assert_eq!(s.by_name("Udp.SndbufErrors"), Some(3));
         assert_eq!(s.rx_drops(), 1);
         assert!(s.render_nonzero().contains("Rx: Frames=3 Delivered=1 NotForUs=1"));
+    }
+
+    #[test]
+    fn held_fragments_are_not_drops_and_hand_off_losses_are() {
+        let r = StatsRegistry::new(2);
+        // Two fragments held, the third completes the datagram.
+        r.lcore(0).add_local(Counter::RxFrames, 3);
+        r.lcore(0).add_local(Counter::RxReasmHeld, 2);
+        r.lcore(0).inc_local(Counter::RxDelivered);
+        // A frame lost on the ring to another lcore, a packet on the ring
+        // to the TX lcore, and an ICMP error withheld by the rate limit.
+        r.lcore(1).inc_local(Counter::RxFrames);
+        r.lcore(1).inc_local(Counter::RxSteerDropped);
+        r.lcore(1).inc_local(Counter::TxHandoffDropped);
+        r.lcore(1).inc_local(Counter::IcmpOutRateLimited);
+        let s = r.snapshot();
+        assert_eq!(s.unaccounted_frames(), 0);
+        assert_eq!(s.rx_drops(), 1, "the steering loss, not the held fragments");
+        assert_eq!(s.drops(), 2, "and the hand-off loss; a withheld error is no drop");
+        assert!(!Counter::RxReasmHeld.is_drop() && !Counter::UdpInErrors.is_drop());
     }
 }

@@ -297,6 +297,7 @@ pub fn rxonly(sock: &Path, ring: u16, warmup: u64, seconds: u64) -> RxOnly {
         pps: samples.iter().sum::<u64>() as f64 / samples.len().max(1) as f64,
         cycles: stats.cycles_per_packet.expect("--record-core-cycles"),
         hz: stats.mhz.map(|m| m * 1e6),
+        drop_share: stats.rx_dropped as f64 / (stats.rx + stats.rx_dropped).max(1) as f64,
     }
 }
 
@@ -309,6 +310,9 @@ pub struct RxOnly {
     pub cycles: f64,
     /// The TSC rate testpmd reported.
     pub hz: Option<f64>,
+    /// Share of what reached the port that it dropped (`RX-dropped` over
+    /// `RX-packets` + `RX-dropped`, the whole run).
+    pub drop_share: f64,
 }
 
 /// What testpmd printed in its final forward statistics.
@@ -316,6 +320,8 @@ pub struct RxOnly {
 pub struct FwdStats {
     /// Accumulated RX-packets.
     pub rx: u64,
+    /// Accumulated RX-dropped (the port's missed and no-mbuf counts).
+    pub rx_dropped: u64,
     /// Accumulated TX-packets.
     pub tx: u64,
     /// Accumulated TX-dropped.
@@ -337,6 +343,7 @@ impl FwdStats {
         };
         let mut stats = FwdStats {
             rx: field("RX-packets:")?,
+            rx_dropped: field("RX-dropped:").unwrap_or(0),
             tx: field("TX-packets:")?,
             tx_dropped: field("TX-dropped:").unwrap_or(0),
             ..FwdStats::default()
@@ -373,7 +380,7 @@ mod tests {
   Rx-pps:     10981269          Rx-bps:   5271009240
   Tx-pps:     10981045          Tx-bps:   5270901736
   +++++++++++++++ Accumulated forward statistics for all ports+++++++++++++++
-  RX-packets: 77110368       RX-dropped: 0             RX-total: 77110368
+  RX-packets: 77110368       RX-dropped: 512           RX-total: 77110880
   TX-packets: 77108896       TX-dropped: 1472          TX-total: 77110368
   ++++++++++++++++++++++++++++++++++++++++++++++++++++++++++++++++++++++++++++
 
@@ -384,6 +391,7 @@ mod tests {
     fn parses_forward_stats() {
         let s = FwdStats::parse(SAMPLE).unwrap();
         assert_eq!((s.rx, s.tx, s.tx_dropped), (77110368, 77108896, 1472));
+        assert_eq!(s.rx_dropped, 512);
         assert_eq!(s.cycles_per_packet, Some(106.93));
         assert_eq!(s.mhz, Some(2300.0));
         assert_eq!(pps_samples(SAMPLE, "Rx"), vec![10981269]);
