@@ -2,11 +2,13 @@
 //! on the other end with frames it builds itself.
 
 use std::net::{IpAddr, SocketAddr};
-use std::time::Duration;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
 
 use spate::dpdk::Memory;
 use spate::wire::{MacAddr, arp, ethernet, ip_proto, ipv4, udp};
-use spate::{Counter, PortSpec, Stack, StackConfig, UdpSocket};
+use spate::{Counter, LcoreCtx, PortSpec, Stack, StackConfig, UdpSocket};
 use spate_testkit::wire_peer::{PEER_IP, PEER_MAC, SPATE_IP, eth, udp_frame};
 use spate_testkit::{WirePeer, device_lock, shared_eal};
 
@@ -167,6 +169,89 @@ fn slow_reader_overflow_counts_drops_and_keeps_order() {
 
     running.stop();
     assert_eq!(stack.counters().unaccounted_frames(), 0);
+    drop(sock);
+    drop(peer);
+    assert_eq!(stack.mempool().in_use(), 0, "mbufs leaked");
+}
+
+/// A blocking send that finds its lcore's inbox full waits for room
+/// asleep: until its timeout it costs next to no CPU (it used to spin on
+/// `yield_now`, a whole CPU), and once the lcore drains the inbox it goes
+/// on at once.
+#[test]
+fn a_blocking_send_on_a_full_inbox_sleeps_until_the_lcore_drains_it() {
+    let _serial = device_lock();
+    shared_eal(Memory::Auto);
+    let (peer, spate_port, _a) = WirePeer::new(1023);
+    let port = PortSpec::new(&spate_port).addr("198.18.0.2/24").unwrap().neighbor(PEER_IP.into(), PEER_MAC);
+    let cfg = StackConfig {
+        lcores: "1".into(),
+        ports: vec![port],
+        // Room for a full inbox of sends.
+        mempool_size: 16383,
+        idle_sleep_us: 50,
+        stop_on_signal: false,
+        announce: false,
+        ..StackConfig::default()
+    };
+    let stack = Stack::new(cfg).unwrap();
+    let sock = UdpSocket::bind(&stack, "0.0.0.0:0").unwrap();
+    // The lcore's callback holds it (so nothing drains the inbox) until
+    // `hold` clears.
+    let (hold, held) = (Arc::new(AtomicBool::new(true)), Arc::new(AtomicBool::new(false)));
+    let (h, hd) = (hold.clone(), held.clone());
+    let running = stack
+        .spawn(move |_| {
+            let (h, hd) = (h.clone(), hd.clone());
+            move |_: &mut LcoreCtx<'_>| {
+                hd.store(true, Ordering::SeqCst);
+                let deadline = Instant::now() + Duration::from_secs(30);
+                while h.load(Ordering::SeqCst) && Instant::now() < deadline {
+                    std::thread::sleep(Duration::from_millis(1));
+                }
+            }
+        })
+        .unwrap();
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while !held.load(Ordering::SeqCst) {
+        assert!(Instant::now() < deadline, "the callback never ran");
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    let dst = SocketAddr::new(PEER_IP.into(), 9);
+    sock.set_nonblocking(true).unwrap();
+    let mut queued = 0;
+    while sock.send_to(b"x", dst).is_ok() {
+        queued += 1;
+        assert!(queued <= 100_000, "the inbox never filled");
+    }
+    assert!(queued > 0);
+
+    sock.set_nonblocking(false).unwrap();
+    sock.set_write_timeout(Some(Duration::from_millis(300))).unwrap();
+    let (cpu0, t0) = (spate::dpdk::lcore::thread_cpu_ns(), Instant::now());
+    let err = sock.send_to(b"x", dst).unwrap_err();
+    let cpu = spate::dpdk::lcore::thread_cpu_ns() - cpu0;
+    assert_eq!(err.kind(), std::io::ErrorKind::WouldBlock);
+    assert!(t0.elapsed() >= Duration::from_millis(300), "gave up early: {:?}", t0.elapsed());
+    assert!(cpu < 60_000_000, "{} ms of CPU to wait 300 ms", cpu / 1_000_000);
+
+    sock.set_write_timeout(Some(Duration::from_secs(20))).unwrap();
+    let h = hold.clone();
+    let releaser = std::thread::spawn(move || {
+        std::thread::sleep(Duration::from_millis(100));
+        h.store(false, Ordering::SeqCst);
+    });
+    let t1 = Instant::now();
+    sock.send_to(b"x", dst).unwrap();
+    assert!(t1.elapsed() < Duration::from_secs(10), "not woken by the drain: {:?}", t1.elapsed());
+    releaser.join().unwrap();
+    // Everything queued goes out (or is counted on a full wire ring).
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while stack.counters()[Counter::UdpOutDatagrams] < queued + 1 {
+        assert!(Instant::now() < deadline, "{}", stack.counters().render_nonzero());
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    running.stop();
     drop(sock);
     drop(peer);
     assert_eq!(stack.mempool().in_use(), 0, "mbufs leaked");

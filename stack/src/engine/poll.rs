@@ -214,6 +214,8 @@ impl Worker<'_> {
             self.transmit(pkt);
             n += 1;
         }
+        // Room made: a sender blocked on the full inbox goes on.
+        inbox.drained();
         n
     }
 

@@ -7,7 +7,6 @@ use std::net::IpAddr;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 
-use crossbeam::queue::ArrayQueue;
 use crossbeam_utils::CachePadded;
 use spate_dpdk::{Eal, EalBuilder, Memory, Mempool, MempoolConfig, Port, PortConfig, PortStats, lcore};
 
@@ -236,7 +235,7 @@ impl Stack {
             ip_id: IpIdGen::new([secrets.next(), secrets.next()]),
             stats: StatsRegistry::new(workers),
             load: (0..workers).map(|_| CachePadded::new(LcoreLoad::default())).collect(),
-            inbox: (0..workers).map(|_| CachePadded::new(ArrayQueue::new(INBOX))).collect(),
+            inbox: (0..workers).map(|_| CachePadded::new(crate::shared::inbox::Inbox::new(INBOX))).collect(),
             workers,
             lcores,
             clock: Clock::new(),

@@ -28,7 +28,7 @@ impl Running {
         for j in self.joins.drain(..) {
             j.join();
         }
-        self.stack.shared.control.stopped();
+        self.stack.shared.stopped();
     }
 
     /// The stack.
@@ -78,7 +78,7 @@ impl Stack {
                     for j in joins {
                         j.join();
                     }
-                    self.shared.control.stopped();
+                    self.shared.stopped();
                     return Err(e);
                 }
             }
@@ -96,7 +96,7 @@ impl Stack {
         for j in joins {
             j.join();
         }
-        self.shared.control.stopped();
+        self.shared.stopped();
         Ok(())
     }
 

@@ -9,7 +9,6 @@ use std::net::IpAddr;
 use std::sync::atomic::{AtomicBool, AtomicI32, AtomicU32, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 
-use crossbeam::queue::ArrayQueue;
 use crossbeam_utils::CachePadded;
 use spate_dpdk::{Mempool, Port};
 
@@ -26,6 +25,7 @@ use crate::stats::StatsRegistry;
 use crate::time::Clock;
 
 pub(crate) mod handoff;
+pub(crate) mod inbox;
 
 pub(crate) use handoff::{BURST, LOCAL_TX, LOCAL_TX_CAPACITY, Lanes, LocalTx, Steering, TxPacket, WorkerQueues};
 
@@ -74,7 +74,7 @@ pub(crate) struct Shared {
     pub ip_id: IpIdGen,
     pub stats: StatsRegistry,
     pub load: Box<[CachePadded<LcoreLoad>]>,
-    pub inbox: Box<[CachePadded<ArrayQueue<TxPacket>>]>,
+    pub inbox: Box<[CachePadded<inbox::Inbox<TxPacket>>]>,
     pub workers: usize,
     pub lcores: Vec<u32>,
     pub clock: Clock,
@@ -166,6 +166,15 @@ impl Shared {
     /// Whether lcores are polling.
     pub fn is_running(&self) -> bool {
         self.control.running.load(Ordering::Acquire)
+    }
+
+    /// Marks the stack stopped (its lcores joined) and wakes the senders
+    /// waiting on a full inbox, which give up.
+    pub fn stopped(&self) {
+        self.control.stopped();
+        for inbox in self.inbox.iter() {
+            inbox.wake();
+        }
     }
 
     /// A random number (xorshift over a seed from the OS, or from

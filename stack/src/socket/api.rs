@@ -273,7 +273,10 @@ impl UdpSocket {
         })
     }
 
-    /// Sets how long a send waits for room in the lcore's queue.
+    /// Sets how long a blocking send waits, asleep, for room in the
+    /// lcore's queue (the lcore wakes it when it drains the queue); past
+    /// it the send fails with `WouldBlock` (`EAGAIN`), as Linux's does past
+    /// `SO_SNDTIMEO`. `None`: until there is room or the stack stops.
     pub fn set_write_timeout(&self, t: Option<Duration>) -> io::Result<()> {
         if t == Some(Duration::ZERO) {
             return Err(io::Error::new(io::ErrorKind::InvalidInput, "cannot set a 0 duration timeout"));

@@ -459,24 +459,20 @@ impl UdpSocket {
             Err(Ok(pkt)) => pkt,
         };
         let inbox = &shared.inbox[self.tx_worker];
-        let mut pkt = match inbox.push(pkt) {
+        let pkt = match inbox.push(pkt) {
             Ok(()) => return Ok(()),
             Err(p) => p,
         };
         if self.nonblocking.load(Ordering::Relaxed) || !shared.is_running() {
             return Err(self.sndbuf_error(v4));
         }
+        // Backpressure: sleep until the lcore drains the inbox (it wakes
+        // waiting senders), the timeout passes or the stack stops.
         let timeout = *self.write_timeout.lock().unwrap_or_else(|p| p.into_inner());
         let deadline = timeout.map(|t| StdInstant::now() + t);
-        loop {
-            std::thread::yield_now();
-            pkt = match inbox.push(pkt) {
-                Ok(()) => return Ok(()),
-                Err(p) => p,
-            };
-            if deadline.is_some_and(|d| StdInstant::now() >= d) || !shared.is_running() {
-                return Err(self.sndbuf_error(v4));
-            }
+        match inbox.push_wait(pkt, deadline, || shared.is_running()) {
+            Ok(()) => Ok(()),
+            Err(_) => Err(self.sndbuf_error(v4)),
         }
     }
 
