@@ -14,7 +14,7 @@ use std::time::{Duration, Instant};
 
 use proptest::prelude::*;
 use spate::dpdk::{Burst, Memory};
-use spate::wire::{MacAddr, ethernet};
+use spate::wire::{MacAddr, ethernet, ip_proto, ipv4, udp};
 use spate::{Counter, Datagram, DatagramBatch, PortSpec, Stack, StackConfig, UdpSocket};
 use spate_testkit::wire_peer::{PEER_IP, eth, udp_frame};
 use spate_testkit::{WirePeer, device_lock, shared_eal};
@@ -326,4 +326,79 @@ fn a_tunnel_keeps_the_stage_on() {
     }
     running.stop();
     assert_eq!(stack.counters().unaccounted_frames(), 0);
+}
+
+/// A VXLAN packet (VNI `vni`) from the peer carrying one UDP datagram
+/// from 198.19.0.1 to `inner_dst`:`INNER_PORT`, in a frame to `inner_mac`.
+fn vxlan_frame(outer_mac: MacAddr, vni: u32, inner_mac: MacAddr, inner_dst: std::net::Ipv4Addr) -> Vec<u8> {
+    let (src, payload) = (std::net::Ipv4Addr::new(198, 19, 0, 1), b"inside");
+    let mut dg = vec![0u8; udp::HEADER_LEN];
+    dg.extend_from_slice(payload);
+    udp::Repr { src_port: 5000, dst_port: INNER_PORT, payload_len: payload.len() as u16 }.emit_with_checksum(
+        &mut dg,
+        &src.into(),
+        &inner_dst.into(),
+    );
+    let ip = ipv4::Repr {
+        src,
+        dst: inner_dst,
+        protocol: ip_proto::UDP,
+        payload_len: dg.len() as u16,
+        ttl: 64,
+        tos: 0,
+        ident: 7,
+        dont_frag: true,
+        more_frags: false,
+        frag_offset: 0,
+    };
+    let mut inner = vec![0u8; ipv4::HEADER_LEN];
+    ip.emit(&mut inner, false);
+    inner.extend_from_slice(&dg);
+    let mut vx = vec![0x08, 0, 0, 0, (vni >> 16) as u8, (vni >> 8) as u8, vni as u8, 0];
+    vx.extend_from_slice(&eth(inner_mac, ethernet::ethertype::IPV4, &inner));
+    udp_frame(outer_mac, false, 41000, 4789, &vx)
+}
+
+const INNER_PORT: u16 = 11;
+
+/// A tunnel takes VXLAN only from its remote: the peer is tunnel 42's
+/// remote and not tunnel 43's, so its packet for 42 reaches the inner
+/// socket and its packet for 43 is counted and dropped (before, anyone who
+/// reached port 4789 could put frames on any inner interface).
+#[test]
+fn vxlan_is_taken_only_from_the_tunnels_remote() {
+    let _serial = device_lock();
+    shared_eal(Memory::Auto);
+    let (mut peer, port, _spate_side) = WirePeer::new(4095);
+    let mut cfg = StackConfig {
+        lcores: "1".into(),
+        ports: vec![PortSpec::new(&port).addr("198.18.0.2/24").unwrap()],
+        stop_on_signal: false,
+        announce: false,
+        ..StackConfig::default()
+    };
+    let mut ours = spate::config::VxlanSpec::new(42, PEER_IP.into());
+    ours.ipv4.push("198.19.0.2/24".parse().unwrap());
+    let mut theirs = spate::config::VxlanSpec::new(43, "198.18.0.3".parse().unwrap());
+    theirs.ipv4.push("198.20.0.2/24".parse().unwrap());
+    cfg.vxlan = vec![ours, theirs];
+    let stack = Stack::new(cfg).unwrap();
+    let ifs = stack.interfaces();
+    let (outer, in42, in43) = (ifs[0].mac, ifs[1].mac, ifs[2].mac);
+    let sock = UdpSocket::bind(&stack, ("0.0.0.0", INNER_PORT)).unwrap();
+    sock.set_nonblocking(true).unwrap();
+    let running = stack.spawn_polling().unwrap();
+    send_burst(&mut peer, &[vxlan_frame(outer, 43, in43, "198.20.0.2".parse().unwrap())]);
+    send_burst(&mut peer, &[vxlan_frame(outer, 42, in42, "198.19.0.2".parse().unwrap())]);
+    let got = take(&sock, 1);
+    assert_eq!(got[0].data(), b"inside");
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while stack.counters()[Counter::RxVxlanWrongSource] == 0 {
+        assert!(Instant::now() < deadline, "{}", stack.counters().render_nonzero());
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    running.stop();
+    let c = stack.counters();
+    assert_eq!((c[Counter::VxlanInPackets], c[Counter::RxVxlanWrongSource]), (1, 1), "{}", c.render_nonzero());
+    assert_eq!(c.unaccounted_frames(), 0);
 }

@@ -469,3 +469,94 @@ fn af_packet_queues_keep_flows_on_one_lcore_with_2_and_4_lcores() {
         drop(stack);
     }
 }
+
+/// A tunnel's inner datagram that came in fragments is delivered on the
+/// inner interface whichever lcore owns its inner flow: with two lcores
+/// and software RSS, the outer packets of all 16 inner flows land on one
+/// lcore (one outer flow), which reassembles them. Before, those whose
+/// inner flow the other lcore owns were handed over and delivered there as
+/// the outer interface's datagrams, where no socket matched.
+#[test]
+fn reassembled_inner_datagrams_stay_on_the_inner_interface() {
+    use spate::wire::{ethernet, ip_proto, ipv4, udp};
+    use spate_testkit::wire_peer::eth;
+    let _serial = device_lock();
+    eal();
+    let (mut peer, port, _keep) = WirePeer::new(4095);
+    let mut cfg = StackConfig {
+        lcores: "1-2".into(),
+        rss: RssMode::Auto,
+        ports: vec![PortSpec::new(&port).addr("198.18.0.2/24").unwrap()],
+        stop_on_signal: false,
+        announce: false,
+        mempool_size: 16383,
+        idle_sleep_us: 20,
+        ..StackConfig::default()
+    };
+    let mut tunnel = spate::config::VxlanSpec::new(42, PEER_IP.into());
+    tunnel.ipv4.push("198.19.0.2/24".parse().unwrap());
+    cfg.vxlan.push(tunnel);
+    let stack = Stack::new(cfg).unwrap();
+    let (outer, inner) = (stack.interfaces()[0].mac, &stack.interfaces()[1]);
+    let sock = UdpSocket::builder(&stack).bind_device(inner.index).bind("0.0.0.0:11").unwrap();
+    sock.set_nonblocking(true).unwrap();
+    let running = stack.spawn_polling().unwrap();
+
+    let (src, dst) = (std::net::Ipv4Addr::new(198, 19, 0, 1), std::net::Ipv4Addr::new(198, 19, 0, 2));
+    let mut frames = Vec::new();
+    for f in 0..16u16 {
+        let payload = vec![f as u8; 2000];
+        let mut dg = vec![0u8; udp::HEADER_LEN];
+        dg.extend_from_slice(&payload);
+        udp::Repr { src_port: 30_000 + f, dst_port: 11, payload_len: 2000 }.emit_with_checksum(
+            &mut dg,
+            &src.into(),
+            &dst.into(),
+        );
+        for (offset, more) in [(0usize, true), (1480, false)] {
+            let part = &dg[offset..if more { 1480 } else { dg.len() }];
+            let ip = ipv4::Repr {
+                src,
+                dst,
+                protocol: ip_proto::UDP,
+                payload_len: part.len() as u16,
+                ttl: 64,
+                tos: 0,
+                ident: 100 + f,
+                dont_frag: false,
+                more_frags: more,
+                frag_offset: offset as u32,
+            };
+            let mut pkt = vec![0u8; ipv4::HEADER_LEN];
+            ip.emit(&mut pkt, false);
+            pkt.extend_from_slice(part);
+            let mut vx = vec![0x08, 0, 0, 0, 0, 0, 42, 0];
+            vx.extend_from_slice(&eth(inner.mac, ethernet::ethertype::IPV4, &pkt));
+            frames.push(udp_frame(outer, false, 41_000, 4789, &vx));
+        }
+    }
+    for chunk in frames.chunks(8) {
+        let mut b: Burst = Burst::new();
+        for f in chunk {
+            b.push(peer.mbuf(f)).unwrap();
+        }
+        assert_eq!(peer.send_burst(&mut b), chunk.len());
+    }
+    let mut seen = vec![false; 16];
+    let mut batch = DatagramBatch::with_capacity(64);
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while seen.iter().any(|s| !s) {
+        assert!(Instant::now() < deadline, "flows {seen:?}\n{}", stack.counters().render_nonzero());
+        if sock.recv_batch(&mut batch, 64).is_ok() {
+            for d in batch.drain() {
+                assert_eq!(d.len(), 2000);
+                seen[d.data()[0] as usize] = true;
+            }
+        } else {
+            std::thread::sleep(Duration::from_millis(1));
+        }
+    }
+    running.stop();
+    let c = stack.counters();
+    assert_eq!((c[Counter::VxlanInPackets], c[Counter::RxNoPort]), (32, 0), "{}", c.render_nonzero());
+}

@@ -92,6 +92,7 @@ counters! {
     RxIpv6UnknownProto = drop "Rx"."Ipv6UnknownProto": "IPv6 packets of a protocol spate does not speak.";
     RxGroMerged = kept "Rx"."GroMerged": "UDP datagrams merged into the one before them (UDP GRO): delivered as its segments.";
     RxVxlanErrors = drop "Rx"."VxlanErrors": "VXLAN packets with a bad header, an unknown VNI or an inner frame too short.";
+    RxVxlanWrongSource = drop "Rx"."VxlanWrongSource": "VXLAN packets for a tunnel's VNI that did not come from its remote, to its local address, over its outer interface.";
 
     GroLookups = kept "Gro"."Lookups": "UDP datagrams the GRO stage looked up (only while a tunnel or a GRO socket exists).";
     GroCoalesced = kept "Gro"."Coalesced": "Datagrams of more than one segment delivered to GRO sockets.";

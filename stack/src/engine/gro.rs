@@ -71,7 +71,7 @@ impl Worker<'_> {
     ) -> Option<Counter> {
         self.inc(Counter::GroLookups);
         if let Some(port) = tunnel {
-            return self.rx_vxlan(port, m, at);
+            return self.rx_vxlan(iface, port, m, at);
         }
         let after = m.pkt_len() - (at.l4 + udp::HEADER_LEN + payload);
         if m.adj(at.l4 + udp::HEADER_LEN).is_err() || (after > 0 && m.trim(after).is_err()) {

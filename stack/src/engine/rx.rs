@@ -610,7 +610,7 @@ impl Worker<'_> {
                 }
                 self.inc(if v6 { Counter::Ip6InDelivers } else { Counter::IpInDelivers });
                 // Another lcore may own the datagram's flow (software RSS).
-                let mbuf = self.hand_datagram(mbuf, l3, data_at, len)?;
+                let mbuf = self.hand_datagram(iface, mbuf, l3, data_at, len)?;
                 let at = UdpInFrame { l3, l4: data_at, end: data_at + len as usize, src, dst, group };
                 self.rx_udp_reassembled(iface, mbuf, at)
             }

@@ -16,6 +16,7 @@
 use spate_dpdk::{Burst, Mbuf};
 
 use super::Worker;
+use crate::iface::Interface;
 use crate::shared::{BURST, Lanes, Steering};
 use crate::stats::Counter;
 
@@ -97,14 +98,25 @@ impl Worker<'_> {
         total
     }
 
-    /// Hands a reassembled datagram to the lcore owning its flow, when that
-    /// is another; gives it back otherwise. Its offsets travel in the
-    /// mbuf's hash field: IP header (5 bits) | UDP header (11) | length of
-    /// the UDP datagram (16); one whose headers lie further in stays here.
-    pub(super) fn hand_datagram(&mut self, mut m: Mbuf, l3: usize, l4: usize, len: u32) -> Option<Mbuf> {
+    /// Hands a reassembled datagram of interface `iface` to the lcore
+    /// owning its flow, when that is another; gives it back otherwise. Its
+    /// offsets travel in the mbuf's hash field: IP header (5 bits) | UDP
+    /// header (11) | length of the UDP datagram (16); one whose headers lie
+    /// further in stays here. So does a tunnel's inner datagram: the
+    /// receiving lcore knows its interface only from the mbuf's port, the
+    /// outer one, and inner flows are not steered (their outer packets
+    /// are).
+    pub(super) fn hand_datagram(
+        &mut self,
+        iface: &Interface,
+        mut m: Mbuf,
+        l3: usize,
+        l4: usize,
+        len: u32,
+    ) -> Option<Mbuf> {
         let me = self.idx;
         let Some(s) = self.steer.as_mut() else { return Some(m) };
-        if !self.shared.port_steered(m.port()) || l3 >= 32 || l4 >= 2048 || len > 0xffff {
+        if iface.tunnel.is_some() || !self.shared.port_steered(m.port()) || l3 >= 32 || l4 >= 2048 || len > 0xffff {
             return Some(m);
         }
         let mut key = [0u8; 36];

@@ -3,7 +3,9 @@
 //!
 //! Receive: the endpoint is a socket-table entry on the tunnel's UDP port
 //! (4789 by default) that the GRO stage recognises; it checks the 8-byte
-//! VXLAN header (the I flag, a VNI spate has), cuts the outer headers off
+//! VXLAN header (the I flag, a VNI spate has) and that the packet came
+//! from that tunnel's remote to its local address over its outer
+//! interface, cuts the outer headers off
 //! and hands the inner frame to the inner interface's receive path as if
 //! a port had received it, so its ARP, ICMP, UDP sockets and GRO work as on
 //! any interface. Transmit: a frame leaving the inner interface gets the
@@ -29,9 +31,12 @@ use crate::wire::vxlan::{FLAG_VNI, HEADER_LEN};
 use crate::wire::{ethernet, udp};
 
 impl Worker<'_> {
-    /// A datagram for a tunnel endpoint on UDP port `port`: its inner frame
-    /// goes to the inner interface of its VNI.
-    pub(super) fn rx_vxlan(&mut self, port: u16, mut m: Mbuf, at: UdpInFrame) -> Option<Counter> {
+    /// A datagram that came in on interface `iface` for a tunnel endpoint
+    /// on UDP port `port`: its inner frame goes to the inner interface of
+    /// its VNI, when it came from that tunnel's remote, to its local
+    /// address, over its outer interface. Anyone else who reaches the port
+    /// would otherwise put frames on the inner interface.
+    pub(super) fn rx_vxlan(&mut self, iface: u16, port: u16, mut m: Mbuf, at: UdpInFrame) -> Option<Counter> {
         let start = at.l4 + udp::HEADER_LEN;
         let inner_at = start + HEADER_LEN;
         let data = m.data();
@@ -39,17 +44,17 @@ impl Worker<'_> {
             return Some(Counter::RxVxlanErrors);
         }
         let vni = u32::from_be_bytes([0, data[start + 4], data[start + 5], data[start + 6]]);
-        let Some(inner) = self
+        let Some((inner, t)) = self
             .shared
             .ifaces
             .iter()
-            .find(|i| {
-                i.tunnel.is_some_and(|t| t.vni == vni && t.local_port == port && t.remote.is_ipv4() == at.src.is_ipv4())
-            })
-            .map(|i| i.index)
+            .find_map(|i| i.tunnel.filter(|t| t.vni == vni && t.local_port == port).map(|t| (i.index, t)))
         else {
             return Some(Counter::RxVxlanErrors);
         };
+        if at.src != t.remote.ip() || at.dst != t.local || iface != t.outer {
+            return Some(Counter::RxVxlanWrongSource);
+        }
         if m.adj(inner_at).is_err() {
             return Some(Counter::RxVxlanErrors);
         }
