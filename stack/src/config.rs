@@ -256,6 +256,10 @@ pub struct NeighborConfig {
     pub probes: u32,
     /// Packets kept per unresolved neighbour (Linux keeps about 100).
     pub pending_max: usize,
+    /// Packets kept waiting for resolution in the whole table, so that
+    /// sources that never answer cannot take the mempool; `None` (the
+    /// default): an eighth of `mempool_size`. At most half of it.
+    pub pending_total: Option<usize>,
     /// Entries kept at most.
     pub max_entries: usize,
     /// An unused stale entry is forgotten after this long, in ms (Linux: 60 s).
@@ -269,6 +273,7 @@ impl Default for NeighborConfig {
             retrans_ms: 1_000,
             probes: 3,
             pending_max: 64,
+            pending_total: None,
             max_entries: 4096,
             gc_stale_ms: 60_000,
         }
@@ -499,6 +504,16 @@ impl StackConfig {
         }
         if self.rcvbuf < 4096 {
             return Err(Error::Config("rcvbuf below 4096 bytes".into()));
+        }
+        if let Some(n) = self.neighbor.pending_total.filter(|&n| n > self.mempool_size as usize / 2) {
+            return Err(Error::Config(format!(
+                "neighbor.pending_total {n} is more than half of mempool_size {}: unresolved neighbours could \
+                 starve the receive rings",
+                self.mempool_size
+            )));
+        }
+        if self.neighbor.max_entries == 0 {
+            return Err(Error::Config("neighbor.max_entries must be positive".into()));
         }
         if self.reassembly_low_bytes > self.reassembly_high_bytes || self.reassembly_datagrams == 0 {
             return Err(Error::Config(

@@ -8,9 +8,19 @@
 //!
 //! The table is shared by the lcores behind a mutex: lcores keep a small
 //! memo of reachable entries and come here only on a miss, when an entry
-//! expires, or after the table's generation changed (a MAC changed or an
-//! entry went away). The pending type `P` is generic so the state machine
-//! is tested without mbufs.
+//! expires, or after the table's generation changed (a MAC changed or a
+//! reachable entry went away). The pending type `P` is generic so the
+//! state machine is tested without mbufs.
+//!
+//! Bounds, against sources that flood spate with addresses that never
+//! answer (each reply to one waits for its resolution): at most
+//! `max_entries` entries, a full table evicting one in O(1) (a clock over
+//! the entries in the order they came, passing over those used since the
+//! hand last passed them, so a busy neighbour such as the gateway stays);
+//! an evicted entry's waiting packets dropped with it; and at most
+//! `pending_total` packets waiting in the whole table besides
+//! `pending_max` per neighbour, so unresolved neighbours never hold more
+//! of the mempool than that.
 
 pub mod arp;
 pub mod nd;
@@ -99,12 +109,32 @@ struct Entry<P> {
     state: State,
     pending: VecDeque<P>,
     last_used: Instant,
+    /// Used since the eviction clock's hand last passed it.
+    used: bool,
+}
+
+/// Entries the clock's hand passes over (used recently) before it takes
+/// the one it is at anyway: the bound on an eviction's work.
+const SECOND_CHANCES: usize = 16;
+
+/// What the table's lock guards.
+#[derive(Debug)]
+struct Table<P> {
+    map: HashMap<Key, Entry<P>>,
+    /// The eviction clock: every entry that is not permanent, in the order
+    /// it came (a key whose entry went, or came again, may be here twice;
+    /// the clock skips it, and the list is rebuilt when such keys pile up).
+    order: VecDeque<Key>,
+    /// Packets waiting in all entries.
+    waiting: usize,
+    /// Packets of evicted entries, dropped at the next timer pass.
+    evicted: Vec<P>,
 }
 
 /// The neighbour table.
 #[derive(Debug)]
 pub struct NeighTable<P> {
-    inner: Mutex<HashMap<Key, Entry<P>>>,
+    inner: Mutex<Table<P>>,
     generation: AtomicU64,
     cfg: NeighborConfig,
 }
@@ -129,10 +159,11 @@ impl<P> Default for Expired<P> {
 impl<P> NeighTable<P> {
     /// An empty table.
     pub fn new(cfg: NeighborConfig) -> Self {
-        NeighTable { inner: Mutex::new(HashMap::new()), generation: AtomicU64::new(0), cfg }
+        let t = Table { map: HashMap::new(), order: VecDeque::new(), waiting: 0, evicted: Vec::new() };
+        NeighTable { inner: Mutex::new(t), generation: AtomicU64::new(0), cfg }
     }
 
-    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<Key, Entry<P>>> {
+    fn lock(&self) -> std::sync::MutexGuard<'_, Table<P>> {
         self.inner.lock().unwrap_or_else(|p| p.into_inner())
     }
 
@@ -156,19 +187,26 @@ impl<P> NeighTable<P> {
 
     /// Finds the MAC for `key`, or queues `pkt` and says whether to solicit.
     pub fn resolve(&self, now: Instant, key: Key, pkt: P) -> Resolve<P> {
-        let mut t = self.lock();
-        if !t.contains_key(&key) && t.len() >= self.cfg.max_entries {
-            Self::evict_one(&mut t);
-            self.bump();
+        let mut guard = self.lock();
+        let t = &mut *guard;
+        if !t.map.contains_key(&key) {
+            self.make_room(t);
+            t.map.insert(
+                key,
+                Entry {
+                    mac: MacAddr::ZERO,
+                    state: State::Incomplete { probes: 0, next: now },
+                    pending: VecDeque::new(),
+                    last_used: now,
+                    used: false,
+                },
+            );
+            t.order.push_back(key);
         }
         let retrans = self.retrans();
-        let e = t.entry(key).or_insert_with(|| Entry {
-            mac: MacAddr::ZERO,
-            state: State::Incomplete { probes: 0, next: now },
-            pending: VecDeque::new(),
-            last_used: now,
-        });
+        let e = t.map.get_mut(&key).expect("there");
         e.last_used = now;
+        e.used = true;
         match e.state {
             State::Permanent => Resolve::Ready { mac: e.mac, pkt, until: Instant(u64::MAX), probe: None },
             State::Reachable { until } if now < until => Resolve::Ready { mac: e.mac, pkt, until, probe: None },
@@ -180,8 +218,18 @@ impl<P> NeighTable<P> {
             }
             State::Probe { .. } => Resolve::Ready { mac: e.mac, pkt, until: now, probe: None },
             State::Incomplete { probes, next } => {
-                let dropped = if e.pending.len() >= self.cfg.pending_max { e.pending.pop_front() } else { None };
-                e.pending.push_back(pkt);
+                let dropped = if e.pending.len() >= self.cfg.pending_max {
+                    // This neighbour's queue is full: its oldest goes.
+                    e.pending.push_back(pkt);
+                    e.pending.pop_front()
+                } else if t.waiting >= self.cfg.pending_total.unwrap_or(usize::MAX) {
+                    // The table's is: the newcomer goes.
+                    Some(pkt)
+                } else {
+                    e.pending.push_back(pkt);
+                    t.waiting += 1;
+                    None
+                };
                 let solicit = (probes == 0 && now >= next).then(|| {
                     e.state = State::Incomplete { probes: 1, next: now + retrans };
                     Solicit { iface: key.0, target: key.1, unicast: None }
@@ -195,29 +243,32 @@ impl<P> NeighTable<P> {
     /// limit does not count it out, and nothing the wire says changes it).
     pub fn add_permanent(&self, key: Key, mac: MacAddr) {
         let mut t = self.lock();
-        let pending = VecDeque::new();
-        t.insert(key, Entry { mac, state: State::Permanent, pending, last_used: Instant(0) });
+        let entry =
+            Entry { mac, state: State::Permanent, pending: VecDeque::new(), last_used: Instant(0), used: false };
+        if let Some(old) = t.map.insert(key, entry) {
+            t.waiting -= old.pending.len();
+            t.evicted.extend(old.pending);
+        }
         drop(t);
         self.bump();
     }
 
     /// Records that `key` is at `mac`; returns the packets that waited for it.
     pub fn learn(&self, now: Instant, key: Key, mac: MacAddr, how: Learn) -> Option<(MacAddr, VecDeque<P>)> {
-        let mut t = self.lock();
+        let mut guard = self.lock();
+        let t = &mut *guard;
         let reachable = self.reachable();
-        let exists = t.contains_key(&key);
-        if !exists {
+        if !t.map.contains_key(&key) {
             if how != Learn::Heard {
                 return None;
             }
-            if t.len() >= self.cfg.max_entries {
-                Self::evict_one(&mut t);
-                self.bump();
-            }
-            t.insert(key, Entry { mac, state: State::Stale, pending: VecDeque::new(), last_used: now });
+            self.make_room(t);
+            t.map
+                .insert(key, Entry { mac, state: State::Stale, pending: VecDeque::new(), last_used: now, used: false });
+            t.order.push_back(key);
             return None;
         }
-        let e = t.get_mut(&key).expect("checked");
+        let e = t.map.get_mut(&key).expect("checked");
         if e.state == State::Permanent {
             // The configuration says where it is; the wire does not.
             return None;
@@ -232,26 +283,68 @@ impl<P> NeighTable<P> {
             (_, s) => s,
         };
         let released = std::mem::take(&mut e.pending);
+        t.waiting -= released.len();
         if changed {
             self.bump();
         }
-        drop(t);
+        drop(guard);
         (was_incomplete || !released.is_empty()).then_some((mac, released))
+    }
+
+    /// Makes room for one more entry in a full table: the clock's hand
+    /// takes the first entry it reaches that was not used since it last
+    /// came by (giving each used one a second chance, up to a bound), and
+    /// drops its waiting packets with it. Memos are told only when the
+    /// entry was one they may hold (reachable).
+    fn make_room(&self, t: &mut Table<P>) {
+        if t.map.len() < self.cfg.max_entries {
+            return;
+        }
+        let mut chances = SECOND_CHANCES;
+        while let Some(key) = t.order.pop_front() {
+            let Some(e) = t.map.get_mut(&key) else { continue };
+            if e.state == State::Permanent {
+                continue;
+            }
+            if e.used && chances > 0 {
+                e.used = false;
+                chances -= 1;
+                t.order.push_back(key);
+                continue;
+            }
+            let e = t.map.remove(&key).expect("there");
+            t.waiting -= e.pending.len();
+            t.evicted.extend(e.pending);
+            if matches!(e.state, State::Reachable { .. }) {
+                self.bump();
+            }
+            break;
+        }
+        // Keys of entries that went another way pile up: rebuild the clock.
+        if t.order.len() > 2 * self.cfg.max_entries + SECOND_CHANCES {
+            let Table { map, order, .. } = t;
+            order.clear();
+            order.extend(map.iter().filter(|(_, e)| e.state != State::Permanent).map(|(k, _)| *k));
+        }
     }
 
     /// Runs the timers: retransmits solicitations, gives up on silent
     /// neighbours, forgets unused stale entries.
     pub fn poll(&self, now: Instant) -> Expired<P> {
         let mut out = Expired::default();
-        let mut t = self.lock();
+        let mut guard = self.lock();
+        let t = &mut *guard;
+        out.dropped.append(&mut t.evicted);
         let retrans = self.retrans();
         let gc = Duration::from_millis(self.cfg.gc_stale_ms);
         let probes_max = self.cfg.probes;
         let mut removed = false;
-        t.retain(|key, e| match e.state {
+        let waiting = &mut t.waiting;
+        t.map.retain(|key, e| match e.state {
             State::Incomplete { probes, next } if now >= next => {
                 if probes >= probes_max {
                     out.failed += 1;
+                    *waiting -= e.pending.len();
                     out.dropped.extend(e.pending.drain(..));
                     removed = true;
                     false
@@ -290,7 +383,12 @@ impl<P> NeighTable<P> {
 
     /// Entries in the table.
     pub fn len(&self) -> usize {
-        self.lock().len()
+        self.lock().map.len()
+    }
+
+    /// Packets waiting for their neighbours' addresses.
+    pub fn waiting(&self) -> usize {
+        self.lock().waiting
     }
 
     /// Whether the table is empty.
@@ -302,19 +400,7 @@ impl<P> NeighTable<P> {
     /// The MAC recorded for `key`, in any state but INCOMPLETE.
     #[cfg(test)]
     pub fn peek(&self, key: Key) -> Option<MacAddr> {
-        self.lock().get(&key).filter(|e| !matches!(e.state, State::Incomplete { .. })).map(|e| e.mac)
-    }
-
-    fn evict_one(t: &mut HashMap<Key, Entry<P>>) {
-        // The least recently used entry without waiting packets.
-        if let Some(k) = t
-            .iter()
-            .filter(|(_, e)| e.pending.is_empty() && e.state != State::Permanent)
-            .min_by_key(|(_, e)| e.last_used)
-            .map(|(k, _)| *k)
-        {
-            t.remove(&k);
-        }
+        self.lock().map.get(&key).filter(|e| !matches!(e.state, State::Incomplete { .. })).map(|e| e.mac)
     }
 }
 
@@ -331,6 +417,7 @@ mod tests {
             retrans_ms: 100,
             probes: 3,
             pending_max: 2,
+            pending_total: Some(5),
             max_entries: 4,
             gc_stale_ms: 5000,
         }
@@ -448,5 +535,50 @@ mod tests {
             t.learn(ms(n as u64), key(n), MAC, Learn::Heard);
         }
         assert!(t.len() <= 4);
+    }
+
+    /// Sources that never answer cannot hold more than the table's bounds:
+    /// entries stay within `max_entries` even when every one has packets
+    /// waiting (eviction used to pass those over, and the table grew past
+    /// its limit), the evicted entries' packets come back as dropped, and
+    /// no more than `pending_total` packets wait in all.
+    #[test]
+    fn unresolved_neighbours_stay_within_the_bounds() {
+        let t = NeighTable::<u32>::new(cfg());
+        let mut dropped = 0;
+        for n in 1..=40u8 {
+            for p in 0..3 {
+                if let Resolve::Queued { dropped: Some(_), .. } = t.resolve(ms(n as u64), key(n), n as u32 * 10 + p) {
+                    dropped += 1;
+                }
+            }
+            assert!(t.len() <= 4, "{} entries", t.len());
+            assert!(t.waiting() <= 5, "{} packets waiting", t.waiting());
+        }
+        let e = t.poll(ms(41));
+        // 40 neighbours x 3 packets: what is still waiting, what was
+        // refused or pushed out, and what went with the evicted entries.
+        assert_eq!(t.waiting() + dropped + e.dropped.len(), 120);
+        assert!(!e.dropped.is_empty(), "evicted entries' packets are dropped");
+    }
+
+    /// A neighbour in use survives a flood of new ones (the clock passes
+    /// over entries used since it last came by), and evicting entries no
+    /// memo can hold leaves the generation alone (it used to change on
+    /// every eviction, emptying every lcore's memo).
+    #[test]
+    fn a_busy_neighbour_survives_a_flood_of_new_ones() {
+        let t = NeighTable::<u32>::new(cfg());
+        let _ = t.resolve(ms(0), key(1), 1);
+        t.learn(ms(0), key(1), MAC, Learn::Confirmed);
+        let g = t.generation();
+        for n in 10..200u8 {
+            t.learn(ms(n as u64), key(n), MAC2, Learn::Heard);
+            // The gateway is used between the flood's packets.
+            assert!(matches!(t.resolve(ms(n as u64), key(1), 2), Resolve::Ready { .. }), "evicted at {n}");
+            assert!(t.len() <= 4);
+        }
+        assert_eq!(t.generation(), g, "only stale entries went");
+        assert_eq!(t.peek(key(1)), Some(MAC));
     }
 }

@@ -230,7 +230,10 @@ impl Stack {
         }
         let shared = Shared {
             id,
-            neigh: NeighTable::new(cfg.neighbor.clone()),
+            neigh: NeighTable::new(crate::config::NeighborConfig {
+                pending_total: Some(cfg.neighbor.pending_total.unwrap_or(cfg.mempool_size as usize / 8)),
+                ..cfg.neighbor.clone()
+            }),
             sockets: SocketTable::new([secrets.next(), secrets.next(), secrets.next(), secrets.next()]),
             ip_id: IpIdGen::new([secrets.next(), secrets.next()]),
             stats: StatsRegistry::new(workers),
@@ -335,6 +338,12 @@ impl Stack {
     /// Neighbour entries known.
     pub fn neighbors(&self) -> usize {
         self.shared.neigh.len()
+    }
+
+    /// Packets waiting for their neighbours' addresses (at most
+    /// `neighbor.pending_total`).
+    pub fn neighbor_waiting(&self) -> usize {
+        self.shared.neigh.waiting()
     }
 
     /// Asks the lcores to stop.
