@@ -7,7 +7,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use spate::dpdk::Memory;
-use spate::wire::{MacAddr, arp, ethernet, ip_proto, ipv4, udp};
+use spate::wire::{MacAddr, arp, ethernet, icmpv4, ip_proto, ipv4, udp};
 use spate::{Counter, LcoreCtx, PortSpec, Stack, StackConfig, UdpSocket};
 use spate_testkit::wire_peer::{PEER_IP, PEER_MAC, SPATE_IP, eth, udp_frame};
 use spate_testkit::{WirePeer, device_lock, shared_eal};
@@ -255,6 +255,79 @@ fn a_blocking_send_on_a_full_inbox_sleeps_until_the_lcore_drains_it() {
     drop(sock);
     drop(peer);
     assert_eq!(stack.mempool().in_use(), 0, "mbufs leaked");
+}
+
+/// An IPv4 packet from the peer to spate.
+fn ipv4_from_peer(dst_mac: MacAddr, protocol: u8, payload: &[u8]) -> Vec<u8> {
+    let ip = ipv4::Repr {
+        src: PEER_IP,
+        dst: SPATE_IP,
+        protocol,
+        payload_len: payload.len() as u16,
+        ttl: 64,
+        tos: 0,
+        ident: 9,
+        dont_frag: true,
+        more_frags: false,
+        frag_offset: 0,
+    };
+    let mut p = vec![0u8; ipv4::HEADER_LEN];
+    ip.emit(&mut p, false);
+    p.extend_from_slice(payload);
+    eth(dst_mac, ethernet::ethertype::IPV4, &p)
+}
+
+/// A router's "fragmentation needed" (next-hop MTU 1200) quoting a UDP
+/// datagram from spate's `src_port` to `dst`:9.
+fn frag_needed(spate_mac: MacAddr, src_port: u16, dst: std::net::Ipv4Addr) -> Vec<u8> {
+    let quoted_ip = ipv4::Repr {
+        src: SPATE_IP,
+        dst,
+        protocol: ip_proto::UDP,
+        payload_len: 1400,
+        ttl: 64,
+        tos: 0,
+        ident: 1,
+        dont_frag: true,
+        more_frags: false,
+        frag_offset: 0,
+    };
+    let mut quoted = vec![0u8; ipv4::HEADER_LEN];
+    quoted_ip.emit(&mut quoted, false);
+    quoted.extend_from_slice(&[(src_port >> 8) as u8, src_port as u8, 0, 9, 0x05, 0x78, 0, 0]);
+    let msg = icmpv4::Repr::DstUnreachable { code: icmpv4::unreachable::FRAG_NEEDED, mtu: 1200, data: &quoted };
+    let mut icmp = vec![0u8; msg.buffer_len()];
+    msg.emit(&mut icmp);
+    ipv4_from_peer(spate_mac, ip_proto::ICMP, &icmp)
+}
+
+/// A path MTU is believed only for a datagram a socket of spate's could
+/// have sent: a "fragmentation needed" quoting a port no socket holds
+/// changes nothing (it used to set the path MTU of any destination it
+/// named, and fill the table), one quoting a bound socket's port does.
+#[test]
+fn path_mtu_is_learnt_only_for_what_a_socket_could_have_sent() {
+    let _serial = device_lock();
+    shared_eal(Memory::Auto);
+    let (mut peer, spate_port, _a) = WirePeer::new(1023);
+    let stack = wire_stack(PortSpec::new(&spate_port).addr("198.18.0.2/24").unwrap(), false);
+    let spate_mac = stack.interfaces()[0].mac;
+    let _sock = UdpSocket::bind(&stack, "0.0.0.0:5353").unwrap();
+    let running = stack.spawn_polling().unwrap();
+    let (forged, real) = ("203.0.113.9".parse().unwrap(), "203.0.113.10".parse().unwrap());
+    peer.send(&frag_needed(spate_mac, 40000, forged));
+    peer.send(&frag_needed(spate_mac, 5353, real));
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while stack.counters()[Counter::PmtuLearnt] + stack.counters()[Counter::PmtuIgnored] < 2 {
+        assert!(Instant::now() < deadline, "{}", stack.counters().render_nonzero());
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    running.stop();
+    assert_eq!(stack.path_mtu(&IpAddr::V4(forged)), None, "a forged message changed the path MTU");
+    assert_eq!(stack.path_mtu(&IpAddr::V4(real)), Some(1200));
+    assert_eq!(stack.path_mtu_entries(), 1);
+    let c = stack.counters();
+    assert_eq!((c[Counter::PmtuLearnt], c[Counter::PmtuIgnored]), (1, 1));
 }
 
 /// Received datagrams sent back as send buffers: unchanged to their

@@ -382,6 +382,9 @@ pub struct StackConfig {
     pub reassembly_datagrams: usize,
     /// How long a learnt path MTU lasts, in seconds (Linux: 600).
     pub pmtu_expiry_secs: u64,
+    /// Destinations whose path MTU is kept at most (the table forgets the
+    /// oldest when full).
+    pub pmtu_max_entries: usize,
     /// A reader blocked in `recv` on an empty queue naps this many µs
     /// (twice at most) before it asks a polling lcore to wake it; 0, the
     /// default, asks at once, as Linux does. While datagrams stream in, the
@@ -425,6 +428,7 @@ impl Default for StackConfig {
             reassembly_low_bytes: 3 << 20,
             reassembly_datagrams: 1024,
             pmtu_expiry_secs: 600,
+            pmtu_max_entries: 1024,
             reader_nap_us: 0,
             hash_seed: None,
         }

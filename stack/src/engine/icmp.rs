@@ -72,11 +72,14 @@ impl Worker<'_> {
                     // The next-hop MTU sits in the header's second word
                     // (RFC 1191); 0 from routers older than it.
                     let mtu = get_u16(data, 6);
-                    let quoted = ipv4::Packet::new_unchecked(p.data());
-                    if p.data().len() >= ipv4::HEADER_LEN && iface.has_ipv4(quoted.src()) {
-                        let mtu = if mtu == 0 { crate::frag::pmtu::MIN_V4 } else { mtu };
-                        let now = self.shared.pmtu.learn(quoted.dst().into(), mtu);
-                        log::debug!("path MTU to {} is {now}", quoted.dst());
+                    match quoted_udp_v4(p.data()) {
+                        Some((local, peer)) if self.could_have_sent(iface, local, peer) => {
+                            let mtu = if mtu == 0 { crate::frag::pmtu::MIN_V4 } else { mtu };
+                            let now = self.shared.pmtu.learn(peer.ip(), mtu);
+                            self.inc(Counter::PmtuLearnt);
+                            log::debug!("path MTU to {} is {now}", peer.ip());
+                        }
+                        _ => self.inc(Counter::PmtuIgnored),
                     }
                 }
             }
@@ -229,12 +232,13 @@ impl Worker<'_> {
             }
             icmpv6::Repr::PacketTooBig { mtu, data } => {
                 self.inc(Counter::Icmp6InPktTooBigs);
-                if data.len() >= ipv6::HEADER_LEN {
-                    let quoted = ipv6::Packet::new_unchecked(data);
-                    if iface.has_ipv6(&quoted.src()) {
-                        let now = self.shared.pmtu.learn(quoted.dst().into(), mtu.min(u16::MAX as u32) as u16);
-                        log::debug!("path MTU to {} is {now}", quoted.dst());
+                match quoted_udp_v6(data) {
+                    Some((local, peer)) if self.could_have_sent(iface, local, peer) => {
+                        let now = self.shared.pmtu.learn(peer.ip(), mtu.min(u16::MAX as u32) as u16);
+                        self.inc(Counter::PmtuLearnt);
+                        log::debug!("path MTU to {} is {now}", peer.ip());
                     }
+                    _ => self.inc(Counter::PmtuIgnored),
                 }
                 Icmp6Action::None
             }
@@ -382,6 +386,19 @@ impl Worker<'_> {
             Some(r) => self.transmit(TxPacket { mbuf: m, iface: r.iface, next_hop: r.next_hop, datagram: false }),
             None => self.inc(Counter::TxNoRoute),
         }
+    }
+
+    /// Whether the UDP datagram `local` -> `peer` an ICMP error quotes is
+    /// one spate could have sent: from an address of `iface`'s, from a
+    /// port a socket holds that would take the answer (as Linux's UDP
+    /// error handler looks the socket up before it believes a path MTU).
+    /// A forged message quoting anything else changes nothing.
+    fn could_have_sent(&self, iface: &Interface, local: SocketAddr, peer: SocketAddr) -> bool {
+        let ours = match local.ip() {
+            IpAddr::V4(a) => iface.has_ipv4(a),
+            IpAddr::V6(a) => iface.has_ipv6(&a),
+        };
+        ours && self.snapshot.lookup(&FlowKey::new(&peer, &local, iface.index)).is_some()
     }
 
     /// Reports `errno` to the connected socket `local` <-> `peer` (the next

@@ -245,7 +245,10 @@ impl Stack {
             next_socket_id: AtomicU64::new(1),
             next_tx_worker: AtomicUsize::new(0),
             gro_users: CachePadded::new(AtomicUsize::new(0)),
-            pmtu: crate::frag::pmtu::PathMtu::new(std::time::Duration::from_secs(cfg.pmtu_expiry_secs)),
+            pmtu: crate::frag::pmtu::PathMtu::new(
+                std::time::Duration::from_secs(cfg.pmtu_expiry_secs),
+                cfg.pmtu_max_entries,
+            ),
             port_iface,
             steered,
             tx_queues,
@@ -333,6 +336,12 @@ impl Stack {
     /// `n` such datagrams.
     pub fn datagram_truesize(&self) -> usize {
         crate::datagram::truesize_of(self.shared.pool.buf_len() as usize)
+    }
+
+    /// Destinations whose path MTU the stack keeps (at most
+    /// `pmtu_max_entries`).
+    pub fn path_mtu_entries(&self) -> usize {
+        self.shared.pmtu.len()
     }
 
     /// Neighbour entries known.
