@@ -69,6 +69,7 @@ fn produce(q: &RxQueue<Item>, pool: &Mempool, p: u8, deadline: Instant) -> u64 {
                 std::thread::yield_now();
             }
             Err(Refusal::Closed) => panic!("closed under the producer"),
+            Err(Refusal::Mem) => panic!("no stack-wide cap here"),
         }
     }
     refused

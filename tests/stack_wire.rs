@@ -330,6 +330,70 @@ fn path_mtu_is_learnt_only_for_what_a_socket_could_have_sent() {
     assert_eq!((c[Counter::PmtuLearnt], c[Counter::PmtuIgnored]), (1, 1));
 }
 
+/// Sockets whose readers stall cannot take the pool: what all receive
+/// queues hold together stays under `udp_mem_bytes` (20 datagrams here,
+/// against 8 sockets of 10 each), the rest is counted as Linux counts a
+/// datagram past `udp_mem` (MemErrors and InErrors), and reading gives
+/// the memory back. Before the cap, the sockets held 80 mbufs.
+#[test]
+fn stalled_readers_share_a_stack_wide_cap() {
+    let _serial = device_lock();
+    shared_eal(Memory::Auto);
+    // What a datagram is charged, from a stack of the same pool.
+    let truesize = {
+        let (_peer, port, _a) = WirePeer::new(1023);
+        wire_stack(PortSpec::new(&port).addr("198.18.0.2/24").unwrap(), false).datagram_truesize()
+    };
+    let (mut peer, spate_port, _a) = WirePeer::new(1023);
+    let cfg = StackConfig {
+        lcores: "1".into(),
+        ports: vec![PortSpec::new(&spate_port).addr("198.18.0.2/24").unwrap()],
+        mempool_size: 2047,
+        idle_sleep_us: 50,
+        stop_on_signal: false,
+        announce: false,
+        udp_mem_bytes: Some(20 * truesize),
+        ..StackConfig::default()
+    };
+    let stack = Stack::new(cfg).unwrap();
+    let spate_mac = stack.interfaces()[0].mac;
+    let sockets: Vec<UdpSocket> = (0..8u16)
+        .map(|i| UdpSocket::builder(&stack).recv_buffer_size(10 * truesize).bind(("0.0.0.0", 6000 + i)).unwrap())
+        .collect();
+    let running = stack.spawn_polling().unwrap();
+    for i in 0..8u16 {
+        for seq in 0..10u8 {
+            peer.send(&udp_frame(spate_mac, false, 40000, 6000 + i, &[seq; 8]));
+        }
+    }
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let settled = || {
+        let c = stack.counters();
+        c[Counter::UdpInDatagrams] + c[Counter::UdpMemErrors] + c[Counter::UdpRcvbufErrors] == 80
+    };
+    while !settled() {
+        assert!(Instant::now() < deadline, "{}", stack.counters().render_nonzero());
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    let c = stack.counters();
+    let (held, cap) = stack.receive_memory();
+    assert_eq!(cap, 20 * truesize);
+    assert!(held <= cap, "{held} bytes held, cap {cap}");
+    assert_eq!(c[Counter::UdpInDatagrams], 20, "{}", c.render_nonzero());
+    assert_eq!((c[Counter::UdpMemErrors], c[Counter::RxMemFull], c[Counter::UdpInErrors]), (60, 60, 60));
+    assert_eq!(c[Counter::UdpRcvbufErrors], 0, "no socket's own buffer was full");
+    assert!(stack.mempool().in_use() <= 20 + 32, "{} mbufs in use", stack.mempool().in_use());
+    sockets.iter().for_each(|s| s.set_nonblocking(true).unwrap());
+    let mut buf = [0u8; 16];
+    let read: usize = sockets.iter().map(|s| std::iter::from_fn(|| s.recv(&mut buf).ok()).count()).sum();
+    assert_eq!(read, 20);
+    assert_eq!(stack.receive_memory().0, 0, "reading gave it all back");
+    running.stop();
+    drop(sockets);
+    drop(peer);
+    assert_eq!(stack.mempool().in_use(), 0, "mbufs leaked");
+}
+
 /// Received datagrams sent back as send buffers: unchanged to their
 /// sender, the reply keeps the request's UDP checksum (nothing summed);
 /// changed, shortened or sent elsewhere, its checksum is computed anew.

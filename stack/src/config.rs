@@ -348,6 +348,10 @@ pub struct StackConfig {
     pub tx_desc: u16,
     /// Default socket receive buffer in bytes (Linux: 212,992).
     pub rcvbuf: usize,
+    /// What the receive queues of all sockets may hold together, in bytes
+    /// (Linux's `udp_mem`), so readers that stall cannot take the mempool;
+    /// `None` (the default): half of what the mempool's mbufs are charged.
+    pub udp_mem_bytes: Option<usize>,
     /// Neighbour discovery.
     pub neighbor: NeighborConfig,
     /// ICMP errors sent per second, at most (Linux: 1,000).
@@ -413,6 +417,7 @@ impl Default for StackConfig {
             rx_desc: 1024,
             tx_desc: 1024,
             rcvbuf: 212_992,
+            udp_mem_bytes: None,
             neighbor: NeighborConfig::default(),
             icmp_rate: 1000,
             icmp_burst: 50,
@@ -508,6 +513,9 @@ impl StackConfig {
         }
         if self.rcvbuf < 4096 {
             return Err(Error::Config("rcvbuf below 4096 bytes".into()));
+        }
+        if self.udp_mem_bytes.is_some_and(|b| b < 4096) {
+            return Err(Error::Config("udp_mem_bytes below 4096 bytes".into()));
         }
         if let Some(n) = self.neighbor.pending_total.filter(|&n| n > self.mempool_size as usize / 2) {
             return Err(Error::Config(format!(

@@ -24,6 +24,14 @@
 //! prefix of its burst that fits under `rcvbuf` and drops the rest,
 //! counting the drops on its own line.
 //!
+//! A stack-wide cap (Linux's `udp_mem`) bounds what all queues that share
+//! a [`MemCap`] hold together: a producer also charges the cap (one atomic
+//! add per queued run) and queues only what fits under both limits; the
+//! reader gives the cap back what it releases. Drops for want of the
+//! cap's room are told apart from a full receive buffer
+//! ([`Refusal::Mem`]). The cap can be overshot as the buffer can, by what
+//! producers check and charge at the same moment.
+//!
 //! Overshoot: a producer sees every other producer's charges up to that
 //! producer's last unlock, so what can be missing is at most one burst per
 //! other producer still inside its critical section. The bytes held stay
@@ -59,6 +67,8 @@ pub trait Truesize {
 pub enum Refused<T> {
     /// The receive buffer is full.
     Full(T),
+    /// The stack-wide cap on receive memory is reached.
+    Mem(T),
     /// The socket is closed.
     Closed(T),
 }
@@ -109,8 +119,35 @@ struct Waiters {
 pub enum Refusal {
     /// The receive buffer is full.
     Full,
+    /// The stack-wide cap on receive memory is reached.
+    Mem,
     /// The socket is closed.
     Closed,
+}
+
+/// The stack-wide cap on what receive queues hold (Linux's `udp_mem`):
+/// the bytes every queue sharing it holds, and the limit.
+#[derive(Debug)]
+pub struct MemCap {
+    held: CachePadded<AtomicUsize>,
+    limit: usize,
+}
+
+impl MemCap {
+    /// A cap of `limit` bytes.
+    pub fn new(limit: usize) -> MemCap {
+        MemCap { held: CachePadded::new(AtomicUsize::new(0)), limit }
+    }
+
+    /// Bytes held by the queues sharing it.
+    pub fn held(&self) -> usize {
+        self.held.load(Ordering::Relaxed)
+    }
+
+    /// The limit.
+    pub fn limit(&self) -> usize {
+        self.limit
+    }
 }
 
 /// How long `pop` may wait.
@@ -138,6 +175,8 @@ pub struct RxQueue<T> {
     /// A reader finding nothing naps this many ns before it asks to be
     /// woken (0: it asks at once).
     nap: AtomicU64,
+    /// The stack-wide cap it shares, if any.
+    cap: Option<std::sync::Arc<MemCap>>,
 }
 
 impl<T> std::fmt::Debug for RxQueue<T> {
@@ -167,6 +206,12 @@ impl<T> RxQueue<T> {
 impl<T: Truesize> RxQueue<T> {
     /// A queue with `producers` producer lists and a `rcvbuf`-byte limit.
     pub fn new(producers: usize, rcvbuf: usize) -> Self {
+        Self::with_cap(producers, rcvbuf, None)
+    }
+
+    /// A queue as [`new`](Self::new) makes, also bounded by the stack-wide
+    /// `cap` it shares with other queues.
+    pub fn with_cap(producers: usize, rcvbuf: usize, cap: Option<std::sync::Arc<MemCap>>) -> Self {
         RxQueue {
             producers: (0..producers.max(1))
                 .map(|_| {
@@ -195,6 +240,7 @@ impl<T: Truesize> RxQueue<T> {
             closed: AtomicBool::new(false),
             alert: AtomicBool::new(false),
             nap: AtomicU64::new(0),
+            cap,
         }
     }
 
@@ -217,13 +263,20 @@ impl<T: Truesize> RxQueue<T> {
         if self.closed.load(Ordering::Acquire) {
             return Err(Refused::Closed(item));
         }
-        if size > self.room() {
+        let short = if size > self.room() {
+            Some(Refused::Full(item))
+        } else if size > self.cap_room() {
+            Some(Refused::Mem(item))
+        } else {
+            list.push(item);
+            None
+        };
+        if let Some(refused) = short {
             drop(list);
             producer.drops.fetch_add(1, Ordering::Relaxed);
-            return Err(Refused::Full(item));
+            return Err(refused);
         }
-        list.push(item);
-        Self::publish(producer, &list, size);
+        self.publish(producer, &list, size);
         drop(list);
         self.wake();
         Ok(())
@@ -243,18 +296,22 @@ impl<T: Truesize> RxQueue<T> {
         if self.closed.load(Ordering::Acquire) {
             return Err(Refusal::Closed);
         }
-        let room = self.room();
+        let (room, cap_room) = (self.room(), self.cap_room());
         let mut size: usize = match &batch[..] {
             // One, the common case in a group that spread a burst: no loop.
             [one] => one.truesize(),
             all => all.iter().map(Truesize::truesize).sum(),
         };
         let mut taken = batch.len();
-        if size > room {
+        let mut short = Refusal::Full;
+        if size > room.min(cap_room) {
             (size, taken) = (0, 0);
             for item in batch.iter() {
                 let s = item.truesize();
-                if size + s > room {
+                if size + s > room.min(cap_room) {
+                    if size + s <= room {
+                        short = Refusal::Mem;
+                    }
                     break;
                 }
                 size += s;
@@ -275,7 +332,7 @@ impl<T: Truesize> RxQueue<T> {
             list.extend(batch.drain(..taken));
         }
         if taken > 0 {
-            Self::publish(producer, &list, size);
+            self.publish(producer, &list, size);
         }
         drop(list);
         if taken > 0 {
@@ -285,7 +342,16 @@ impl<T: Truesize> RxQueue<T> {
             return Ok(());
         }
         producer.drops.fetch_add(batch.len() as u64, Ordering::Relaxed);
-        Err(Refusal::Full)
+        Err(short)
+    }
+
+    /// Bytes the stack-wide cap still has room for.
+    #[inline(always)]
+    fn cap_room(&self) -> usize {
+        match &self.cap {
+            None => usize::MAX,
+            Some(c) => c.limit.saturating_sub(c.held.load(Ordering::Relaxed)),
+        }
     }
 
     /// Bytes a producer may still queue.
@@ -295,12 +361,16 @@ impl<T: Truesize> RxQueue<T> {
     }
 
     /// After queueing `size` bytes: the producer's charge and its length,
-    /// stored by the lock holder (no read-modify-write).
+    /// stored by the lock holder (no read-modify-write), and the
+    /// stack-wide cap's charge.
     #[inline]
-    fn publish(producer: &Producer<T>, list: &[T], size: usize) {
+    fn publish(&self, producer: &Producer<T>, list: &[T], size: usize) {
         producer.charged.store(producer.charged.load(Ordering::Relaxed).wrapping_add(size), Ordering::Release);
         producer.bytes.store(producer.bytes.load(Ordering::Relaxed) + size, Ordering::Relaxed);
         producer.queued.store(list.len(), Ordering::Release);
+        if let Some(c) = &self.cap {
+            c.held.fetch_add(size, Ordering::Relaxed);
+        }
     }
 
     /// Wakes blocked readers, if there are any.
@@ -498,6 +568,9 @@ impl<T: Truesize> RxQueue<T> {
     fn release(&self, r: &mut Reader<T>) {
         let released = &self.readers.released;
         released.store(released.load(Ordering::Relaxed).wrapping_add(r.owed), Ordering::Release);
+        if let Some(c) = &self.cap {
+            c.held.fetch_sub(r.owed, Ordering::Relaxed);
+        }
         r.owed = 0;
     }
 
@@ -659,6 +732,25 @@ mod tests {
         let mut b = vec![D(1, 1)];
         assert_eq!(q.push_batch(0, &mut b), Err(Refusal::Closed));
         assert_eq!(b.len(), 1);
+    }
+
+    #[test]
+    fn queues_sharing_a_cap_hold_no_more_than_it_together() {
+        let cap = std::sync::Arc::new(MemCap::new(300));
+        let a = RxQueue::with_cap(1, 1000, Some(cap.clone()));
+        let b = RxQueue::with_cap(1, 1000, Some(cap.clone()));
+        let mut batch: Vec<D> = (0..2).map(|i| D(i, 100)).collect();
+        a.push_batch(0, &mut batch).unwrap();
+        let mut batch: Vec<D> = (2..4).map(|i| D(i, 100)).collect();
+        assert_eq!(b.push_batch(0, &mut batch), Err(Refusal::Mem), "each has room, the cap has not");
+        assert_eq!(batch.len(), 1, "the prefix that fits went in");
+        assert!(matches!(a.push(0, D(9, 100)), Err(Refused::Mem(_))));
+        assert_eq!((cap.held(), a.drops(0), b.drops(0)), (300, 1, 1));
+        let mut out = Vec::new();
+        assert_eq!(a.pop_batch(&mut out, 8, Wait::No), 2);
+        assert_eq!(cap.held(), 100, "the reader gave it back");
+        b.close();
+        assert_eq!(cap.held(), 0, "and closing did");
     }
 
     #[test]

@@ -64,6 +64,7 @@ counters! {
     RxNoPort = drop "Rx"."NoPort": "UDP datagrams for a port nobody listens on.";
     RxIgnoredMulti = drop "Rx"."IgnoredMulti": "Broadcast or multicast UDP nobody listens for.";
     RxRcvbufFull = drop "Rx"."RcvbufFull": "UDP datagrams dropped because the socket's receive buffer was full.";
+    RxMemFull = drop "Rx"."MemFull": "UDP datagrams dropped because the receive queues of all sockets together held the stack's cap (`udp_mem_bytes`, Linux's udp_mem).";
     RxSocketClosed = drop "Rx"."SocketClosed": "UDP datagrams for a socket closed while they were on their way.";
     RxUdpErrors = drop "Rx"."UdpErrors": "UDP datagrams with a bad length.";
     RxUdpCsumErrors = drop "Rx"."UdpCsumErrors": "UDP datagrams with a bad checksum (or a zero one over IPv6).";
@@ -188,7 +189,7 @@ counters! {
     UdpSndbufErrors = kept "Udp"."SndbufErrors": "UDP/IPv4 sends that found no room to queue.";
     UdpInCsumErrors = kept "Udp"."InCsumErrors": "UDP/IPv4 datagrams with a bad checksum.";
     UdpIgnoredMulti = kept "Udp"."IgnoredMulti": "Broadcast or multicast UDP/IPv4 datagrams with no socket.";
-    UdpMemErrors = kept "Udp"."MemErrors": "UDP/IPv4 datagrams dropped for lack of mbufs.";
+    UdpMemErrors = kept "Udp"."MemErrors": "UDP/IPv4 datagrams dropped because all receive queues together held the stack's cap (Linux's udp_mem).";
     Udp6InDatagrams = kept "Udp6"."InDatagrams": "UDP/IPv6 datagrams delivered to sockets.";
     Udp6NoPorts = kept "Udp6"."NoPorts": "UDP/IPv6 datagrams for a port with no socket.";
     Udp6InErrors = kept "Udp6"."InErrors": "UDP/IPv6 datagrams not delivered for reasons other than NoPorts.";
@@ -197,7 +198,7 @@ counters! {
     Udp6SndbufErrors = kept "Udp6"."SndbufErrors": "UDP/IPv6 sends that found no room to queue.";
     Udp6InCsumErrors = kept "Udp6"."InCsumErrors": "UDP/IPv6 datagrams with a bad checksum.";
     Udp6IgnoredMulti = kept "Udp6"."IgnoredMulti": "Multicast UDP/IPv6 datagrams with no socket.";
-    Udp6MemErrors = kept "Udp6"."MemErrors": "UDP/IPv6 datagrams dropped for lack of mbufs.";
+    Udp6MemErrors = kept "Udp6"."MemErrors": "UDP/IPv6 datagrams dropped because all receive queues together held the stack's cap (Linux's udp_mem).";
 }
 
 /// Number of counters.

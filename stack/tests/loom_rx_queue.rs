@@ -121,6 +121,7 @@ fn limit_holds_and_drops_are_counted() {
                         Ok(()) => 0,
                         Err(Refusal::Full) => batch.len() as u64,
                         Err(Refusal::Closed) => unreachable!("nobody closes"),
+                        Err(Refusal::Mem) => unreachable!("no stack-wide cap"),
                     }
                 })
             })

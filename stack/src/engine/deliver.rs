@@ -163,6 +163,15 @@ impl Worker<'_> {
                 self.add(Counter::Udp6RcvbufErrors, refused - refused_v4);
                 self.add(Counter::Udp6InErrors, refused - refused_v4);
             }
+            Refusal::Mem => {
+                // Linux counts a datagram past `udp_mem` in MemErrors and
+                // InErrors.
+                self.add(Counter::RxMemFull, refused);
+                self.add(Counter::UdpMemErrors, refused_v4);
+                self.add(Counter::UdpInErrors, refused_v4);
+                self.add(Counter::Udp6MemErrors, refused - refused_v4);
+                self.add(Counter::Udp6InErrors, refused - refused_v4);
+            }
             Refusal::Closed => self.add(Counter::RxSocketClosed, refused),
         }
         datagrams.clear();
@@ -202,6 +211,11 @@ impl Worker<'_> {
                 Err(crate::rx_queue::Refused::Full(_)) => {
                     self.inc(Counter::RxRcvbufFull);
                     self.inc(if v4 { Counter::UdpRcvbufErrors } else { Counter::Udp6RcvbufErrors });
+                    self.inc(if v4 { Counter::UdpInErrors } else { Counter::Udp6InErrors });
+                }
+                Err(crate::rx_queue::Refused::Mem(_)) => {
+                    self.inc(Counter::RxMemFull);
+                    self.inc(if v4 { Counter::UdpMemErrors } else { Counter::Udp6MemErrors });
                     self.inc(if v4 { Counter::UdpInErrors } else { Counter::Udp6InErrors });
                 }
                 Err(crate::rx_queue::Refused::Closed(_)) => self.inc(Counter::RxSocketClosed),

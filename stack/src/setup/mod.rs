@@ -245,6 +245,10 @@ impl Stack {
             next_socket_id: AtomicU64::new(1),
             next_tx_worker: AtomicUsize::new(0),
             gro_users: CachePadded::new(AtomicUsize::new(0)),
+            rcv_mem: Arc::new(crate::rx_queue::MemCap::new(
+                cfg.udp_mem_bytes
+                    .unwrap_or(cfg.mempool_size as usize * crate::datagram::truesize_of(pool.buf_len() as usize) / 2),
+            )),
             pmtu: crate::frag::pmtu::PathMtu::new(
                 std::time::Duration::from_secs(cfg.pmtu_expiry_secs),
                 cfg.pmtu_max_entries,
@@ -342,6 +346,12 @@ impl Stack {
     /// `pmtu_max_entries`).
     pub fn path_mtu_entries(&self) -> usize {
         self.shared.pmtu.len()
+    }
+
+    /// Bytes the sockets' receive queues hold together, and the cap on
+    /// them (`udp_mem_bytes`).
+    pub fn receive_memory(&self) -> (usize, usize) {
+        (self.shared.rcv_mem.held(), self.shared.rcv_mem.limit())
     }
 
     /// Neighbour entries known.

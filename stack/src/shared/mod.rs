@@ -85,6 +85,8 @@ pub(crate) struct Shared {
     pub gro_users: CachePadded<AtomicUsize>,
     /// Path MTUs learnt from ICMP.
     pub pmtu: crate::frag::pmtu::PathMtu,
+    /// The cap on what all sockets' receive queues hold (`udp_mem_bytes`).
+    pub rcv_mem: Arc<crate::rx_queue::MemCap>,
     /// Per port id: its interface (ports are few; DPDK numbers them from 0).
     pub(crate) port_iface: Vec<u16>,
     /// Per interface: whether its frames are steered in software.

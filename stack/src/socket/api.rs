@@ -94,7 +94,7 @@ impl SocketBuilder {
         }
         let rcvbuf = self.rcvbuf.unwrap_or(shared.cfg.rcvbuf);
         let id = shared.next_socket_id.fetch_add(1, Ordering::Relaxed);
-        let queue = RxQueue::new(shared.workers, rcvbuf);
+        let queue = RxQueue::with_cap(shared.workers, rcvbuf, Some(shared.rcv_mem.clone()));
         queue.set_nap((shared.cfg.reader_nap_us > 0).then(|| Duration::from_micros(shared.cfg.reader_nap_us as u64)));
         let core = Arc::new(SocketCore {
             id,

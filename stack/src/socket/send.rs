@@ -35,7 +35,9 @@ impl UdpSocket {
     }
 
     fn mem_error(&self) -> io::Error {
-        let c = if self.family == Family::V4 { Counter::UdpMemErrors } else { Counter::Udp6MemErrors };
+        // Linux counts a send's ENOBUFS in SndbufErrors (MemErrors is the
+        // receive side's udp_mem).
+        let c = if self.family == Family::V4 { Counter::UdpSndbufErrors } else { Counter::Udp6SndbufErrors };
         self.shared().stats.shared().add_shared(c, 1);
         errno(libc::ENOBUFS, "no mbuf free")
     }
