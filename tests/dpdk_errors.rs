@@ -77,4 +77,25 @@ fn bad_input_gets_clear_errors() {
     assert!(ring.stop().is_err(), "no stop while a queue handle lives");
     drop(q);
     ring.stop().unwrap();
+
+    // Configuring again resets which queues have handles: refused while
+    // one lives (it used to pass, and a second handle to the same queue
+    // could then be taken: two pollers on one queue).
+    let q = ring.rx_queue(0).unwrap();
+    let e = ring.configure(&PortConfig::default(), pool.clone()).unwrap_err();
+    assert!(e.to_string().contains("handles are alive"), "{e}");
+    assert!(ring.rx_queue(0).is_err(), "still one handle per queue");
+    drop(q);
+    ring.configure(&PortConfig::default(), pool.clone()).unwrap();
+
+    // A second `Port` handle to the device is no queue handle: stop is
+    // not refused for it (it used to count every handle).
+    ring.start().unwrap();
+    let twin = Port::open(ring.name()).unwrap();
+    ring.stop().unwrap();
+    assert!(!twin.is_started());
+    // And both handles change the port's state under its one lock.
+    let mut twin = twin;
+    twin.set_promiscuous(true).unwrap();
+    assert!(ring.promiscuous());
 }

@@ -9,6 +9,7 @@
 use std::ffi::{CStr, CString, c_char, c_int};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU8, AtomicU32, Ordering};
+use std::sync::{Arc, Mutex, Weak};
 
 use crate::error::{Error, Result, rte_errno, strerror};
 use crate::sys;
@@ -20,6 +21,8 @@ const SHUT_DOWN: u8 = 3;
 const FAILED: u8 = 4;
 
 static STATE: AtomicU8 = AtomicU8::new(IDLE);
+/// The running EAL, for what needs it to stay up (see [`EalRef`]).
+static LIVE: Mutex<Weak<EalInner>> = Mutex::new(Weak::new());
 const DEFAULT_MEMORY_MB: u32 = 256;
 static PREFIX_SEQ: AtomicU32 = AtomicU32::new(0);
 
@@ -252,13 +255,38 @@ impl EalBuilder {
     }
 }
 
-/// The running EAL. Dropping it calls `rte_eal_cleanup` and removes its
-/// runtime folder; it is usually kept until the process ends.
+/// The running EAL. `rte_eal_cleanup` runs (and its runtime folder goes)
+/// when the last of it goes: this handle, and every mempool, port, ring
+/// and lcore job, each of which keeps the EAL alive while it lives (an
+/// [`EalRef`] inside), so no safe code can clean the EAL up under them. It
+/// is usually kept until the process ends.
 #[derive(Debug)]
 pub struct Eal {
+    inner: Arc<EalInner>,
+}
+
+#[derive(Debug)]
+struct EalInner {
     args: Vec<String>,
     runtime_dir: PathBuf,
     hugepages: bool,
+}
+
+/// A share in the running EAL's life, held by what needs it (mempools,
+/// ports, rings, lcore jobs): the EAL is cleaned up after the last share
+/// goes.
+#[derive(Debug, Clone)]
+pub struct EalRef(#[allow(dead_code)] Arc<EalInner>);
+
+impl EalRef {
+    /// A share of the running EAL; [`Error::EalNotRunning`] when none runs
+    /// (never started, or being cleaned up).
+    pub fn get() -> Result<EalRef> {
+        if !Eal::is_running() {
+            return Err(Error::EalNotRunning);
+        }
+        LIVE.lock().unwrap_or_else(|p| p.into_inner()).upgrade().map(EalRef).ok_or(Error::EalNotRunning)
+    }
 }
 
 impl Eal {
@@ -320,7 +348,9 @@ impl Eal {
         // process leaves nothing behind.
         remove_runtime_dir(&runtime_dir);
         let hugepages = !args.iter().any(|a| a == "--no-huge");
-        Ok(Eal { args, runtime_dir, hugepages })
+        let inner = Arc::new(EalInner { args, runtime_dir, hugepages });
+        *LIVE.lock().unwrap_or_else(|p| p.into_inner()) = Arc::downgrade(&inner);
+        Ok(Eal { inner })
     }
 
     /// Whether an EAL runs in this process.
@@ -330,17 +360,17 @@ impl Eal {
 
     /// The arguments the EAL was started with.
     pub fn args(&self) -> &[String] {
-        &self.args
+        &self.inner.args
     }
 
     /// Whether the EAL runs on hugepages.
     pub fn hugepages(&self) -> bool {
-        self.hugepages
+        self.inner.hugepages
     }
 
     /// The runtime folder (`/var/run/dpdk/<prefix>` as root), removed after init.
     pub fn runtime_dir(&self) -> &Path {
-        &self.runtime_dir
+        &self.inner.runtime_dir
     }
 
     /// DPDK's version string.
@@ -350,10 +380,22 @@ impl Eal {
     }
 }
 
-impl Drop for Eal {
+impl Drop for EalInner {
     fn drop(&mut self) {
-        // SAFETY: the EAL runs (an Eal exists only after a successful init)
-        // and this is the only cleanup call.
+        // The last share went; nothing of the EAL's is left to use it.
+        let on_worker = crate::lcore::current().is_some_and(|l| {
+            // SAFETY: reads the role of an lcore id the EAL gave this thread.
+            l != crate::lcore::main_lcore() && unsafe { sys::rte_eal_lcore_role(l) } == sys::ROLE_RTE
+        });
+        if on_worker {
+            // An lcore job held the last share: DPDK cleans up from the
+            // main lcore or an outside thread only, so the EAL stays up.
+            log::warn!("the EAL's last user went on a worker lcore: not cleaning the EAL up");
+            return;
+        }
+        // SAFETY: the EAL runs (an EalInner exists only after a successful
+        // init), nothing that needs it is left (each holds a share), and
+        // this is the only cleanup call.
         let ret = unsafe { sys::rte_eal_cleanup() };
         if ret < 0 {
             log::warn!("rte_eal_cleanup: {}", strerror(-ret));

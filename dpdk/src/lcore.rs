@@ -86,6 +86,9 @@ type Job = Box<dyn FnOnce() -> i32 + Send + 'static>;
 pub struct LcoreJoin {
     lcore: u32,
     joined: bool,
+    /// The EAL stays up while the job may run (given back once it has
+    /// ended, by whoever waits for it; leaked with a forgotten handle).
+    _eal: crate::eal::EalRef,
 }
 
 impl LcoreJoin {
@@ -128,6 +131,7 @@ where
     if lcore == main_lcore() {
         return Err(Error::Lcore { lcore, what: "the main lcore runs the caller; launch on a worker".into() });
     }
+    let eal = crate::eal::EalRef::get()?;
     let job: Box<Job> = Box::new(Box::new(job));
     let arg = Box::into_raw(job) as *mut c_void;
     // SAFETY: trampoline takes back the box exactly once when it runs.
@@ -142,7 +146,7 @@ where
         };
         return Err(Error::Lcore { lcore, what });
     }
-    Ok(LcoreJoin { lcore, joined: false })
+    Ok(LcoreJoin { lcore, joined: false, _eal: eal })
 }
 
 unsafe extern "C" fn trampoline(arg: *mut c_void) -> c_int {

@@ -43,7 +43,7 @@ pub mod signal;
 pub mod sys;
 
 pub use burst::{BURST_SIZE, Burst};
-pub use eal::{Eal, EalBuilder, Memory};
+pub use eal::{Eal, EalBuilder, EalRef, Memory};
 pub use error::{Error, Result};
 pub use mbuf::{Mbuf, RxChecksum};
 pub use mempool::{Mempool, MempoolConfig};

@@ -4,7 +4,6 @@ use std::ffi::{CStr, CString};
 use std::ptr::NonNull;
 
 use crate::burst::Burst;
-use crate::eal::Eal;
 use crate::error::{Error, Result, rte_errno, strerror};
 use crate::mbuf::Mbuf;
 use crate::sys;
@@ -50,6 +49,8 @@ pub struct Mempool {
     raw: NonNull<sys::rte_mempool>,
     name: String,
     size: u32,
+    /// The EAL stays up while the pool (and so its mbufs) can be used.
+    eal: Option<crate::eal::EalRef>,
 }
 
 // SAFETY: rte_mempool operations are multi-producer/multi-consumer safe.
@@ -60,9 +61,7 @@ unsafe impl Sync for Mempool {}
 impl Mempool {
     /// Creates a packet mbuf pool.
     pub fn new(cfg: &MempoolConfig) -> Result<Mempool> {
-        if !Eal::is_running() {
-            return Err(Error::EalNotRunning);
-        }
+        let eal = crate::eal::EalRef::get()?;
         let fail = |errno: i32, why: Option<&str>| Error::MempoolCreate {
             name: cfg.name.clone(),
             size: cfg.size,
@@ -81,7 +80,7 @@ impl Mempool {
         let raw =
             unsafe { sys::rte_pktmbuf_pool_create(cname.as_ptr(), cfg.size, cfg.cache_size, 0, cfg.data_room, socket) };
         let raw = NonNull::new(raw).ok_or_else(|| fail(rte_errno(), None))?;
-        Ok(Mempool { raw, name: cfg.name.clone(), size: cfg.size })
+        Ok(Mempool { raw, name: cfg.name.clone(), size: cfg.size, eal: Some(eal) })
     }
 
     /// One mbuf, or `None` when the pool is exhausted.
@@ -173,6 +172,10 @@ impl Drop for Mempool {
             unsafe { sys::rte_mempool_free(self.raw.as_ptr()) };
         } else {
             log::warn!("mempool {} dropped with {in_use} mbufs still in use: leaking it", self.name);
+            // The mbufs still point into it, and into the EAL's memory: the
+            // EAL's share is leaked with it, so the EAL is never cleaned up
+            // under them.
+            std::mem::forget(self.eal.take());
         }
     }
 }

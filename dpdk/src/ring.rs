@@ -9,7 +9,6 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use crate::burst::Burst;
-use crate::eal::Eal;
 use crate::error::{Error, Result, rte_errno, strerror};
 use crate::sys;
 
@@ -17,6 +16,8 @@ static NEXT_RING: AtomicU64 = AtomicU64::new(0);
 
 struct Inner {
     ring: *mut sys::rte_ring,
+    /// The EAL stays up while the ring lives.
+    _eal: crate::eal::EalRef,
 }
 
 // SAFETY: the ring is DPDK shared memory, safe to use from any thread; the
@@ -71,9 +72,7 @@ impl std::fmt::Debug for RingConsumer {
 /// A ring holding up to `capacity` - 1 mbufs (`capacity` a power of two,
 /// 2 to 2^28), as its two ends.
 pub fn mbuf_ring(capacity: u32) -> Result<(RingProducer, RingConsumer)> {
-    if !Eal::is_running() {
-        return Err(Error::EalNotRunning);
-    }
+    let eal = crate::eal::EalRef::get()?;
     if !capacity.is_power_of_two() || !(2..=1 << 28).contains(&capacity) {
         return Err(Error::Ring { capacity, what: "not a power of two from 2 to 2^28".into() });
     }
@@ -87,7 +86,7 @@ pub fn mbuf_ring(capacity: u32) -> Result<(RingProducer, RingConsumer)> {
         let errno = rte_errno();
         return Err(Error::Ring { capacity, what: format!("rte_ring_create: rte_errno {errno}: {}", strerror(errno)) });
     }
-    let inner = Arc::new(Inner { ring });
+    let inner = Arc::new(Inner { ring, _eal: eal });
     Ok((RingProducer { inner: inner.clone() }, RingConsumer { inner }))
 }
 

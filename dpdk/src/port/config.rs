@@ -121,6 +121,11 @@ impl Port {
         if state.started {
             return Err(self.unsupported("configure while started: stop it first".into()));
         }
+        if state.queues_taken() {
+            // Configuring resets which queues have handles: a live one
+            // would then be handed out twice.
+            return Err(self.unsupported("configure while RX/TX queue handles are alive: drop them first".into()));
+        }
         if cfg.rx_queues == 0 || cfg.tx_queues == 0 {
             return Err(self.unsupported("a port needs at least one RX and one TX queue".into()));
         }
@@ -242,8 +247,15 @@ impl Port {
         Ok(())
     }
 
-    /// Sets promiscuous mode.
+    /// Sets promiscuous mode (under the port's state lock, as every change
+    /// is, whichever handle makes it).
     pub fn set_promiscuous(&mut self, on: bool) -> Result<()> {
+        let _state = self.shared.state.lock().expect("port state lock");
+        self.promiscuous_locked(on)
+    }
+
+    /// [`set_promiscuous`](Self::set_promiscuous) with the state lock held.
+    pub(super) fn promiscuous_locked(&self, on: bool) -> Result<()> {
         // SAFETY: valid port.
         let ret = unsafe {
             if on { sys::rte_eth_promiscuous_enable(self.id()) } else { sys::rte_eth_promiscuous_disable(self.id()) }

@@ -39,6 +39,13 @@ struct PortState {
     promiscuous: bool,
 }
 
+impl PortState {
+    /// Whether any RX or TX queue has a live handle.
+    fn queues_taken(&self) -> bool {
+        self.rx_taken.iter().chain(&self.tx_taken).any(|&t| t)
+    }
+}
+
 #[derive(Debug)]
 struct PortShared {
     id: u16,
@@ -50,6 +57,9 @@ struct PortShared {
     state: Mutex<PortState>,
     // Boxed so the LSC callback's argument keeps its address.
     events: Box<LinkEvents>,
+    /// The EAL stays up while the port (or a queue handle) lives; dropped
+    /// after the port is closed.
+    _eal: crate::eal::EalRef,
 }
 
 /// Every port this process has open, so that opening a port twice yields
@@ -99,9 +109,7 @@ impl Port {
     }
 
     fn open_inner(name: &str, vdev: Option<String>) -> Result<Port> {
-        if !Eal::is_running() {
-            return Err(Error::EalNotRunning);
-        }
+        let eal = crate::eal::EalRef::get()?;
         let cname = CString::new(name).map_err(|_| Error::NoSuchPort { name: name.into(), present: list_names() })?;
         let mut id = 0u16;
         // SAFETY: valid C string and out pointer.
@@ -123,6 +131,7 @@ impl Port {
             rings: Mutex::new(None),
             state: Mutex::new(PortState::default()),
             events: Box::default(),
+            _eal: eal,
         });
         open.insert(id, Arc::downgrade(&shared));
         Ok(Port { shared })
@@ -180,11 +189,10 @@ impl Port {
             return Err(self.err("rte_eth_dev_start", ret));
         }
         state.started = true;
-        let promiscuous = state.promiscuous;
-        drop(state);
-        // Applied after start: some PMDs accept it only on a started port.
-        if promiscuous {
-            if let Err(e) = self.set_promiscuous(true) {
+        // Applied after start (some PMDs accept it only on a started
+        // port), under the same lock as every change of the port's state.
+        if state.promiscuous {
+            if let Err(e) = self.promiscuous_locked(true) {
                 log::warn!("{e}: the port receives only frames for its own MAC address");
             }
         }
@@ -198,12 +206,14 @@ impl Port {
     }
 
     /// Stops the port. Refused while queue handles are alive, because a
-    /// queue must not be polled while its port stops.
+    /// queue must not be polled while its port stops (other `Port` handles
+    /// to the device are no obstacle). The handles are counted under the
+    /// lock that taking one holds, so none can be taken meanwhile.
     pub fn stop(&mut self) -> Result<()> {
-        if Arc::strong_count(&self.shared) > 1 {
+        let mut state = self.shared.state.lock().expect("port state lock");
+        if state.queues_taken() {
             return Err(self.unsupported("stop while RX/TX queue handles are alive: drop them first".into()));
         }
-        let mut state = self.shared.state.lock().expect("port state lock");
         if !state.started {
             return Ok(());
         }
@@ -233,8 +243,10 @@ impl Port {
         Ok(addr.addr_bytes)
     }
 
-    /// Sets the port's MAC address.
+    /// Sets the port's MAC address (under the port's state lock, as every
+    /// change is, whichever handle makes it).
     pub fn set_mac(&mut self, mac: [u8; 6]) -> Result<()> {
+        let _state = self.shared.state.lock().expect("port state lock");
         let mut addr = sys::rte_ether_addr { addr_bytes: mac };
         // SAFETY: valid port and address.
         let ret = unsafe { sys::rte_eth_dev_default_mac_addr_set(self.id(), &mut addr) };

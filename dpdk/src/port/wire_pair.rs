@@ -48,6 +48,8 @@ impl Port {
 pub(super) struct WireRings {
     a_to_b: *mut sys::rte_ring,
     b_to_a: *mut sys::rte_ring,
+    /// The EAL stays up until the rings are freed.
+    _eal: crate::eal::EalRef,
 }
 
 // SAFETY: rte_rings are thread-safe; the pointers are only freed on drop.
@@ -84,7 +86,7 @@ impl WireRings {
                 return Err(e);
             }
         };
-        Ok(WireRings { a_to_b, b_to_a })
+        Ok(WireRings { a_to_b, b_to_a, _eal: crate::eal::EalRef::get()? })
     }
 }
 
