@@ -63,6 +63,11 @@ pub mod internals {
     pub use crate::ip_id::{BUCKETS, FRESH, IDLE_STEP_MAX, IpIdGen, LEASE};
     pub use crate::lookup::{Binding, Family, FlowKey, SocketTable};
     pub use crate::rx_queue::{Refusal, RxQueue, Truesize, Wait};
+    /// The I/O-free reassembly table (the fuzz target drives it).
+    pub mod reassembly {
+        pub use crate::frag::reassembly::*;
+        pub use crate::time::Instant;
+    }
     /// Frames captured from Linux (the fuzz test mutates them).
     pub mod fixtures {
         pub use crate::wire::fixtures::*;

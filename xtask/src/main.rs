@@ -10,6 +10,7 @@
 //! cargo xtask layers   check stack/src against its layer table
 //! cargo xtask deps     check that the spate library brings no app dependency
 //! cargo xtask perf-guard [--update]   spate's own instructions per datagram against perf-budget.toml
+//! cargo xtask fuzz [--secs N] [TARGET...]   every cargo-fuzz target (or those named) for N s each
 //! ```
 
 use std::path::{Path, PathBuf};
@@ -72,9 +73,10 @@ fn main() -> ExitCode {
         "layers" => layer_check(),
         "deps" => dependency_check(),
         "perf-guard" => perf_guard(rest.iter().any(|a| a == "--update")),
+        "fuzz" => fuzz(rest),
         _ => {
             eprintln!(
-                "usage: cargo xtask <demo | test | setup [--tests] | bench [--quick] | leftovers | layers | deps | perf-guard [--update]>\n\
+                "usage: cargo xtask <demo | test | setup [--tests] | bench [--quick] | leftovers | layers | deps | perf-guard [--update] | fuzz [--secs N] [TARGET...]>\n\
                  demo: install what is missing, build, and run spate's main job\n\
                  test: install what the tests need and run the whole suite"
             );
@@ -321,6 +323,7 @@ fn test(args: &[String]) -> Result {
         .and_then(|()| loom())
         .and_then(|()| inline_check())
         .and_then(|()| perf_guard(false))
+        .and_then(|()| fuzz(&["--secs".to_string(), FUZZ_CI_SECS.to_string()]))
         .and_then(|()| container_smoke());
     let after = leftover_report();
     let new: Vec<&String> = after.iter().filter(|l| !before.contains(l)).collect();
@@ -471,6 +474,70 @@ fn loom() -> Result {
         "internals",
         "--release",
     ]))
+}
+
+/// Seconds `cargo xtask test` fuzzes each target for.
+const FUZZ_CI_SECS: u32 = 10;
+
+/// Every cargo-fuzz target under `fuzz/` (or those named) for `--secs` N
+/// seconds each (60 by default), starting from the corpus kept in
+/// `fuzz/corpus/<target>` (read, never written: what a run finds goes to
+/// `target/fuzz/corpus/<target>`, a crash's input to
+/// `target/fuzz/artifacts/<target>`). Installs cargo-fuzz when it is
+/// missing; builds on the stable compiler (`RUSTC_BOOTSTRAP=1` lets
+/// libFuzzer's instrumentation flags through), without a sanitizer.
+fn fuzz(args: &[String]) -> Result {
+    let mut secs = 60u32;
+    let mut named = Vec::new();
+    let mut it = args.iter();
+    while let Some(a) = it.next() {
+        match a.as_str() {
+            "--secs" => {
+                secs = it.next().and_then(|v| v.parse().ok()).ok_or("--secs needs a number of seconds")?;
+            }
+            t => named.push(t.to_string()),
+        }
+    }
+    let has_fuzz = cargo().args(["fuzz", "--version"]).output().map(|o| o.status.success()).unwrap_or(false);
+    if !has_fuzz {
+        run(cargo().args(["install", "cargo-fuzz", "--locked"]))?;
+    }
+    let dir = root().join("fuzz");
+    let list =
+        cargo().current_dir(&dir).args(["fuzz", "list"]).output().map_err(|e| format!("cargo fuzz list: {e}"))?;
+    let all: Vec<String> = String::from_utf8_lossy(&list.stdout).lines().map(str::trim).map(String::from).collect();
+    if all.is_empty() {
+        return Err(format!("cargo fuzz list found no target: {}", String::from_utf8_lossy(&list.stderr)));
+    }
+    let targets = if named.is_empty() { all.clone() } else { named };
+    for t in &targets {
+        if !all.contains(t) {
+            return Err(format!("no fuzz target {t} (there are: {})", all.join(", ")));
+        }
+        let seeds = dir.join("corpus").join(t);
+        if !seeds.is_dir() {
+            return Err(format!("fuzz target {t} has no corpus in {}", seeds.display()));
+        }
+        let work = root().join("target/fuzz/corpus").join(t);
+        let artifacts = root().join("target/fuzz/artifacts").join(t);
+        for d in [&work, &artifacts] {
+            std::fs::create_dir_all(d).map_err(|e| format!("{}: {e}", d.display()))?;
+        }
+        let start = std::time::Instant::now();
+        run(cargo()
+            .current_dir(&dir)
+            .env("RUSTC_BOOTSTRAP", "1")
+            .env("CARGO_TARGET_DIR", root().join("target/fuzz/build"))
+            .args(["fuzz", "run", "--sanitizer", "none", t])
+            .arg(&work)
+            .arg(&seeds)
+            .arg("--")
+            .arg(format!("-max_total_time={secs}"))
+            .arg(format!("-artifact_prefix={}/", artifacts.display()))
+            .arg("-print_final_stats=1"))?;
+        eprintln!("fuzz {t}: {secs} s, no crash ({:.0} s with the build)", start.elapsed().as_secs_f64());
+    }
+    Ok(())
 }
 
 /// Every benchmark (or those named), each printing its table.

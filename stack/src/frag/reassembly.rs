@@ -93,6 +93,8 @@ impl Hasher for KeyedHasher {
 }
 
 /// What the table keeps a fragment in.
+// An mbuf's trim or chain that fails has nothing to say but that it did.
+#[allow(clippy::result_unit_err)]
 pub trait FragBuf: Sized {
     /// Where one datagram's fragments wait: room for [`MAX_FRAGMENTS`],
     /// allocated with the table.
