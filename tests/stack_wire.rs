@@ -353,6 +353,7 @@ fn stalled_readers_share_a_stack_wide_cap() {
         stop_on_signal: false,
         announce: false,
         udp_mem_bytes: Some(20 * truesize),
+        udp_rmem_min: 0,
         ..StackConfig::default()
     };
     let stack = Stack::new(cfg).unwrap();

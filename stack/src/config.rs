@@ -352,6 +352,12 @@ pub struct StackConfig {
     /// (Linux's `udp_mem`), so readers that stall cannot take the mempool;
     /// `None` (the default): half of what the mempool's mbufs are charged.
     pub udp_mem_bytes: Option<usize>,
+    /// What each socket may queue whatever the others hold (Linux's
+    /// `udp_rmem_min`, 4 KB there; a datagram here is charged a whole mbuf,
+    /// about 2 KB), so a socket whose reader keeps up goes on receiving
+    /// while stalled ones hold `udp_mem_bytes`. The queues together hold at
+    /// most `udp_mem_bytes` plus this much per socket.
+    pub udp_rmem_min: usize,
     /// Neighbour discovery.
     pub neighbor: NeighborConfig,
     /// ICMP errors sent per second, at most (Linux: 1,000).
@@ -418,6 +424,7 @@ impl Default for StackConfig {
             tx_desc: 1024,
             rcvbuf: 212_992,
             udp_mem_bytes: None,
+            udp_rmem_min: 16_384,
             neighbor: NeighborConfig::default(),
             icmp_rate: 1000,
             icmp_burst: 50,

@@ -30,7 +30,9 @@
 //! reader gives the cap back what it releases. Drops for want of the
 //! cap's room are told apart from a full receive buffer
 //! ([`Refusal::Mem`]). The cap can be overshot as the buffer can, by what
-//! producers check and charge at the same moment.
+//! producers check and charge at the same moment. Each queue may hold
+//! the cap's `min` bytes whatever the others hold (Linux's
+//! `udp_rmem_min`), so the queues hold at most the cap plus `min` each.
 //!
 //! Overshoot: a producer sees every other producer's charges up to that
 //! producer's last unlock, so what can be missing is at most one burst per
@@ -131,12 +133,17 @@ pub enum Refusal {
 pub struct MemCap {
     held: CachePadded<AtomicUsize>,
     limit: usize,
+    /// What each queue may hold whatever the others hold (Linux's
+    /// `udp_rmem_min`), so a socket whose reader keeps up still receives
+    /// while stalled ones hold the cap.
+    min: usize,
 }
 
 impl MemCap {
-    /// A cap of `limit` bytes.
-    pub fn new(limit: usize) -> MemCap {
-        MemCap { held: CachePadded::new(AtomicUsize::new(0)), limit }
+    /// A cap of `limit` bytes, each queue keeping `min` bytes of room
+    /// whatever the others hold.
+    pub fn new(limit: usize, min: usize) -> MemCap {
+        MemCap { held: CachePadded::new(AtomicUsize::new(0)), limit, min }
     }
 
     /// Bytes held by the queues sharing it.
@@ -350,7 +357,7 @@ impl<T: Truesize> RxQueue<T> {
     fn cap_room(&self) -> usize {
         match &self.cap {
             None => usize::MAX,
-            Some(c) => c.limit.saturating_sub(c.held.load(Ordering::Relaxed)),
+            Some(c) => c.limit.saturating_sub(c.held.load(Ordering::Relaxed)).max(c.min.saturating_sub(self.rmem())),
         }
     }
 
@@ -736,7 +743,7 @@ mod tests {
 
     #[test]
     fn queues_sharing_a_cap_hold_no_more_than_it_together() {
-        let cap = std::sync::Arc::new(MemCap::new(300));
+        let cap = std::sync::Arc::new(MemCap::new(300, 0));
         let a = RxQueue::with_cap(1, 1000, Some(cap.clone()));
         let b = RxQueue::with_cap(1, 1000, Some(cap.clone()));
         let mut batch: Vec<D> = (0..2).map(|i| D(i, 100)).collect();
@@ -751,6 +758,16 @@ mod tests {
         assert_eq!(cap.held(), 100, "the reader gave it back");
         b.close();
         assert_eq!(cap.held(), 0, "and closing did");
+        // With a floor of 200 bytes per queue, a queue holding less than
+        // that still takes what reaches the floor while the cap is full.
+        let cap = std::sync::Arc::new(MemCap::new(300, 200));
+        let (a, b) = (RxQueue::with_cap(1, 1000, Some(cap.clone())), RxQueue::with_cap(1, 1000, Some(cap.clone())));
+        let mut batch: Vec<D> = (0..4).map(|i| D(i, 100)).collect();
+        assert_eq!(a.push_batch(0, &mut batch), Err(Refusal::Mem));
+        assert_eq!(cap.held(), 300);
+        let mut batch: Vec<D> = (0..3).map(|i| D(i, 100)).collect();
+        assert_eq!(b.push_batch(0, &mut batch), Err(Refusal::Mem));
+        assert_eq!((batch.len(), cap.held()), (1, 500), "b reached its floor, no more");
     }
 
     #[test]

@@ -248,6 +248,7 @@ impl Stack {
             rcv_mem: Arc::new(crate::rx_queue::MemCap::new(
                 cfg.udp_mem_bytes
                     .unwrap_or(cfg.mempool_size as usize * crate::datagram::truesize_of(pool.buf_len() as usize) / 2),
+                cfg.udp_rmem_min,
             )),
             pmtu: crate::frag::pmtu::PathMtu::new(
                 std::time::Duration::from_secs(cfg.pmtu_expiry_secs),
