@@ -424,7 +424,7 @@ impl Default for StackConfig {
             tx_desc: 1024,
             rcvbuf: 212_992,
             udp_mem_bytes: None,
-            udp_rmem_min: 16_384,
+            udp_rmem_min: 65_536,
             neighbor: NeighborConfig::default(),
             icmp_rate: 1000,
             icmp_burst: 50,

@@ -11,6 +11,7 @@
 //! cargo xtask deps     check that the spate library brings no app dependency
 //! cargo xtask perf-guard [--update]   spate's own instructions per datagram against perf-budget.toml
 //! cargo xtask fuzz [--secs N] [TARGET...]   every cargo-fuzz target (or those named) for N s each
+//! cargo xtask soak [--minutes M]   hostile and legitimate traffic for M minutes, memory sampled (not in CI)
 //! ```
 
 use std::path::{Path, PathBuf};
@@ -74,6 +75,7 @@ fn main() -> ExitCode {
         "deps" => dependency_check(),
         "perf-guard" => perf_guard(rest.iter().any(|a| a == "--update")),
         "fuzz" => fuzz(rest),
+        "soak" => soak(rest),
         _ => {
             eprintln!(
                 "usage: cargo xtask <demo | test | setup [--tests] | bench [--quick] | leftovers | layers | deps | perf-guard [--update] | fuzz [--secs N] [TARGET...]>\n\
@@ -473,6 +475,32 @@ fn loom() -> Result {
         "--features",
         "internals",
         "--release",
+    ]))
+}
+
+/// The soak: `tests/stack_hostile.rs`'s traffic for `--minutes` M (30 by
+/// default), process memory and mbufs in use sampled every second into
+/// `target/soak/soak.csv` and `target/soak/soak.png`; fails when either
+/// grows (see the test).
+fn soak(args: &[String]) -> Result {
+    let minutes = match args {
+        [] => "30".to_string(),
+        [flag, m] if flag == "--minutes" && m.parse::<f64>().is_ok_and(|v| v > 0.0) => m.clone(),
+        _ => return Err("usage: cargo xtask soak [--minutes M]".into()),
+    };
+    setup(true)?;
+    run(cargo().env("SPATE_SOAK_MINUTES", &minutes).args([
+        "test",
+        "--release",
+        "-p",
+        "spate-apps",
+        "--test",
+        "stack_hostile",
+        "--",
+        "--ignored",
+        "--exact",
+        "soak",
+        "--nocapture",
     ]))
 }
 
