@@ -5,7 +5,6 @@ use std::collections::HashMap;
 use std::ffi::{CStr, CString, c_int, c_void};
 use std::sync::{Arc, Mutex, Weak};
 
-use crate::eal::Eal;
 use crate::error::{Error, Result, strerror};
 use crate::mempool::Mempool;
 use crate::sys;
@@ -84,9 +83,8 @@ impl Port {
     /// (`net_ring0`, `net_null0,size=64`) and opens its port; the device is
     /// removed again when the port goes.
     pub fn create(spec: &str) -> Result<Port> {
-        if !Eal::is_running() {
-            return Err(Error::EalNotRunning);
-        }
+        // Held through the device's creation (the port takes its own).
+        let _eal = crate::eal::EalRef::get()?;
         let (name, args) = spec.split_once(',').unwrap_or((spec, ""));
         let vdev_err = |errno: i32| Error::Vdev { spec: spec.into(), errno, text: strerror(errno) };
         let cname = CString::new(name).map_err(|_| vdev_err(libc::EINVAL))?;

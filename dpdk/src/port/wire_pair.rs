@@ -6,7 +6,6 @@ use std::sync::Arc;
 
 use super::Port;
 use crate::burst::Burst;
-use crate::eal::Eal;
 use crate::error::{Error, Result, strerror};
 use crate::sys;
 
@@ -15,10 +14,8 @@ impl Port {
     /// rte_rings): what one transmits the other receives. Tests and
     /// benchmarks drive one end while spate runs on the other.
     pub fn wire_pair(name: &str) -> Result<(Port, Port)> {
-        if !Eal::is_running() {
-            return Err(Error::EalNotRunning);
-        }
-        let rings = Arc::new(WireRings::new(name)?);
+        let eal = crate::eal::EalRef::get()?;
+        let rings = Arc::new(WireRings::new(name, eal)?);
         let open = |end: &str, rx: *mut sys::rte_ring, tx: *mut sys::rte_ring| -> Result<Port> {
             // DPDK names the port "net_ring_" + the name it is given.
             let given = format!("{name}_{end}");
@@ -61,7 +58,7 @@ unsafe impl Sync for WireRings {}
 const WIRE_RING_SIZE: u32 = 4096;
 
 impl WireRings {
-    fn new(name: &str) -> Result<WireRings> {
+    fn new(name: &str, eal: crate::eal::EalRef) -> Result<WireRings> {
         let make = |dir: &str| -> Result<*mut sys::rte_ring> {
             let ring_name = format!("w{name}{dir}");
             let c = CString::new(ring_name.as_str()).map_err(|_| Error::Vdev {
@@ -86,7 +83,7 @@ impl WireRings {
                 return Err(e);
             }
         };
-        Ok(WireRings { a_to_b, b_to_a, _eal: crate::eal::EalRef::get()? })
+        Ok(WireRings { a_to_b, b_to_a, _eal: eal })
     }
 }
 

@@ -297,6 +297,12 @@ impl<P> NeighTable<P> {
     /// drops its waiting packets with it. Memos are told only when the
     /// entry was one they may hold (reachable).
     fn make_room(&self, t: &mut Table<P>) {
+        // Keys of entries that went another way pile up: rebuild the clock.
+        if t.order.len() > 2 * self.cfg.max_entries + SECOND_CHANCES {
+            let Table { map, order, .. } = t;
+            order.clear();
+            order.extend(map.iter().filter(|(_, e)| e.state != State::Permanent).map(|(k, _)| *k));
+        }
         if t.map.len() < self.cfg.max_entries {
             return;
         }
@@ -306,7 +312,10 @@ impl<P> NeighTable<P> {
             if e.state == State::Permanent {
                 continue;
             }
-            if e.used && chances > 0 {
+            // A reachable entry is in use even when no packet asked the
+            // table for it: the lcores' memos answer for it until it goes
+            // stale.
+            if (e.used || matches!(e.state, State::Reachable { .. })) && chances > 0 {
                 e.used = false;
                 chances -= 1;
                 t.order.push_back(key);
@@ -319,12 +328,6 @@ impl<P> NeighTable<P> {
                 self.bump();
             }
             break;
-        }
-        // Keys of entries that went another way pile up: rebuild the clock.
-        if t.order.len() > 2 * self.cfg.max_entries + SECOND_CHANCES {
-            let Table { map, order, .. } = t;
-            order.clear();
-            order.extend(map.iter().filter(|(_, e)| e.state != State::Permanent).map(|(k, _)| *k));
         }
     }
 
@@ -580,5 +583,30 @@ mod tests {
         }
         assert_eq!(t.generation(), g, "only stale entries went");
         assert_eq!(t.peek(key(1)), Some(MAC));
+    }
+
+    /// A reachable neighbour the lcores' memos answer for (no packet asks
+    /// the table) survives a flood too, and keys of entries that went stay
+    /// bounded while the table is not full.
+    #[test]
+    fn a_memoised_neighbour_survives_and_the_clock_stays_bounded() {
+        let t = NeighTable::<u32>::new(NeighborConfig { reachable_ms: 1_000_000, ..cfg() });
+        let _ = t.resolve(ms(0), key(1), 1);
+        t.learn(ms(0), key(1), MAC, Learn::Confirmed);
+        for n in 10..200u8 {
+            t.learn(ms(n as u64), key(n), MAC2, Learn::Heard);
+        }
+        assert_eq!(t.peek(key(1)), Some(MAC), "the memoised neighbour was evicted");
+        let t = NeighTable::<u32>::new(cfg());
+        for round in 0..1000u64 {
+            for n in 1..=3u8 {
+                let _ = t.resolve(ms(round * 10_000), key(n), 0);
+            }
+            for step in 1..=5 {
+                t.poll(ms(round * 10_000 + step * 200));
+            }
+            assert!(t.is_empty(), "the silent neighbours went");
+        }
+        assert!(t.lock().order.len() <= 2 * 4 + SECOND_CHANCES + 3, "{} keys in the clock", t.lock().order.len());
     }
 }

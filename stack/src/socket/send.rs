@@ -472,7 +472,7 @@ impl UdpSocket {
         // waiting senders), the timeout passes or the stack stops.
         let timeout = *self.write_timeout.lock().unwrap_or_else(|p| p.into_inner());
         let deadline = timeout.map(|t| StdInstant::now() + t);
-        match inbox.push_wait(pkt, deadline, || shared.is_running()) {
+        match inbox.push_wait(pkt, deadline, || shared.is_running() && !shared.should_stop()) {
             Ok(()) => Ok(()),
             Err(_) => Err(self.sndbuf_error(v4)),
         }
