@@ -127,10 +127,10 @@ counters! {
     IpInTruncatedPkts = kept "Ip"."InTruncatedPkts": "IPv4 packets shorter than their total length.";
     IpInDiscards = kept "Ip"."InDiscards": "IPv4 packets discarded for lack of resources or support.";
     IpInDelivers = kept "Ip"."InDelivers": "IPv4 packets delivered to ICMP or UDP.";
-    IpReasmTimeout = drop "Ip"."ReasmTimeout": "IPv4 datagrams whose fragments did not all come in time.";
+    IpReasmTimeout = kept "Ip"."ReasmTimeout": "IPv4 datagrams whose fragments did not all come in time.";
     IpReasmReqds = kept "Ip"."ReasmReqds": "IPv4 fragments received.";
     IpReasmOKs = kept "Ip"."ReasmOKs": "IPv4 datagrams reassembled.";
-    IpReasmFails = kept "Ip"."ReasmFails": "IPv4 datagrams not reassembled (bad or overlapping fragments, timeouts, memory).";
+    IpReasmFails = drop "Ip"."ReasmFails": "IPv4 datagrams not reassembled (bad or overlapping fragments, timeouts, memory).";
     IpFragOKs = kept "Ip"."FragOKs": "IPv4 datagrams fragmented.";
     IpFragFails = kept "Ip"."FragFails": "IPv4 datagrams that needed fragmenting but could not be (DF asked for).";
     IpFragCreates = kept "Ip"."FragCreates": "IPv4 fragments made.";
@@ -143,10 +143,10 @@ counters! {
     Ip6InTruncatedPkts = kept "Ip6"."InTruncatedPkts": "IPv6 packets shorter than their payload length.";
     Ip6InDiscards = kept "Ip6"."InDiscards": "IPv6 packets discarded for lack of resources or support.";
     Ip6InDelivers = kept "Ip6"."InDelivers": "IPv6 packets delivered to ICMPv6 or UDP.";
-    Ip6ReasmTimeout = drop "Ip6"."ReasmTimeout": "IPv6 datagrams whose fragments did not all come in time.";
+    Ip6ReasmTimeout = kept "Ip6"."ReasmTimeout": "IPv6 datagrams whose fragments did not all come in time.";
     Ip6ReasmReqds = kept "Ip6"."ReasmReqds": "IPv6 fragments received.";
     Ip6ReasmOKs = kept "Ip6"."ReasmOKs": "IPv6 datagrams reassembled.";
-    Ip6ReasmFails = kept "Ip6"."ReasmFails": "IPv6 datagrams not reassembled (bad or overlapping fragments, timeouts, memory).";
+    Ip6ReasmFails = drop "Ip6"."ReasmFails": "IPv6 datagrams not reassembled (bad or overlapping fragments, timeouts, memory).";
     Ip6FragOKs = kept "Ip6"."FragOKs": "IPv6 datagrams fragmented.";
     Ip6FragFails = kept "Ip6"."FragFails": "IPv6 datagrams that needed fragmenting but could not be.";
     Ip6FragCreates = kept "Ip6"."FragCreates": "IPv6 fragments made.";
