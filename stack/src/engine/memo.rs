@@ -85,3 +85,22 @@ impl RateLimit {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The ICMP error limit: a burst at once, then the rate, never more
+    /// than the burst saved up however long it was quiet.
+    #[test]
+    fn icmp_errors_keep_to_the_rate_and_the_burst() {
+        let mut r = RateLimit::new(1000, 50);
+        let at = |ms: u64| Instant(1_000_000_000 + ms * 1_000_000);
+        assert_eq!((0..200).filter(|_| r.allow(at(0))).count(), 50, "the burst");
+        assert_eq!((0..200).filter(|_| r.allow(at(10))).count(), 10, "10 ms at 1,000/s");
+        assert_eq!((0..200).filter(|_| r.allow(at(60_000))).count(), 50, "a minute's quiet saves one burst");
+        // A flood at one per microsecond for a second gets the rate.
+        let sent = (0..1_000_000u64).filter(|us| r.allow(Instant(at(60_001).0 + us * 1000))).count();
+        assert!((1000..=1000 + 50).contains(&sent), "{sent} in a second");
+    }
+}
