@@ -222,7 +222,8 @@ impl<P> NeighTable<P> {
                     // This neighbour's queue is full: its oldest goes.
                     e.pending.push_back(pkt);
                     e.pending.pop_front()
-                } else if t.waiting >= self.cfg.pending_total.unwrap_or(usize::MAX) {
+                } else if t.waiting + t.evicted.len() >= self.cfg.pending_total.unwrap_or(usize::MAX) {
+                    // (Evicted entries' packets count until the timer frees them.)
                     // The table's is: the newcomer goes.
                     Some(pkt)
                 } else {
