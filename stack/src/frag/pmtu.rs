@@ -81,8 +81,9 @@ impl PathMtu {
     pub fn learn(&self, dst: IpAddr, mtu: u16) -> u16 {
         let floor = if dst.is_ipv4() { MIN_V4 } else { MIN_V6 };
         let mtu = mtu.max(floor);
-        let now = Instant::now();
         let mut guard = self.table.write().unwrap_or_else(|p| p.into_inner());
+        // Read under the lock, so entries join the order in expiry order.
+        let now = Instant::now();
         let t = &mut *guard;
         let mtu = match t.map.get(&dst) {
             Some(&(known, until)) if until > now && mtu > known => known,
