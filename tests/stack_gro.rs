@@ -14,9 +14,9 @@ use std::time::{Duration, Instant};
 
 use proptest::prelude::*;
 use spate::dpdk::{Burst, Memory};
-use spate::wire::{MacAddr, ethernet, ip_proto, ipv4, udp};
+use spate::wire::{MacAddr, ethernet, ip_proto};
 use spate::{Counter, Datagram, DatagramBatch, PortSpec, Stack, StackConfig, UdpSocket};
-use spate_testkit::wire_peer::{PEER_IP, eth, udp_frame};
+use spate_testkit::wire_peer::{PEER_IP, eth, ipv4_packet, udp_datagram_between, udp_frame};
 use spate_testkit::{WirePeer, device_lock, shared_eal};
 
 const GRO_PORT: u16 = 9;
@@ -331,29 +331,9 @@ fn a_tunnel_keeps_the_stage_on() {
 /// A VXLAN packet (VNI `vni`) from the peer carrying one UDP datagram
 /// from 198.19.0.1 to `inner_dst`:`INNER_PORT`, in a frame to `inner_mac`.
 fn vxlan_frame(outer_mac: MacAddr, vni: u32, inner_mac: MacAddr, inner_dst: std::net::Ipv4Addr) -> Vec<u8> {
-    let (src, payload) = (std::net::Ipv4Addr::new(198, 19, 0, 1), b"inside");
-    let mut dg = vec![0u8; udp::HEADER_LEN];
-    dg.extend_from_slice(payload);
-    udp::Repr { src_port: 5000, dst_port: INNER_PORT, payload_len: payload.len() as u16 }.emit_with_checksum(
-        &mut dg,
-        &src.into(),
-        &inner_dst.into(),
-    );
-    let ip = ipv4::Repr {
-        src,
-        dst: inner_dst,
-        protocol: ip_proto::UDP,
-        payload_len: dg.len() as u16,
-        ttl: 64,
-        tos: 0,
-        ident: 7,
-        dont_frag: true,
-        more_frags: false,
-        frag_offset: 0,
-    };
-    let mut inner = vec![0u8; ipv4::HEADER_LEN];
-    ip.emit(&mut inner, false);
-    inner.extend_from_slice(&dg);
+    let src = std::net::Ipv4Addr::new(198, 19, 0, 1);
+    let dg = udp_datagram_between(src.into(), inner_dst.into(), 5000, INNER_PORT, b"inside");
+    let inner = ipv4_packet(src, inner_dst, ip_proto::UDP, 7, 0, false, &dg);
     let mut vx = vec![0x08, 0, 0, 0, (vni >> 16) as u8, (vni >> 8) as u8, vni as u8, 0];
     vx.extend_from_slice(&eth(inner_mac, ethernet::ethertype::IPV4, &inner));
     udp_frame(outer_mac, false, 41000, 4789, &vx)

@@ -28,9 +28,9 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use spate::dpdk::{Burst, Memory};
-use spate::wire::{MacAddr, arp, ethernet, icmpv4, icmpv6, ip_proto, ipv4, ipv6, udp};
+use spate::wire::{MacAddr, arp, ethernet, icmpv4, icmpv6, ip_proto, ipv4, ipv6};
 use spate::{Counter, DatagramBatch, LcoreCtx, PortSpec, Stack, StackConfig, UdpSocket};
-use spate_testkit::wire_peer::{PEER_IP, PEER_MAC, Rng, SPATE_IP};
+use spate_testkit::wire_peer::{PEER_IP, PEER_MAC, Rng, SPATE_IP, ipv4_packet, udp_datagram_between};
 use spate_testkit::{WirePeer, device_lock, shared_eal};
 
 const LEGIT_PORT: u16 = 9;
@@ -40,7 +40,7 @@ const STALL_BASE: u16 = 6000;
 const POOL: u32 = 8191;
 const SPATE_IP6: Ipv6Addr = Ipv6Addr::new(0xfd00, 0, 0, 0, 0, 0, 0, 2);
 
-/// An IPv4 packet in a frame to spate.
+/// An IPv4 packet from `src` to spate in a frame from `src_mac`.
 fn ipv4_frame(
     dst_mac: MacAddr,
     src_mac: MacAddr,
@@ -50,22 +50,7 @@ fn ipv4_frame(
     more: bool,
     payload: &[u8],
 ) -> Vec<u8> {
-    let ip = ipv4::Repr {
-        src,
-        dst: SPATE_IP,
-        protocol,
-        payload_len: payload.len() as u16,
-        ttl: 64,
-        tos: 0,
-        ident,
-        dont_frag: !more,
-        more_frags: more,
-        frag_offset: 0,
-    };
-    let mut p = vec![0u8; ipv4::HEADER_LEN];
-    ip.emit(&mut p, false);
-    p.extend_from_slice(payload);
-    frame(dst_mac, src_mac, ethernet::ethertype::IPV4, &p)
+    frame(dst_mac, src_mac, ethernet::ethertype::IPV4, &ipv4_packet(src, SPATE_IP, protocol, ident, 0, more, payload))
 }
 
 fn frame(dst: MacAddr, src: MacAddr, ethertype: u16, payload: &[u8]) -> Vec<u8> {
@@ -78,14 +63,7 @@ fn frame(dst: MacAddr, src: MacAddr, ethertype: u16, payload: &[u8]) -> Vec<u8> 
 
 /// A UDP datagram (header and payload) from `src`:`sport` to spate.
 fn udp4(src: Ipv4Addr, sport: u16, dport: u16, payload: &[u8]) -> Vec<u8> {
-    let mut dg = vec![0u8; udp::HEADER_LEN];
-    dg.extend_from_slice(payload);
-    udp::Repr { src_port: sport, dst_port: dport, payload_len: payload.len() as u16 }.emit_with_checksum(
-        &mut dg,
-        &src.into(),
-        &SPATE_IP.into(),
-    );
-    dg
+    udp_datagram_between(src.into(), SPATE_IP.into(), sport, dport, payload)
 }
 
 /// The traffic generator: the legitimate flow and the hostile kinds.

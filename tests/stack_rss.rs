@@ -478,7 +478,7 @@ fn af_packet_queues_keep_flows_on_one_lcore_with_2_and_4_lcores() {
 /// the outer interface's datagrams, where no socket matched.
 #[test]
 fn reassembled_inner_datagrams_stay_on_the_inner_interface() {
-    use spate::wire::{ethernet, ip_proto, ipv4, udp};
+    use spate::wire::{ethernet, ip_proto};
     use spate_testkit::wire_peer::eth;
     let _serial = device_lock();
     eal();
@@ -505,31 +505,12 @@ fn reassembled_inner_datagrams_stay_on_the_inner_interface() {
     let (src, dst) = (std::net::Ipv4Addr::new(198, 19, 0, 1), std::net::Ipv4Addr::new(198, 19, 0, 2));
     let mut frames = Vec::new();
     for f in 0..16u16 {
-        let payload = vec![f as u8; 2000];
-        let mut dg = vec![0u8; udp::HEADER_LEN];
-        dg.extend_from_slice(&payload);
-        udp::Repr { src_port: 30_000 + f, dst_port: 11, payload_len: 2000 }.emit_with_checksum(
-            &mut dg,
-            &src.into(),
-            &dst.into(),
-        );
+        let dg =
+            spate_testkit::wire_peer::udp_datagram_between(src.into(), dst.into(), 30_000 + f, 11, &[f as u8; 2000]);
         for (offset, more) in [(0usize, true), (1480, false)] {
             let part = &dg[offset..if more { 1480 } else { dg.len() }];
-            let ip = ipv4::Repr {
-                src,
-                dst,
-                protocol: ip_proto::UDP,
-                payload_len: part.len() as u16,
-                ttl: 64,
-                tos: 0,
-                ident: 100 + f,
-                dont_frag: false,
-                more_frags: more,
-                frag_offset: offset as u32,
-            };
-            let mut pkt = vec![0u8; ipv4::HEADER_LEN];
-            ip.emit(&mut pkt, false);
-            pkt.extend_from_slice(part);
+            let pkt =
+                spate_testkit::wire_peer::ipv4_packet(src, dst, ip_proto::UDP, 100 + f, offset as u32, more, part);
             let mut vx = vec![0x08, 0, 0, 0, 0, 0, 42, 0];
             vx.extend_from_slice(&eth(inner.mac, ethernet::ethertype::IPV4, &pkt));
             frames.push(udp_frame(outer, false, 41_000, 4789, &vx));

@@ -259,22 +259,11 @@ fn a_blocking_send_on_a_full_inbox_sleeps_until_the_lcore_drains_it() {
 
 /// An IPv4 packet from the peer to spate.
 fn ipv4_from_peer(dst_mac: MacAddr, protocol: u8, payload: &[u8]) -> Vec<u8> {
-    let ip = ipv4::Repr {
-        src: PEER_IP,
-        dst: SPATE_IP,
-        protocol,
-        payload_len: payload.len() as u16,
-        ttl: 64,
-        tos: 0,
-        ident: 9,
-        dont_frag: true,
-        more_frags: false,
-        frag_offset: 0,
-    };
-    let mut p = vec![0u8; ipv4::HEADER_LEN];
-    ip.emit(&mut p, false);
-    p.extend_from_slice(payload);
-    eth(dst_mac, ethernet::ethertype::IPV4, &p)
+    eth(
+        dst_mac,
+        ethernet::ethertype::IPV4,
+        &spate_testkit::wire_peer::ipv4_packet(PEER_IP, SPATE_IP, protocol, 9, 0, false, payload),
+    )
 }
 
 /// A router's "fragmentation needed" (next-hop MTU 1200) quoting a UDP

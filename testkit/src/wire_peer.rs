@@ -199,10 +199,46 @@ pub fn udp_frame(dst_mac: MacAddr, v6: bool, src_port: u16, dst_port: u16, paylo
 pub fn udp_datagram(v6: bool, src_port: u16, dst_port: u16, payload: &[u8]) -> Vec<u8> {
     let (src, dst): (IpAddr, IpAddr) =
         if v6 { (PEER_IP6.into(), SPATE_IP6.into()) } else { (PEER_IP.into(), SPATE_IP.into()) };
+    udp_datagram_between(src, dst, src_port, dst_port, payload)
+}
+
+/// A UDP datagram (header and payload) from `src`:`src_port` to
+/// `dst`:`dst_port`, its checksum over those addresses.
+pub fn udp_datagram_between(src: IpAddr, dst: IpAddr, src_port: u16, dst_port: u16, payload: &[u8]) -> Vec<u8> {
     let mut dg = vec![0u8; udp::HEADER_LEN + payload.len()];
     dg[udp::HEADER_LEN..].copy_from_slice(payload);
     udp::Repr { src_port, dst_port, payload_len: payload.len() as u16 }.emit_with_checksum(&mut dg, &src, &dst);
     dg
+}
+
+/// An IPv4 packet (TTL 64) from `src` to `dst` carrying `payload` at
+/// byte `offset` of its datagram: a fragment when `more` or `offset` say
+/// so, otherwise whole with DF set.
+pub fn ipv4_packet(
+    src: Ipv4Addr,
+    dst: Ipv4Addr,
+    protocol: u8,
+    ident: u16,
+    offset: u32,
+    more: bool,
+    payload: &[u8],
+) -> Vec<u8> {
+    let ip = ipv4::Repr {
+        src,
+        dst,
+        protocol,
+        payload_len: payload.len() as u16,
+        ttl: 64,
+        tos: 0,
+        ident,
+        dont_frag: !more && offset == 0,
+        more_frags: more,
+        frag_offset: offset,
+    };
+    let mut p = vec![0u8; ipv4::HEADER_LEN];
+    ip.emit(&mut p, false);
+    p.extend_from_slice(payload);
+    p
 }
 
 /// One IP fragment of a UDP datagram from the peer: `data` at byte
