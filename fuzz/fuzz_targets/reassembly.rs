@@ -5,49 +5,11 @@
 //! completes is exactly the bytes its fragments carried (each datagram's
 //! bytes are a pattern of its identity and offset, so any mix-up shows).
 use libfuzzer_sys::fuzz_target;
-use spate_stack::internals::reassembly::{FragBuf, Fragment, Instant, Key, Limits, Outcome, Reassembler};
+use spate_stack::internals::reassembly::bytes::{Bytes, CHARGE};
+use spate_stack::internals::reassembly::{Fragment, Instant, Key, Limits, Outcome, Reassembler};
 
-const CHARGE: usize = 2176;
 const L3: usize = 14;
 const DATA_AT: usize = 34;
-
-/// A fragment's frame as bytes; once chained, the segments after it.
-#[derive(Debug)]
-struct Bytes {
-    segs: Vec<Vec<u8>>,
-}
-
-impl FragBuf for Bytes {
-    type Held = Vec<Bytes>;
-    fn held_len(held: &Vec<Bytes>) -> usize {
-        held.len()
-    }
-    fn hold(held: &mut Vec<Bytes>, buf: Bytes) {
-        held.push(buf);
-    }
-    fn release(held: &mut Vec<Bytes>) {
-        held.clear();
-    }
-    fn take(held: &mut Vec<Bytes>) -> impl Iterator<Item = Bytes> {
-        std::mem::take(held).into_iter()
-    }
-    fn charge(&self) -> usize {
-        CHARGE
-    }
-    fn trim_front(&mut self, n: usize) -> Result<(), ()> {
-        if n > self.segs[0].len() {
-            return Err(());
-        }
-        self.segs[0].drain(..n);
-        Ok(())
-    }
-    fn chain(&mut self, rest: impl Iterator<Item = Bytes>) -> Result<(), ()> {
-        for r in rest {
-            self.segs.extend(r.segs);
-        }
-        Ok(())
-    }
-}
 
 fn byte(ident: u32, at: usize) -> u8 {
     (at as u32).wrapping_mul(7).wrapping_add(ident.wrapping_mul(131)) as u8

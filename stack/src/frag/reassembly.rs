@@ -498,21 +498,21 @@ impl<B: FragBuf> Outcome<B> {
 }
 
 /// The state machine on byte buffers: no EAL, no mbufs.
-#[cfg(test)]
-mod tests {
-    use super::*;
+/// Fragments as plain bytes, for running the table without an EAL (the
+/// unit tests and the fuzz target).
+#[cfg(any(test, feature = "internals"))]
+pub mod bytes {
+    use super::FragBuf;
 
     /// A fragment's frame as bytes; once chained, the segments after it.
     #[derive(Debug)]
-    struct Bytes {
-        segs: Vec<Vec<u8>>,
+    pub struct Bytes {
+        /// The segments.
+        pub segs: Vec<Vec<u8>>,
     }
 
     /// What each buffer is charged, as a 2,048-byte mbuf with headroom.
-    const CHARGE: usize = 2176;
-    /// Ethernet + IPv4 header in front of the fragmentable part.
-    const L3: usize = 14;
-    const DATA_AT: usize = 34;
+    pub const CHARGE: usize = 2176;
 
     impl FragBuf for Bytes {
         type Held = Vec<Bytes>;
@@ -545,6 +545,17 @@ mod tests {
             Ok(())
         }
     }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    use super::bytes::{Bytes, CHARGE};
+
+    /// Ethernet + IPv4 header in front of the fragmentable part.
+    const L3: usize = 14;
+    const DATA_AT: usize = 34;
 
     fn limits() -> Limits {
         Limits { high: 64 * CHARGE, low: 48 * CHARGE, timeout_ns: 1_000_000, max_datagrams: 16 }
