@@ -154,28 +154,34 @@ impl Worker<'_> {
     #[cold]
     fn refused(&mut self, v4: u64, datagrams: &mut Vec<Datagram>, refusal: Refusal, accepted: u64) -> (u64, u64) {
         let refused_v4 = datagrams.iter().filter(|d| d.wire_src().is_ipv4()).count() as u64;
-        let refused = datagrams.len() as u64;
-        match refusal {
-            Refusal::Full => {
-                self.add(Counter::RxRcvbufFull, refused);
-                self.add(Counter::UdpRcvbufErrors, refused_v4);
-                self.add(Counter::UdpInErrors, refused_v4);
-                self.add(Counter::Udp6RcvbufErrors, refused - refused_v4);
-                self.add(Counter::Udp6InErrors, refused - refused_v4);
-            }
-            Refusal::Mem => {
-                // Linux counts a datagram past `udp_mem` in MemErrors and
-                // InErrors.
-                self.add(Counter::RxMemFull, refused);
-                self.add(Counter::UdpMemErrors, refused_v4);
-                self.add(Counter::UdpInErrors, refused_v4);
-                self.add(Counter::Udp6MemErrors, refused - refused_v4);
-                self.add(Counter::Udp6InErrors, refused - refused_v4);
-            }
-            Refusal::Closed => self.add(Counter::RxSocketClosed, refused),
-        }
+        self.count_refusal(refusal, datagrams.len() as u64, refused_v4);
         datagrams.clear();
         (accepted, v4 - refused_v4)
+    }
+
+    /// Counts `total` datagrams (`v4` of them IPv4) a queue refused, as
+    /// Linux counts them: a full buffer in RcvbufErrors and InErrors, the
+    /// stack-wide cap in MemErrors and InErrors.
+    #[cold]
+    fn count_refusal(&mut self, why: Refusal, total: u64, v4: u64) {
+        match why {
+            Refusal::Full => {
+                self.add(Counter::RxRcvbufFull, total);
+                self.add(Counter::UdpRcvbufErrors, v4);
+                self.add(Counter::Udp6RcvbufErrors, total - v4);
+            }
+            Refusal::Mem => {
+                self.add(Counter::RxMemFull, total);
+                self.add(Counter::UdpMemErrors, v4);
+                self.add(Counter::Udp6MemErrors, total - v4);
+            }
+            Refusal::Closed => {
+                self.add(Counter::RxSocketClosed, total);
+                return;
+            }
+        }
+        self.add(Counter::UdpInErrors, v4);
+        self.add(Counter::Udp6InErrors, total - v4);
     }
 
     /// Names socket `id` in the application's `ready` list (see
@@ -208,17 +214,9 @@ impl Worker<'_> {
                     self.inc(Counter::RxDelivered);
                     self.inc(if v4 { Counter::UdpInDatagrams } else { Counter::Udp6InDatagrams });
                 }
-                Err(crate::rx_queue::Refused::Full(_)) => {
-                    self.inc(Counter::RxRcvbufFull);
-                    self.inc(if v4 { Counter::UdpRcvbufErrors } else { Counter::Udp6RcvbufErrors });
-                    self.inc(if v4 { Counter::UdpInErrors } else { Counter::Udp6InErrors });
-                }
-                Err(crate::rx_queue::Refused::Mem(_)) => {
-                    self.inc(Counter::RxMemFull);
-                    self.inc(if v4 { Counter::UdpMemErrors } else { Counter::Udp6MemErrors });
-                    self.inc(if v4 { Counter::UdpInErrors } else { Counter::Udp6InErrors });
-                }
-                Err(crate::rx_queue::Refused::Closed(_)) => self.inc(Counter::RxSocketClosed),
+                Err(crate::rx_queue::Refused::Full(_)) => self.count_refusal(Refusal::Full, 1, v4 as u64),
+                Err(crate::rx_queue::Refused::Mem(_)) => self.count_refusal(Refusal::Mem, 1, v4 as u64),
+                Err(crate::rx_queue::Refused::Closed(_)) => self.count_refusal(Refusal::Closed, 1, v4 as u64),
             }
         }
     }
