@@ -46,8 +46,8 @@ fn rig() -> &'static Mutex<Rig> {
             ports: vec![PortSpec::new(&port).addr("198.18.0.2/24").unwrap().addr("fd00::2/64").unwrap()],
             stop_on_signal: false,
             announce: false,
-            reassembly_high_bytes: HIGH,
-            reassembly_low_bytes: LOW,
+            reassembly_high_bytes: Some(HIGH),
+            reassembly_low_bytes: Some(LOW),
             reassembly_timeout_ms: TIMEOUT_MS,
             ..StackConfig::default()
         };

@@ -253,8 +253,8 @@ fn hostile(length: Duration, mut sample: impl FnMut(Sample)) -> Report {
         // 512 packets waiting for resolution, 1 MB of fragments.
         udp_mem_bytes: Some(1024 * 2192),
         udp_rmem_min: 65_536,
-        reassembly_high_bytes: 1 << 20,
-        reassembly_low_bytes: 768 << 10,
+        reassembly_high_bytes: Some(1 << 20),
+        reassembly_low_bytes: Some(768 << 10),
         ..StackConfig::default()
     };
     let mut tunnel = spate::config::VxlanSpec::new(42, PEER_IP.into());

@@ -258,7 +258,8 @@ pub struct NeighborConfig {
     pub pending_max: usize,
     /// Packets kept waiting for resolution in the whole table, so that
     /// sources that never answer cannot take the mempool; `None` (the
-    /// default): an eighth of `mempool_size`. At most half of it.
+    /// default): an eighth of `mempool_size`, or of what the rings leave of
+    /// it when that is less. At most half of it.
     pub pending_total: Option<usize>,
     /// Entries kept at most.
     pub max_entries: usize,
@@ -350,7 +351,8 @@ pub struct StackConfig {
     pub rcvbuf: usize,
     /// What the receive queues of all sockets may hold together, in bytes
     /// (Linux's `udp_mem`), so readers that stall cannot take the mempool;
-    /// `None` (the default): half of what the mempool's mbufs are charged.
+    /// `None` (the default): what the mbuf budget leaves them, half the
+    /// pool's mbufs at most (see [`MbufBudget`]).
     pub udp_mem_bytes: Option<usize>,
     /// What each socket may queue whatever the others hold (Linux's
     /// `udp_rmem_min`, 4 KB there; a datagram here is charged a whole mbuf,
@@ -384,10 +386,13 @@ pub struct StackConfig {
     pub reassembly_timeout_ms: u64,
     /// Bytes of fragments (mbuf buffers, both IP families together) an
     /// lcore holds before it drops the oldest datagrams (Linux's
-    /// `ipfrag_high_thresh`: 4 MiB)...
-    pub reassembly_high_bytes: usize,
-    /// ...until it holds no more than this (Linux's `ipfrag_low_thresh`).
-    pub reassembly_low_bytes: usize,
+    /// `ipfrag_high_thresh`: 4 MiB); `None` (the default): 4 MiB, or a
+    /// quarter of what the rings leave of the pool shared among the lcores
+    /// when that is less...
+    pub reassembly_high_bytes: Option<usize>,
+    /// ...until it holds no more than this (Linux's `ipfrag_low_thresh`;
+    /// `None`: three quarters of the high mark).
+    pub reassembly_low_bytes: Option<usize>,
     /// Datagrams an lcore reassembles at once at most.
     pub reassembly_datagrams: usize,
     /// How long a learnt path MTU lasts, in seconds (Linux: 600).
@@ -436,14 +441,67 @@ impl Default for StackConfig {
             announce: true,
             vxlan: Vec::new(),
             reassembly_timeout_ms: 30_000,
-            reassembly_high_bytes: 4 << 20,
-            reassembly_low_bytes: 3 << 20,
+            reassembly_high_bytes: None,
+            reassembly_low_bytes: None,
             reassembly_datagrams: 1024,
             pmtu_expiry_secs: 600,
             pmtu_max_entries: 1024,
             reader_nap_us: 0,
             hash_seed: None,
         }
+    }
+}
+
+/// Where the pool's mbufs go when every bound is full: the RX rings, the TX
+/// rings, the lcores' caches and bursts, then the bounds, and what is left.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct MbufBudget {
+    /// Mbufs in the pool.
+    pub pool: usize,
+    /// What the RX rings hold (measured once the ports started).
+    pub rx_rings: usize,
+    /// What the TX rings may keep: the descriptors of ports whose driver
+    /// frees a sent mbuf only when it reuses the descriptor (PCI devices,
+    /// virtio); drivers that copy the frame or pass it on keep none.
+    pub tx_rings: usize,
+    /// What the lcores' mempool caches and bursts in hand may hold.
+    pub in_flight: usize,
+    /// The cap on all receive queues together, in bytes (`udp_mem_bytes`).
+    pub udp_mem_bytes: usize,
+    /// Packets waiting for address resolution (`neighbor.pending_total`).
+    pub pending_total: usize,
+    /// Fragments an lcore holds before it evicts
+    /// (`reassembly_high_bytes`)...
+    pub reassembly_high_bytes: usize,
+    /// ...and down to what (`reassembly_low_bytes`).
+    pub reassembly_low_bytes: usize,
+    /// Mbufs the receive queues hold at the cap.
+    pub receive_queues: usize,
+    /// Mbufs every lcore's reassembly holds at its high mark.
+    pub reassembly: usize,
+    /// Mbufs no bound reaches: room for the per-socket floors
+    /// (`udp_rmem_min`, the application's to keep within this) and for
+    /// packets on their way through the hand-off rings.
+    pub spare: usize,
+}
+
+impl std::fmt::Display for MbufBudget {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "pool {} mbufs: RX rings {}, TX rings {}, caches and bursts {}, receive queues {} ({} bytes), \
+             unresolved neighbours {}, reassembly {} ({} bytes per lcore), spare {}",
+            self.pool,
+            self.rx_rings,
+            self.tx_rings,
+            self.in_flight,
+            self.receive_queues,
+            self.udp_mem_bytes,
+            self.pending_total,
+            self.reassembly,
+            self.reassembly_high_bytes,
+            self.spare
+        )
     }
 }
 
@@ -534,7 +592,9 @@ impl StackConfig {
         if self.neighbor.max_entries == 0 {
             return Err(Error::Config("neighbor.max_entries must be positive".into()));
         }
-        if self.reassembly_low_bytes > self.reassembly_high_bytes || self.reassembly_datagrams == 0 {
+        if self.reassembly_low_bytes.zip(self.reassembly_high_bytes).is_some_and(|(l, h)| l > h)
+            || self.reassembly_datagrams == 0
+        {
             return Err(Error::Config(
                 "reassembly_low_bytes must not exceed reassembly_high_bytes, and reassembly_datagrams must be positive"
                     .into(),

@@ -44,7 +44,7 @@ mod sync;
 mod time;
 pub mod wire;
 
-pub use config::{Cidr, PortSpec, StackConfig, StaticNeighbor};
+pub use config::{Cidr, MbufBudget, PortSpec, StackConfig, StaticNeighbor};
 pub use datagram::{Datagram, DatagramBatch, SendBuf};
 pub use engine::LcoreCtx;
 pub use error::{Error, Result};

@@ -174,8 +174,8 @@ impl<'s> Worker<'s> {
             train: Default::default(),
             decapsulated: None,
             reasm: Reassembler::new(Limits {
-                high: shared.cfg.reassembly_high_bytes,
-                low: shared.cfg.reassembly_low_bytes,
+                high: shared.budget.reassembly_high_bytes,
+                low: shared.budget.reassembly_low_bytes,
                 timeout_ns: shared.cfg.reassembly_timeout_ms * 1_000_000,
                 max_datagrams: shared.cfg.reassembly_datagrams,
             }),

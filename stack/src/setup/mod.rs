@@ -22,11 +22,17 @@ use crate::stats::{Counters, StatsRegistry};
 use crate::time::Clock;
 use crate::wire::MacAddr;
 
+mod budget;
 mod ports;
 pub(crate) mod run;
 mod tunnels;
 
 pub use run::Running;
+
+/// Drivers besides PCI devices' that keep a sent mbuf until they reuse its
+/// descriptor; the other virtual ones copy the frame (tap, af_packet, pcap,
+/// vhost) or pass it on (ring) and keep none.
+const KEEPS_SENT: &[&str] = &["net_virtio", "net_virtio_user"];
 
 /// Packets an application thread may queue for one lcore.
 const INBOX: usize = 8192;
@@ -120,6 +126,7 @@ impl Stack {
         let mut queues: Vec<WorkerQueues> =
             (0..workers).map(|_| WorkerQueues { rx: Vec::new(), tx: Vec::new(), steer: None }).collect();
         let (mut port_iface, mut steered, mut tx_queues) = (Vec::new(), Vec::new(), Vec::new());
+        let mut tx_rings = 0;
         // A vhost-user peer that goes away (OVS restarting) makes the next
         // write to its socket raise SIGPIPE, which would end the process.
         spate_dpdk::signal::ignore_sigpipe();
@@ -192,6 +199,9 @@ impl Stack {
             port_iface[pid] = index as u16;
             steered.push(plan.steered);
             tx_queues.push(plan.tx_queues as usize);
+            if spec.is_pci() || KEEPS_SENT.contains(&info.driver.as_str()) {
+                tx_rings += plan.tx_queues as usize * cfg.tx_desc as usize;
+            }
             log::info!(
                 "spate: interface {index} on port {} ({}): {}; MAC {mac}, MTU {mtu}, {}",
                 port.name(),
@@ -207,6 +217,21 @@ impl Stack {
             );
             ports.push(port);
         }
+        let budget = budget::plan(
+            &cfg,
+            &budget::Pool {
+                size: pool.size() as usize,
+                truesize: crate::datagram::truesize_of(pool.buf_len() as usize),
+                frag_charge: pool.buf_len() as usize,
+                lcores: workers,
+                cache: pool_cfg.cache_size as usize,
+                bursts: 2 * crate::shared::BURST,
+                // What the PMDs put on their RX rings when they started.
+                rx_rings: pool.in_use() as usize,
+                tx_rings,
+            },
+        )?;
+        log::info!("spate: mbuf budget: {budget}");
         let mut secrets = Secrets::new(cfg.hash_seed);
         let outer_routes = Routes::new(&ifaces, &cfg.gateways);
         for spec in &cfg.vxlan {
@@ -231,7 +256,7 @@ impl Stack {
         let shared = Shared {
             id,
             neigh: NeighTable::new(crate::config::NeighborConfig {
-                pending_total: Some(cfg.neighbor.pending_total.unwrap_or(cfg.mempool_size as usize / 8)),
+                pending_total: Some(budget.pending_total),
                 ..cfg.neighbor.clone()
             }),
             sockets: SocketTable::new([secrets.next(), secrets.next(), secrets.next(), secrets.next()]),
@@ -245,11 +270,7 @@ impl Stack {
             next_socket_id: AtomicU64::new(1),
             next_tx_worker: AtomicUsize::new(0),
             gro_users: CachePadded::new(AtomicUsize::new(0)),
-            rcv_mem: Arc::new(crate::rx_queue::MemCap::new(
-                cfg.udp_mem_bytes
-                    .unwrap_or(cfg.mempool_size as usize * crate::datagram::truesize_of(pool.buf_len() as usize) / 2),
-                cfg.udp_rmem_min,
-            )),
+            rcv_mem: Arc::new(crate::rx_queue::MemCap::new(budget.udp_mem_bytes, cfg.udp_rmem_min)),
             pmtu: crate::frag::pmtu::PathMtu::new(
                 std::time::Duration::from_secs(cfg.pmtu_expiry_secs),
                 cfg.pmtu_max_entries,
@@ -263,6 +284,7 @@ impl Stack {
             routes,
             ifaces,
             cfg,
+            budget,
             pool,
         };
         for (index, spec) in shared.cfg.ports.iter().enumerate() {
@@ -353,6 +375,12 @@ impl Stack {
     /// them (`udp_mem_bytes`).
     pub fn receive_memory(&self) -> (usize, usize) {
         (self.shared.rcv_mem.held(), self.shared.rcv_mem.limit())
+    }
+
+    /// Where the pool's mbufs go when every bound is full (worked out when
+    /// the stack started, and logged).
+    pub fn mbuf_budget(&self) -> &crate::config::MbufBudget {
+        &self.shared.budget
     }
 
     /// Neighbour entries known.

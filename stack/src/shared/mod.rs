@@ -67,6 +67,8 @@ pub struct LcoreLoad {
 pub(crate) struct Shared {
     pub id: u64,
     pub cfg: StackConfig,
+    /// The bounds on held mbufs, resolved against the pool.
+    pub budget: crate::config::MbufBudget,
     pub ifaces: Vec<Interface>,
     pub routes: Routes,
     pub neigh: NeighTable<TxPacket>,
