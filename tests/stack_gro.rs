@@ -382,3 +382,52 @@ fn vxlan_is_taken_only_from_the_tunnels_remote() {
     assert_eq!((c[Counter::VxlanInPackets], c[Counter::RxVxlanWrongSource]), (1, 1), "{}", c.render_nonzero());
     assert_eq!(c.unaccounted_frames(), 0);
 }
+
+/// A VXLAN packet from the tunnel's remote that arrives in two IPv4
+/// fragments is reassembled, counted and dropped (RFC 7348 lets an endpoint
+/// discard it), not decapsulated (spate decapsulates whole frames) nor left
+/// in the endpoint's queue, which nobody reads: before, it was counted as
+/// delivered there and its mbufs stayed.
+#[test]
+fn fragmented_vxlan_is_counted_and_dropped() {
+    let _serial = device_lock();
+    shared_eal(Memory::Auto);
+    let (mut peer, port, _spate_side) = WirePeer::new(4095);
+    let mut cfg = StackConfig {
+        lcores: "1".into(),
+        ports: vec![PortSpec::new(&port).addr("198.18.0.2/24").unwrap()],
+        stop_on_signal: false,
+        announce: false,
+        ..StackConfig::default()
+    };
+    let mut tunnel = spate::config::VxlanSpec::new(42, PEER_IP.into());
+    tunnel.ipv4.push("198.19.0.2/24".parse().unwrap());
+    cfg.vxlan.push(tunnel);
+    let stack = Stack::new(cfg).unwrap();
+    let (outer, inner) = (stack.interfaces()[0].mac, stack.interfaces()[1].mac);
+    let sock = UdpSocket::bind(&stack, ("0.0.0.0", INNER_PORT)).unwrap();
+    sock.set_nonblocking(true).unwrap();
+    let baseline = stack.mempool().in_use();
+    let running = stack.spawn_polling().unwrap();
+    // The same VXLAN datagram vxlan_frame builds, as two fragments.
+    let whole = vxlan_frame(outer, 42, inner, "198.19.0.2".parse().unwrap());
+    let udp = &whole[ethernet::HEADER_LEN + 20..];
+    let (dst, src) = (std::net::Ipv4Addr::new(198, 18, 0, 2), PEER_IP);
+    let first = ipv4_packet(src, dst, ip_proto::UDP, 99, 0, true, &udp[..32]);
+    let last = ipv4_packet(src, dst, ip_proto::UDP, 99, 32, false, &udp[32..]);
+    send_burst(
+        &mut peer,
+        &[eth(outer, ethernet::ethertype::IPV4, &first), eth(outer, ethernet::ethertype::IPV4, &last)],
+    );
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while stack.counters()[Counter::RxVxlanFragmented] == 0 {
+        assert!(Instant::now() < deadline, "{}", stack.counters().render_nonzero());
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    running.stop();
+    let c = stack.counters();
+    assert_eq!((c[Counter::UdpInDatagrams], c[Counter::VxlanInPackets]), (0, 0), "{}", c.render_nonzero());
+    assert!(sock.recv(&mut [0u8; 16]).is_err(), "nothing reached the inner socket");
+    assert_eq!(c.unaccounted_frames(), 0);
+    assert_eq!(stack.mempool().in_use(), baseline, "the fragments' mbufs came back");
+}

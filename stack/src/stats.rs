@@ -94,6 +94,7 @@ counters! {
     RxGroMerged = kept "Rx"."GroMerged": "UDP datagrams merged into the one before them (UDP GRO): delivered as its segments.";
     RxVxlanErrors = drop "Rx"."VxlanErrors": "VXLAN packets with a bad header, an unknown VNI or an inner frame too short.";
     RxVxlanWrongSource = drop "Rx"."VxlanWrongSource": "VXLAN packets for a tunnel's VNI that did not come from its remote, to its local address, over its outer interface.";
+    RxVxlanFragmented = drop "Rx"."VxlanFragmented": "VXLAN packets that arrived in IP fragments, reassembled and then dropped: RFC 7348 lets an endpoint discard them, and spate decapsulates only whole frames.";
 
     GroLookups = kept "Gro"."Lookups": "UDP datagrams the GRO stage looked up (only while a tunnel or a GRO socket exists).";
     GroCoalesced = kept "Gro"."Coalesced": "Datagrams of more than one segment delivered to GRO sockets.";

@@ -674,7 +674,17 @@ impl Worker<'_> {
             self.inc(c.in_errors);
             return Some(Counter::RxUdpCsumErrors);
         }
-        // Reassembled datagrams do not coalesce or enter tunnels.
+        // Reassembled datagrams do not coalesce or enter tunnels: one to a
+        // tunnel endpoint would wait in its queue, which nobody reads.
+        let v4 = at.src.is_ipv4();
+        if self
+            .shared
+            .ifaces
+            .iter()
+            .any(|i| i.tunnel.is_some_and(|t| t.local_port == dst_port && t.remote.is_ipv4() == v4))
+        {
+            return Some(Counter::RxVxlanFragmented);
+        }
         self.rx_udp_deliver::<false>(iface, m, at, src_port, dst_port, udp_len - udp::HEADER_LEN)
     }
 }
