@@ -25,8 +25,15 @@ pub struct Handled<P> {
 /// Handles a received ARP packet on `iface`.
 pub fn handle<P>(table: &NeighTable<P>, now: Instant, iface: &Interface, arp: &Repr) -> Handled<P> {
     let for_us = iface.has_ipv4(arp.target_ip);
-    let sender_valid = !arp.sender_ip.is_unspecified() && !arp.sender_ip.is_broadcast() && arp.sender_mac.is_unicast();
     let key = (iface.index, IpAddr::V4(arp.sender_ip));
+    // Only a sender on one of the interface's prefixes is a neighbour: one
+    // from elsewhere gets its answer but no entry (packets to it go by a
+    // gateway), so requests from spoofed addresses off the link cannot
+    // fill the table.
+    let sender_valid = !arp.sender_ip.is_unspecified()
+        && !arp.sender_ip.is_broadcast()
+        && arp.sender_mac.is_unicast()
+        && iface.on_link(&key.1);
     let released = if !sender_valid {
         None
     } else if arp.operation == Operation::Reply && for_us {
@@ -120,6 +127,17 @@ pub(crate) mod tests {
         let h = handle(&table, Instant(0), &iface(), &req);
         assert!(h.reply.is_none() && !h.request_for_us);
         assert!(table.is_empty(), "and strangers are not learnt");
+    }
+
+    #[test]
+    fn senders_off_the_link_are_answered_but_not_learnt() {
+        let table = NeighTable::<u8>::new(NeighborConfig::default());
+        let f = hex(ARP_REQUEST);
+        let mut req = Repr::parse(&Packet::new_checked(&f[14..]).unwrap()).unwrap();
+        req.sender_ip = "203.0.113.7".parse().unwrap();
+        let h = handle(&table, Instant(0), &iface(), &req);
+        assert!(h.request_for_us && h.reply.is_some_and(|r| r.target_ip == req.sender_ip));
+        assert!(table.is_empty(), "an off-link sender is not a neighbour");
     }
 
     #[test]

@@ -85,7 +85,10 @@ pub fn handle<P>(
             if !iface.has_ipv6(&target) {
                 return Ok(out);
             }
-            if let (false, Some(mac)) = (dad, source_ll) {
+            // As for ARP: a source off the link's prefixes is answered but
+            // not learnt.
+            let on_link = iface.on_link(&IpAddr::V6(rx.src));
+            if let (false, true, Some(mac)) = (dad, on_link, source_ll) {
                 out.released = table.learn(now, (iface.index, IpAddr::V6(rx.src)), mac, Learn::Heard);
             }
             let (dst, dst_mac, solicited) = if dad {
@@ -116,7 +119,8 @@ pub fn handle<P>(
             out.released = table.learn(now, (iface.index, IpAddr::V6(target)), mac, how);
         }
         Repr::RouterAdvert(ra) => {
-            if let Some(mac) = ra.source_ll {
+            // RFC 4861 sends an RA from a link-local address.
+            if let (true, Some(mac)) = (crate::config::is_link_local(&rx.src), ra.source_ll) {
                 out.released = table.learn(now, (iface.index, IpAddr::V6(rx.src)), mac, Learn::Heard);
             }
         }
@@ -204,6 +208,18 @@ mod tests {
         let other = Repr::NeighborSolicit { target: "fd00::99".parse().unwrap(), source_ll: None };
         let rx = Received { src, dst, hop_limit: 255, eth_src: MacAddr::ZERO, msg: &other };
         assert!(handle(&table, Instant(0), &iface(), &rx).unwrap().reply.is_none(), "not our address");
+    }
+
+    #[test]
+    fn sources_off_the_link_are_answered_but_not_learnt() {
+        let table = NeighTable::<u8>::new(NeighborConfig::default());
+        let f = hex(NS);
+        let (msg, _, dst, hop_limit) = parse(&f);
+        let src: Ipv6Addr = "2001:db8::7".parse().unwrap();
+        let rx = Received { src, dst, hop_limit, eth_src: MacAddr(f[6..12].try_into().unwrap()), msg: &msg };
+        let h = handle(&table, Instant(0), &iface(), &rx).unwrap();
+        assert!(h.reply.is_some_and(|r| r.dst == src));
+        assert!(table.is_empty(), "an off-link source is not a neighbour");
     }
 
     #[test]
