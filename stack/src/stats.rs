@@ -109,6 +109,8 @@ counters! {
     SteerFrames = kept "Steer"."Frames": "Frames this lcore handed to the lcore owning their flow (counted there in their Rx outcome).";
     SteerDatagrams = kept "Steer"."Datagrams": "Reassembled datagrams handed to the lcore owning their flow.";
     SteerTx = kept "Steer"."TxFrames": "Frames handed to the lcore owning the port's TX queue.";
+    SteerFragments = kept "Steer"."Fragments": "IP fragments this lcore handed to the lcore where their datagram's fragments meet (chosen by addresses and ID) under rss = \"device\".";
+    SteerFlowMoved = kept "Steer"."FlowMoved": "Datagrams of a flow that arrived on this lcore's queue after the flow's last ones arrived on another lcore's, under rss = \"device\": the device moved the flow, or does not keep flows on one queue.";
     TxNoRoute = drop "Tx"."NoRoute": "Locally made packets (ICMP) without a route.";
     TxNoMbuf = drop "Tx"."NoMbuf": "Control frames (ARP, ND) not sent for lack of mbufs.";
 

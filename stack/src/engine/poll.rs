@@ -7,7 +7,7 @@ use std::sync::atomic::Ordering;
 use spate_dpdk::Burst;
 
 use super::{LcoreCtx, Worker};
-use crate::shared::{BURST, LOCAL_TX, LocalTx, TxPacket};
+use crate::shared::{BURST, LOCAL_TX, LocalTx, PortSteering, TxPacket};
 use crate::stats::Counter;
 use crate::time::Instant;
 
@@ -100,8 +100,12 @@ impl Worker<'_> {
             for m in burst.as_slice() {
                 m.prefetch_data();
             }
-            if self.steer.is_some() && self.shared.iface_steered(iface) {
-                self.steer_burst(&mut burst);
+            if self.steer.is_some() {
+                match self.shared.iface_steered(iface) {
+                    PortSteering::None => {}
+                    PortSteering::Flows => self.steer_burst(&mut burst),
+                    PortSteering::Fragments => self.steer_fragments(&mut burst),
+                }
             }
             self.rx_run(iface, &mut burst);
         }

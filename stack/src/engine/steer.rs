@@ -10,6 +10,13 @@
 //! hands the whole datagram to the lcore owning its flow. Frames that are
 //! neither UDP nor fragments (ARP, ICMP) are processed where they arrive.
 //!
+//! On a port in `device` mode each lcore polls a queue of its own and the
+//! device keeps a flow on one queue: only fragments move (the device may
+//! hash a first fragment with its ports and the others without), to meet
+//! as under `sw`, and the reassembled datagram goes to the lcore its flow's
+//! whole datagrams arrive on, which each lcore records as they come
+//! ([`crate::shared::flow_owners`]).
+//!
 //! Where a port has fewer TX queues than lcores, an lcore without a queue
 //! hands its frames to the lcore owning one, over the same kind of ring.
 
@@ -17,7 +24,9 @@ use spate_dpdk::{Burst, Mbuf};
 
 use super::Worker;
 use crate::iface::Interface;
-use crate::shared::{BURST, Lanes, Steering};
+use crate::rss::flow_input;
+use crate::shared::flow_owners::Seen;
+use crate::shared::{BURST, Lanes, PortSteering, Steering};
 use crate::stats::Counter;
 
 impl Worker<'_> {
@@ -41,6 +50,37 @@ impl Worker<'_> {
         let (sent, dropped) = s.frames.flush();
         self.add(Counter::SteerFrames, sent);
         self.add(Counter::RxSteerDropped, dropped);
+    }
+
+    /// Under device steering: moves the fragments of `burst` to the lcore
+    /// where their datagram's fragments meet (by addresses and ID, as
+    /// under `sw`), keeps the rest, and records which lcore each UDP flow
+    /// arrives on, counting the datagrams of a flow the device moved.
+    pub(super) fn steer_fragments(&mut self, burst: &mut Burst<BURST>) {
+        let (Some(s), Some(owners)) = (self.steer.as_mut(), self.shared.flow_owners.as_ref()) else { return };
+        let me = self.idx;
+        let mut keep: Burst<BURST> = Burst::new();
+        let mut moved = 0;
+        for m in burst.drain() {
+            let mut key = [0u8; 36];
+            match flow_input(m.data(), &mut key) {
+                Some((n, true)) => {
+                    let o = s.owner_of(&key, n);
+                    if o != me {
+                        let _ = s.frames.out[o].push(m);
+                        continue;
+                    }
+                }
+                Some((n, false)) => moved += (owners.record(&key, n, me) == Seen::Moved) as u64,
+                None => {}
+            }
+            let _ = keep.push(m);
+        }
+        *burst = keep;
+        let (sent, dropped) = s.frames.flush();
+        self.add(Counter::SteerFragments, sent);
+        self.add(Counter::RxSteerDropped, dropped);
+        self.add(Counter::SteerFlowMoved, moved);
     }
 
     /// What waits on ring `r` of one kind of hand-off, into `burst`.
@@ -116,7 +156,8 @@ impl Worker<'_> {
     ) -> Option<Mbuf> {
         let me = self.idx;
         let Some(s) = self.steer.as_mut() else { return Some(m) };
-        if iface.tunnel.is_some() || !self.shared.port_steered(m.port()) || l3 >= 32 || l4 >= 2048 || len > 0xffff {
+        let how = self.shared.port_steered(m.port());
+        if iface.tunnel.is_some() || how == PortSteering::None || l3 >= 32 || l4 >= 2048 || len > 0xffff {
             return Some(m);
         }
         let mut key = [0u8; 36];
@@ -130,7 +171,14 @@ impl Worker<'_> {
             }
         };
         let Some(n) = n else { return Some(m) };
-        let owner = s.reta.lcore(s.toeplitz.hash(&key[..n]));
+        let owner = match how {
+            // The lcore the flow's whole datagrams arrive on, if any did.
+            PortSteering::Fragments => match self.shared.flow_owners.as_ref().and_then(|o| o.owner(&key, n)) {
+                Some(o) if o < s.datagrams.out.len() => o,
+                _ => return Some(m),
+            },
+            _ => s.owner_of(&key, n),
+        };
         if owner == me {
             return Some(m);
         }

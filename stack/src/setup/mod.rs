@@ -253,6 +253,10 @@ impl Stack {
                 debug_assert_eq!(frames.len(), w);
             }
         }
+        let flow_owners = steered.contains(&crate::shared::PortSteering::Fragments).then(|| {
+            let keys = [secrets.next(), secrets.next(), secrets.next(), secrets.next(), secrets.next()];
+            crate::shared::flow_owners::FlowOwners::new(crate::rss::FlowHash::new(keys))
+        });
         let shared = Shared {
             id,
             neigh: NeighTable::new(crate::config::NeighborConfig {
@@ -277,6 +281,7 @@ impl Stack {
             ),
             port_iface,
             steered,
+            flow_owners,
             tx_queues,
             control: Control::new(queues),
             rng: Mutex::new(secrets.next()),

@@ -4,6 +4,7 @@
 //! remove first.
 
 use crate::config::RssMode;
+use crate::shared::PortSteering;
 
 /// How a port is set up for the stack's lcores.
 #[derive(Debug, Clone, Copy)]
@@ -12,7 +13,7 @@ pub(super) struct PortPlan {
     pub rx_queues: u16,
     pub tx_queues: u16,
     pub rss: spate_dpdk::Rss,
-    pub steered: bool,
+    pub steered: PortSteering,
 }
 
 impl PortPlan {
@@ -24,6 +25,10 @@ impl PortPlan {
                 self.rx_queues, self.tx_queues
             ),
             RssMode::Hw => format!("RSS by the port over {} RX queues; {} TX queues", self.rx_queues, self.tx_queues),
+            RssMode::Device => format!(
+                "steered by the device over {} RX queues (fragments meet in software); {} TX queues",
+                self.rx_queues, self.tx_queues
+            ),
             _ => format!("{} RX / {} TX queue(s), no RSS", self.rx_queues, self.tx_queues),
         }
     }
@@ -63,23 +68,32 @@ pub(super) fn plan_port(
             rx_queues: info.max_rx_queues.min(n).max(1),
             tx_queues,
             rss: spate_dpdk::Rss::Off,
-            steered: true,
+            steered: PortSteering::Flows,
         }),
         RssMode::Hw if !spreads => Err(Error::Config(format!(
             "port {device} ({}) hashes no flows (no RSS) and does not spread them itself: use rss = \"sw\"",
             info.driver
         ))),
-        RssMode::Hw | RssMode::Off if !enough => Err(Error::Config(format!(
+        RssMode::Hw | RssMode::Off | RssMode::Device if !enough => Err(Error::Config(format!(
             "port {device} ({}) has {} RX queues, fewer than the {workers} lcores: use rss = \"sw\"",
             info.driver, info.max_rx_queues
         ))),
-        RssMode::Hw => Ok(PortPlan { mode, rx_queues: n, tx_queues, rss: rss_of(info.supports_rss()), steered: false }),
+        RssMode::Hw => Ok(PortPlan {
+            mode,
+            rx_queues: n,
+            tx_queues,
+            rss: rss_of(info.supports_rss()),
+            steered: PortSteering::None,
+        }),
+        RssMode::Device => {
+            Ok(PortPlan { mode, rx_queues: n, tx_queues, rss: spate_dpdk::Rss::Off, steered: PortSteering::Fragments })
+        }
         _ => Ok(PortPlan {
             mode: RssMode::Off,
             rx_queues: n,
             tx_queues,
             rss: if workers == 1 { spate_dpdk::Rss::Auto } else { spate_dpdk::Rss::Off },
-            steered: false,
+            steered: PortSteering::None,
         }),
     }
 }

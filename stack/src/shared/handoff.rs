@@ -96,6 +96,18 @@ impl Lanes {
     }
 }
 
+/// What the lcores receiving a port's frames do with them in software.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum PortSteering {
+    /// Nothing: each keeps what arrives (`hw`, `off`, one lcore).
+    None,
+    /// Each frame of a flow goes to the flow's lcore (`sw`).
+    Flows,
+    /// The device keeps flows on one queue (`device`): only fragments move,
+    /// to meet by addresses and ID, and the flows' queues are recorded.
+    Fragments,
+}
+
 /// One lcore's hand-off state.
 #[derive(Debug)]
 pub(crate) struct Steering {
@@ -122,7 +134,13 @@ impl Steering {
     #[inline]
     pub fn owner(&self, frame: &[u8]) -> Option<usize> {
         let mut key = [0u8; 36];
-        let n = flow_input(frame, &mut key)?;
+        let (n, _) = flow_input(frame, &mut key)?;
         Some(self.reta.lcore(self.toeplitz.hash(&key[..n])))
+    }
+
+    /// The lcore owning the flow of input `key[..n]`.
+    #[inline]
+    pub fn owner_of(&self, key: &[u8; 36], n: usize) -> usize {
+        self.reta.lcore(self.toeplitz.hash(&key[..n]))
     }
 }

@@ -24,10 +24,13 @@ use crate::rx_queue::RxQueue;
 use crate::stats::StatsRegistry;
 use crate::time::Clock;
 
+pub(crate) mod flow_owners;
 pub(crate) mod handoff;
 pub(crate) mod inbox;
 
-pub(crate) use handoff::{BURST, LOCAL_TX, LOCAL_TX_CAPACITY, Lanes, LocalTx, Steering, TxPacket, WorkerQueues};
+pub(crate) use handoff::{
+    BURST, LOCAL_TX, LOCAL_TX_CAPACITY, Lanes, LocalTx, PortSteering, Steering, TxPacket, WorkerQueues,
+};
 
 /// The part of a socket the receive path reaches through the socket table.
 #[derive(Debug)]
@@ -91,8 +94,10 @@ pub(crate) struct Shared {
     pub rcv_mem: Arc<crate::rx_queue::MemCap>,
     /// Per port id: its interface (ports are few; DPDK numbers them from 0).
     pub(crate) port_iface: Vec<u16>,
-    /// Per interface: whether its frames are steered in software.
-    pub(crate) steered: Vec<bool>,
+    /// Per interface: how its frames are steered in software.
+    pub(crate) steered: Vec<PortSteering>,
+    /// Where flows arrive, when a port is device-steered.
+    pub(crate) flow_owners: Option<flow_owners::FlowOwners>,
     /// Per interface: its TX queues (lcore `i` uses queue `i % n`; only the
     /// first `n` lcores own one).
     pub(crate) tx_queues: Vec<usize>,
@@ -125,15 +130,15 @@ impl Shared {
         self.port_iface.get(port as usize).copied().unwrap_or(0)
     }
 
-    /// Whether the interface's frames are steered in software.
+    /// How the interface's frames are steered in software.
     #[inline]
-    pub fn iface_steered(&self, iface: u16) -> bool {
-        self.steered.get(iface as usize).copied().unwrap_or(false)
+    pub fn iface_steered(&self, iface: u16) -> PortSteering {
+        self.steered.get(iface as usize).copied().unwrap_or(PortSteering::None)
     }
 
-    /// Whether the port's frames are steered in software.
+    /// How the port's frames are steered in software.
     #[inline]
-    pub fn port_steered(&self, port: u16) -> bool {
+    pub fn port_steered(&self, port: u16) -> PortSteering {
         self.iface_steered(self.iface_of_port(port))
     }
 
