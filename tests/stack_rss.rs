@@ -306,7 +306,7 @@ fn rss_modes_a_port_cannot_honour_are_clear_errors() {
     let _serial = device_lock();
     eal();
     let (_peer, port, _spate_side) = WirePeer::new(4095);
-    for mode in [RssMode::Hw, RssMode::Off] {
+    for mode in [RssMode::Hw, RssMode::Off, RssMode::Device] {
         let cfg = StackConfig {
             lcores: "1-2".into(),
             rss: mode,

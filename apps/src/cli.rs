@@ -44,7 +44,8 @@ pub struct StackArgs {
     #[arg(long, value_name = "LIST")]
     pub lcores: Option<String>,
     /// How the lcores share the ports' traffic: `auto` (hardware RSS where
-    /// the port has it, else software), `hw`, `sw` or `off`.
+    /// the port has it, else software), `hw`, `sw`, `off` or `device` (each
+    /// lcore its own queue, the device keeping flows on one).
     #[arg(long, value_name = "MODE")]
     pub rss: Option<spate::config::RssMode>,
     /// A TOML stack configuration; flags given on the command line override it.

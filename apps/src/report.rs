@@ -89,10 +89,29 @@ pub fn summary(stack: &Stack) -> String {
     let _ = write!(out, "\nMempool: InUse={} Size={}", stack.mempool().in_use(), stack.mempool().size());
     let _ =
         write!(out, "\nReassembly: HeldBytes={} PeakBytes={}", stack.reassembly_bytes(), stack.reassembly_peak_bytes());
+    // Packets still waiting for an address when the lcores stopped: neither
+    // sent nor dropped yet.
+    let _ = write!(out, "\nNeighbours: Entries={} Waiting={}", stack.neighbors(), stack.neighbor_waiting());
     let (busy, loops) = (0..stack.lcores().len())
         .map(|i| stack.lcore_load(i))
         .fold((0, 0), |(b, l), (busy, loops)| (b + busy, l + loops));
     let _ = write!(out, "\nLcores: BusyCycles={busy} Loops={loops} TscHz={}", spate::dpdk::lcore::tsc_hz());
+    if stack.lcores().len() > 1 {
+        // Where the traffic went: what each lcore received and handed on.
+        for i in 0..stack.lcores().len() {
+            let c = stack.lcore_counters(i);
+            let _ = write!(
+                out,
+                "\nLcore{i}: RxFrames={} UdpInDatagrams={} SteerFrames={} SteerFragments={} SteerDatagrams={} FlowMoved={}",
+                c[Counter::RxFrames],
+                c[Counter::UdpInDatagrams] + c[Counter::Udp6InDatagrams],
+                c[Counter::SteerFrames],
+                c[Counter::SteerFragments],
+                c[Counter::SteerDatagrams],
+                c[Counter::SteerFlowMoved]
+            );
+        }
+    }
     out
 }
 

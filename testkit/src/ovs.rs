@@ -11,8 +11,8 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::{Duration, Instant};
 
-use crate::names::unique;
-use crate::netns::Netns;
+use crate::names::{unique, unique_socket_path};
+use crate::netns::{Netns, kernel_peer, veth};
 
 /// The DPDK build of ovs-vswitchd, run directly (no alternatives switch).
 const VSWITCHD: &str = "/usr/lib/openvswitch-switch-dpdk/ovs-vswitchd-dpdk";
@@ -25,6 +25,54 @@ pub enum OvsPort {
     VhostClient(PathBuf),
     /// A DPDK `net_af_packet` port on interface `iface` of OVS's namespace.
     AfPacket(String),
+    /// A vhost-user client port as [`OvsPort::VhostClient`] whose frames
+    /// OVS spreads over the queues by their 5-tuple hash
+    /// (`other_config:tx-steering=hash`).
+    VhostClientHashed(PathBuf),
+    /// A plain `system` port: kernel interface `iface` of OVS's namespace,
+    /// whose frames reach OVS as the kernel has them (a `net_af_packet`
+    /// DPDK port would get fragments the kernel reassembled).
+    System(String),
+}
+
+/// spate-echo (the binary `echo`) behind OVS-DPDK: namespaces `<tag>`
+/// (OVS and spate, veth `vO`) and `<tag>peer` (the kernel, `vB`);
+/// spate-echo serves a `net_virtio_user` port of `queues` queues with
+/// `extra` arguments, and OVS joins `kernel_side` (on `vO`) to
+/// `spate_side(socket)`, flows both ways. Returns once spate echoes.
+pub fn echo_behind_ovs(
+    echo: &str,
+    tag: &str,
+    queues: u16,
+    extra: &[&str],
+    kernel_side: OvsPort,
+    spate_side: fn(std::path::PathBuf) -> OvsPort,
+) -> (Netns, Netns, crate::process::Proc, Ovs) {
+    let ovs_ns = Netns::new(tag);
+    let kernel_ns = Netns::new(&format!("{tag}peer"));
+    veth(&ovs_ns, "vO", &kernel_ns, "vB");
+    ovs_ns.must(&["ip", "link", "set", "vO", "up"]);
+    ovs_ns.must(&["ethtool", "-K", "vO", "tx", "off"]);
+    ovs_ns.disable_ipv6("vO");
+    kernel_peer(&kernel_ns, "vB");
+    let sock = unique_socket_path(tag);
+    let vdev = format!(
+        "net_virtio_user0,path={},server=1,queues={queues},queue_size=1024,mac=02:53:50:41:54:45",
+        sock.display()
+    );
+    let mut args: Vec<String> =
+        ["--vdev", &vdev, "--ip", "198.18.0.2/24", "--idle-sleep", "20", "--interval", "0"].map(String::from).to_vec();
+    args.extend(extra.iter().map(|a| a.to_string()));
+    let mut app = ovs_ns.spawn("echo", echo, &args, Duration::from_secs(600)).unwrap();
+    app.remove_on_drop(&sock);
+    assert!(app.wait_for_output("waiting for client connection", Duration::from_secs(60)), "{}", app.output());
+    let ovs = Ovs::start(
+        &ovs_ns,
+        &[kernel_side, spate_side(sock)],
+        &["in_port=1,actions=output:2", "in_port=2,actions=output:1"],
+    );
+    assert!(app.wait_for_output("UDP echo on", Duration::from_secs(60)), "{}\n{}", app.output(), ovs.log());
+    (ovs_ns, kernel_ns, app, ovs)
 }
 
 /// A running OVS-DPDK.
@@ -83,7 +131,11 @@ impl Ovs {
             ["--no-wait", "--", "add-br", &ovs.bridge, "--", "set", "Bridge", &ovs.bridge].map(String::from).to_vec();
         cmd.extend(["datapath_type=netdev".into(), "fail_mode=secure".into()]);
         for (i, p) in ports.iter().enumerate() {
-            let name = format!("p{}", i + 1);
+            // A system port is named as its kernel interface.
+            let name = match p {
+                OvsPort::System(iface) => iface.clone(),
+                _ => format!("p{}", i + 1),
+            };
             cmd.extend(["--".into(), "add-port".into(), ovs.bridge.clone(), name.clone()]);
             cmd.extend(["--".into(), "set".into(), "Interface".into(), name]);
             match p {
@@ -91,6 +143,12 @@ impl Ovs {
                     "type=dpdkvhostuserclient".into(),
                     format!("options:vhost-server-path={}", path.display()),
                 ]),
+                OvsPort::VhostClientHashed(path) => cmd.extend([
+                    "type=dpdkvhostuserclient".into(),
+                    format!("options:vhost-server-path={}", path.display()),
+                    "other_config:tx-steering=hash".into(),
+                ]),
+                OvsPort::System(_) => cmd.push("type=system".into()),
                 OvsPort::AfPacket(iface) => {
                     cmd.extend(["type=dpdk".into(), format!("options:dpdk-devargs=net_af_packet{i},iface={iface}")])
                 }
