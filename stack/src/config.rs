@@ -307,7 +307,7 @@ pub enum RssMode {
     /// `net_af_packet`'s fanout); an error where it cannot.
     Hw,
     /// One RX queue; the lcore polling it hashes each frame's flow
-    /// (Toeplitz, as a NIC) and hands it to the flow's lcore over a ring.
+    /// (spate's keyed flow hash) and hands it to the flow's lcore over a ring.
     Sw,
     /// Each lcore polls a queue of its own and keeps what arrives there
     /// (no flow affinity unless the device provides it).

@@ -1,17 +1,20 @@
-//! Receive-side scaling in software: the Toeplitz hash NICs compute over
-//! a packet's addresses and ports, and the redirection table that maps a
-//! hash to a polling lcore.
+//! Receive-side scaling in software: the hash that keeps a flow on one
+//! lcore, and the redirection table that maps a hash to a polling lcore.
 //!
-//! The hash is the one a NIC with RSS computes (Microsoft's RSS
-//! specification; DPDK's `rte_softrss`), so a flow's hash is the same
-//! whether the port or spate computed it. It is taken a byte at a time
-//! from tables built once per key: for each input byte position and value,
-//! the XOR of the 32-bit key windows its set bits select. An IPv4 4-tuple
-//! is 12 table loads, an IPv6 one 36.
+//! Software RSS needs a flow to stay on one lcore, not to agree with any
+//! device, so spate hashes with its own keyed hash ([`FlowHash`]: a
+//! multiply per eight bytes of input). The Toeplitz hash a NIC computes
+//! (Microsoft's RSS specification; DPDK's `rte_softrss`: a table load per
+//! input byte, 12 for an IPv4 4-tuple and 36 for IPv6) is kept with its
+//! verification vectors, in the tests only, for the case where spate must
+//! agree with a port's own queue choice (handing a datagram reassembled
+//! under hardware RSS to its flow's queue, which needs the port's key:
+//! many NICs keep a private one).
 
 #[cfg(test)]
 use std::net::{Ipv4Addr, Ipv6Addr};
 
+#[cfg(test)]
 /// The key of Microsoft's RSS verification suite, which many NICs and
 /// DPDK drivers use as their default.
 pub const DEFAULT_KEY: [u8; 40] = [
@@ -27,17 +30,20 @@ pub const MAX_INPUT: usize = 36;
 pub const RETA_SIZE: usize = 128;
 
 /// A Toeplitz hasher for one key.
+#[cfg(test)]
 #[derive(Clone)]
 pub struct Toeplitz {
     table: Box<[[u32; 256]; MAX_INPUT]>,
 }
 
+#[cfg(test)]
 impl std::fmt::Debug for Toeplitz {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.write_str("Toeplitz")
     }
 }
 
+#[cfg(test)]
 impl Toeplitz {
     /// The tables for `key` (40 bytes: enough for 36 input bytes).
     pub fn new(key: &[u8; 40]) -> Toeplitz {

@@ -1,8 +1,8 @@
 //! Software RSS and the hand-offs between lcores.
 //!
 //! On a port in `sw` mode the lcores that poll the port's RX queues (one,
-//! on a port without RSS) hash each frame's flow as a NIC would (Toeplitz over the
-//! addresses and UDP ports, [`crate::rss`]): frames of its own flows it
+//! on a port without RSS) hash each frame's flow (spate's keyed flow hash
+//! over the addresses and UDP ports, [`crate::rss`]): frames of its own flows it
 //! processes, the rest go to their owners over single-producer
 //! single-consumer rings, a burst per ring per poll. IP fragments carry no
 //! ports: they are steered by (source, destination, protocol, ID), so all
@@ -100,6 +100,11 @@ impl Worker<'_> {
                 continue;
             }
             total += n;
+            // The RX lcore read only the headers' first line: start the
+            // rest of the misses together, as after rx_burst.
+            for m in burst.as_slice() {
+                m.prefetch_data();
+            }
             // Runs of one port through the pipeline (their interface is
             // the port's).
             let mut run: Burst<BURST> = Burst::new();

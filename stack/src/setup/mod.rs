@@ -239,12 +239,13 @@ impl Stack {
         }
         let routes = Routes::new(&ifaces, &cfg.gateways);
         if workers > 1 {
-            let toeplitz = Arc::new(crate::rss::Toeplitz::new(&crate::rss::DEFAULT_KEY));
+            let keys = [secrets.next(), secrets.next(), secrets.next(), secrets.next(), secrets.next()];
+            let hash = crate::rss::FlowHash::new(keys);
             let meshes = (Lanes::mesh(workers)?, Lanes::mesh(workers)?, Lanes::mesh(workers)?);
             let (mut frames, mut datagrams, mut tx) = meshes;
             for (w, q) in queues.iter_mut().enumerate().rev() {
                 q.steer = Some(Steering {
-                    toeplitz: toeplitz.clone(),
+                    hash: hash.clone(),
                     reta: crate::rss::Reta::round_robin(workers),
                     frames: frames.pop().expect("one per lcore"),
                     datagrams: datagrams.pop().expect("one per lcore"),

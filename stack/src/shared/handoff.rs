@@ -5,11 +5,10 @@
 
 use std::cell::RefCell;
 use std::net::IpAddr;
-use std::sync::Arc;
 
 use spate_dpdk::{Burst, Mbuf, RingConsumer, RingProducer, RxQueue, TxQueue};
 
-use crate::rss::{Reta, Toeplitz, flow_input};
+use crate::rss::{FlowHash, Reta, flow_input};
 
 /// Burst size of receive and transmit.
 pub const BURST: usize = 32;
@@ -111,7 +110,8 @@ pub(crate) enum PortSteering {
 /// One lcore's hand-off state.
 #[derive(Debug)]
 pub(crate) struct Steering {
-    pub toeplitz: Arc<Toeplitz>,
+    /// The flow hash, the same on every lcore.
+    pub hash: FlowHash,
     pub reta: Reta,
     /// Received frames, to the lcore owning their flow.
     pub frames: Lanes,
@@ -135,12 +135,12 @@ impl Steering {
     pub fn owner(&self, frame: &[u8]) -> Option<usize> {
         let mut key = [0u8; 36];
         let (n, _) = flow_input(frame, &mut key)?;
-        Some(self.reta.lcore(self.toeplitz.hash(&key[..n])))
+        Some(self.owner_of(&key, n))
     }
 
     /// The lcore owning the flow of input `key[..n]`.
     #[inline]
     pub fn owner_of(&self, key: &[u8; 36], n: usize) -> usize {
-        self.reta.lcore(self.toeplitz.hash(&key[..n]))
+        self.reta.lcore(self.hash.hash(key, n) as u32)
     }
 }
