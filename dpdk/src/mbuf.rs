@@ -427,6 +427,15 @@ impl Mbuf {
         m.ol_flags |= sys::RTE_MBUF_F_RX_RSS_HASH as u64;
     }
 
+    /// Takes the RSS hash out (its flag cleared): what [`Mbuf::set_rss_hash`]
+    /// stored, once, so later stages do not take it for the port's.
+    #[inline]
+    pub fn take_rss_hash(&mut self) -> Option<u32> {
+        let hash = self.rss_hash();
+        self.raw_mut().ol_flags &= !(sys::RTE_MBUF_F_RX_RSS_HASH as u64);
+        hash
+    }
+
     /// The IPv4 header checksum status the port reported.
     #[inline]
     pub fn rx_ip_checksum(&self) -> RxChecksum {

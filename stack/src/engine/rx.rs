@@ -619,8 +619,11 @@ impl Worker<'_> {
 
     /// A reassembled datagram another lcore handed over (its offsets in
     /// the hash field, as [`Worker::hand_datagram`] packed them).
-    pub(super) fn rx_handed_datagram(&mut self, m: Mbuf) -> Option<Counter> {
-        let packed = m.rss_hash().unwrap_or(0);
+    pub(super) fn rx_handed_datagram(&mut self, mut m: Mbuf) -> Option<Counter> {
+        // The offsets, not a flow hash: taken out, so that a reuseport
+        // group does not pick a member by them (the length in them would
+        // spread one flow over the members).
+        let packed = m.take_rss_hash().unwrap_or(0);
         let (l3, l4, len) = ((packed >> 27) as usize, (packed >> 16 & 0x7ff) as usize, (packed & 0xffff) as usize);
         let iface = &self.shared.ifaces[self.shared.iface_of_port(m.port()) as usize];
         let data = m.data();

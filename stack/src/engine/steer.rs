@@ -178,9 +178,13 @@ impl Worker<'_> {
         let Some(n) = n else { return Some(m) };
         let owner = match how {
             // The lcore the flow's whole datagrams arrive on, if any did.
+            // The lcore the flow's whole datagrams arrive on; for a flow
+            // never seen whole, one fixed by its hash, so that its
+            // datagrams keep their order whatever lcore their fragments
+            // met on.
             PortSteering::Fragments => match self.shared.flow_owners.as_ref().and_then(|o| o.owner(&key, n)) {
                 Some(o) if o < s.datagrams.out.len() => o,
-                _ => return Some(m),
+                _ => s.owner_of(&key, n),
             },
             _ => s.owner_of(&key, n),
         };
