@@ -289,6 +289,10 @@ mod tests {
         // 10,000 consecutive fragment IDs over 2 and 16 lcores: each lcore
         // within 10% of its share of the redirection table's pick.
         type Fill = fn(&mut [u8; MAX_INPUT], u16) -> usize;
+        // fd00::1 to fd00::2.
+        fn v6_pair(k: &mut [u8; MAX_INPUT]) {
+            (k[0], k[15], k[16], k[31]) = (0xfd, 1, 0xfd, 2);
+        }
         let cases: [(&str, Fill); 3] = [
             ("IPv4 ports", |k, i| {
                 k[..8].copy_from_slice(&[198, 18, 0, 1, 198, 18, 0, 2]);
@@ -297,19 +301,13 @@ mod tests {
                 12
             }),
             ("IPv6 ports", |k, i| {
-                k[0] = 0xfd;
-                k[15] = 1;
-                k[16] = 0xfd;
-                k[31] = 2;
+                v6_pair(k);
                 k[32..34].copy_from_slice(&(20_000 + i).to_be_bytes());
                 k[34..36].copy_from_slice(&7u16.to_be_bytes());
                 36
             }),
             ("IPv6 fragment IDs", |k, i| {
-                k[0] = 0xfd;
-                k[15] = 1;
-                k[16] = 0xfd;
-                k[31] = 2;
+                v6_pair(k);
                 k[32..36].copy_from_slice(&(i as u32).to_be_bytes());
                 36
             }),
