@@ -1,9 +1,8 @@
 //! spate on a 2-queue port behind OVS-DPDK's hash steering, with
 //! `rss = "device"`: flows spread over both lcores and each stays on one,
 //! and fragmented datagrams, whose fragments OVS spreads over both
-//! queues, meet and are answered. (A binary of its own: in one process
-//! with the other OVS tests, the generator test that followed it lost its
-//! first seconds to OVS coming up.)
+//! queues, meet and are answered. Its lcore 1 shares CPU 1 with OVS's
+//! PMD; it idles (`--idle-sleep`) between the kernel's requests.
 
 use std::io::ErrorKind;
 use std::net::UdpSocket;
