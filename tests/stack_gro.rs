@@ -290,6 +290,24 @@ fn gro_stage_runs_only_while_someone_needs_it() {
     gro.set_gro(true).unwrap();
 }
 
+/// A stack polling lcore 1 on `port` (198.18.0.2/24), with a VXLAN
+/// tunnel for each (VNI, remote, inner address).
+fn tunnel_stack(port: &str, tunnels: &[(u32, std::net::Ipv4Addr, &str)]) -> Stack {
+    let mut cfg = StackConfig {
+        lcores: "1".into(),
+        ports: vec![PortSpec::new(port).addr("198.18.0.2/24").unwrap()],
+        stop_on_signal: false,
+        announce: false,
+        ..StackConfig::default()
+    };
+    for &(vni, remote, inner) in tunnels {
+        let mut t = spate::config::VxlanSpec::new(vni, remote.into());
+        t.ipv4.push(inner.parse().unwrap());
+        cfg.vxlan.push(t);
+    }
+    Stack::new(cfg).unwrap()
+}
+
 /// A registered tunnel keeps the stage on for every UDP datagram, from
 /// the start.
 #[test]
@@ -297,17 +315,7 @@ fn a_tunnel_keeps_the_stage_on() {
     let _serial = device_lock();
     shared_eal(Memory::Auto);
     let (mut peer, port, _spate_side) = WirePeer::new(4095);
-    let mut cfg = StackConfig {
-        lcores: "1".into(),
-        ports: vec![PortSpec::new(&port).addr("198.18.0.2/24").unwrap()],
-        stop_on_signal: false,
-        announce: false,
-        ..StackConfig::default()
-    };
-    let mut tunnel = spate::config::VxlanSpec::new(42, PEER_IP.into());
-    tunnel.ipv4.push("198.19.0.2/24".parse().unwrap());
-    cfg.vxlan.push(tunnel);
-    let stack = Stack::new(cfg).unwrap();
+    let stack = tunnel_stack(&port, &[(42, PEER_IP, "198.19.0.2/24")]);
     assert_eq!(stack.interfaces().len(), 2, "the port and the tunnel's inner interface");
     let mac = stack.interfaces()[0].mac;
     let plain = UdpSocket::bind(&stack, ("0.0.0.0", PLAIN_PORT)).unwrap();
@@ -350,19 +358,8 @@ fn vxlan_is_taken_only_from_the_tunnels_remote() {
     let _serial = device_lock();
     shared_eal(Memory::Auto);
     let (mut peer, port, _spate_side) = WirePeer::new(4095);
-    let mut cfg = StackConfig {
-        lcores: "1".into(),
-        ports: vec![PortSpec::new(&port).addr("198.18.0.2/24").unwrap()],
-        stop_on_signal: false,
-        announce: false,
-        ..StackConfig::default()
-    };
-    let mut ours = spate::config::VxlanSpec::new(42, PEER_IP.into());
-    ours.ipv4.push("198.19.0.2/24".parse().unwrap());
-    let mut theirs = spate::config::VxlanSpec::new(43, "198.18.0.3".parse().unwrap());
-    theirs.ipv4.push("198.20.0.2/24".parse().unwrap());
-    cfg.vxlan = vec![ours, theirs];
-    let stack = Stack::new(cfg).unwrap();
+    let other = std::net::Ipv4Addr::new(198, 18, 0, 3);
+    let stack = tunnel_stack(&port, &[(42, PEER_IP, "198.19.0.2/24"), (43, other, "198.20.0.2/24")]);
     let ifs = stack.interfaces();
     let (outer, in42, in43) = (ifs[0].mac, ifs[1].mac, ifs[2].mac);
     let sock = UdpSocket::bind(&stack, ("0.0.0.0", INNER_PORT)).unwrap();
@@ -393,17 +390,7 @@ fn fragmented_vxlan_is_counted_and_dropped() {
     let _serial = device_lock();
     shared_eal(Memory::Auto);
     let (mut peer, port, _spate_side) = WirePeer::new(4095);
-    let mut cfg = StackConfig {
-        lcores: "1".into(),
-        ports: vec![PortSpec::new(&port).addr("198.18.0.2/24").unwrap()],
-        stop_on_signal: false,
-        announce: false,
-        ..StackConfig::default()
-    };
-    let mut tunnel = spate::config::VxlanSpec::new(42, PEER_IP.into());
-    tunnel.ipv4.push("198.19.0.2/24".parse().unwrap());
-    cfg.vxlan.push(tunnel);
-    let stack = Stack::new(cfg).unwrap();
+    let stack = tunnel_stack(&port, &[(42, PEER_IP, "198.19.0.2/24")]);
     let (outer, inner) = (stack.interfaces()[0].mac, stack.interfaces()[1].mac);
     let sock = UdpSocket::bind(&stack, ("0.0.0.0", INNER_PORT)).unwrap();
     sock.set_nonblocking(true).unwrap();

@@ -28,9 +28,11 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use spate::dpdk::{Burst, Memory};
-use spate::wire::{MacAddr, arp, ethernet, icmpv4, icmpv6, ip_proto, ipv4, ipv6};
+use spate::wire::{MacAddr, arp, ethernet, icmpv4, icmpv6, ip_proto};
 use spate::{Counter, DatagramBatch, LcoreCtx, PortSpec, Stack, StackConfig, UdpSocket};
-use spate_testkit::wire_peer::{PEER_IP, PEER_MAC, Rng, SPATE_IP, ipv4_packet, udp_datagram_between};
+use spate_testkit::wire_peer::{
+    PEER_IP, PEER_MAC, Rng, SPATE_IP, frag_needed_icmp, ipv4_packet, ipv6_packet, udp_datagram_between,
+};
 use spate_testkit::{WirePeer, device_lock, shared_eal};
 
 const LEGIT_PORT: u16 = 9;
@@ -134,16 +136,7 @@ impl Generator {
                 let ns = icmpv6::Repr::NeighborSolicit { target: SPATE_IP6, source_ll: Some(src_mac) };
                 let mut b = vec![0u8; ns.buffer_len()];
                 ns.emit(&mut b, &src, &SPATE_IP6);
-                let ip = ipv6::Repr {
-                    src,
-                    dst: SPATE_IP6,
-                    next_header: ip_proto::ICMPV6,
-                    payload_len: b.len() as u16,
-                    hop_limit: 255,
-                };
-                let mut p = vec![0u8; ipv6::HEADER_LEN];
-                ip.emit(&mut p);
-                p.extend_from_slice(&b);
+                let p = ipv6_packet(src, SPATE_IP6, ip_proto::ICMPV6, 255, &b);
                 frame(mac, src_mac, ethernet::ethertype::IPV6, &p)
             }
             // Forged "fragmentation needed" for random destinations, quoting
@@ -152,24 +145,7 @@ impl Generator {
             5 => {
                 let dst = Ipv4Addr::from(0xcb00_7100u32 | self.rng.below(1 << 16) as u32);
                 let port = if self.tick % 2 == 0 { ECHO_PORT } else { 41000 };
-                let quoted_ip = ipv4::Repr {
-                    src: SPATE_IP,
-                    dst,
-                    protocol: ip_proto::UDP,
-                    payload_len: 1400,
-                    ttl: 64,
-                    tos: 0,
-                    ident: 1,
-                    dont_frag: true,
-                    more_frags: false,
-                    frag_offset: 0,
-                };
-                let mut q = vec![0u8; ipv4::HEADER_LEN];
-                quoted_ip.emit(&mut q, false);
-                q.extend_from_slice(&[(port >> 8) as u8, port as u8, 0, 9, 0x05, 0x78, 0, 0]);
-                let m = icmpv4::Repr::DstUnreachable { code: icmpv4::unreachable::FRAG_NEEDED, mtu: 1000, data: &q };
-                let mut b = vec![0u8; m.buffer_len()];
-                m.emit(&mut b);
+                let b = frag_needed_icmp(port, dst, 1000);
                 let router = self.on_link();
                 ipv4_frame(mac, src_mac, router, ip_proto::ICMP, 5, false, &b)
             }

@@ -7,9 +7,9 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use spate::dpdk::Memory;
-use spate::wire::{MacAddr, arp, ethernet, icmpv4, ip_proto, ipv4, udp};
+use spate::wire::{MacAddr, arp, ethernet, ip_proto, ipv4, udp};
 use spate::{Counter, LcoreCtx, PortSpec, Stack, StackConfig, UdpSocket};
-use spate_testkit::wire_peer::{PEER_IP, PEER_MAC, SPATE_IP, eth, udp_frame};
+use spate_testkit::wire_peer::{PEER_IP, PEER_MAC, SPATE_IP, eth, frag_needed_icmp, udp_frame};
 use spate_testkit::{WirePeer, device_lock, shared_eal};
 
 fn is_announcement(f: &[u8]) -> bool {
@@ -269,25 +269,7 @@ fn ipv4_from_peer(dst_mac: MacAddr, protocol: u8, payload: &[u8]) -> Vec<u8> {
 /// A router's "fragmentation needed" (next-hop MTU 1200) quoting a UDP
 /// datagram from spate's `src_port` to `dst`:9.
 fn frag_needed(spate_mac: MacAddr, src_port: u16, dst: std::net::Ipv4Addr) -> Vec<u8> {
-    let quoted_ip = ipv4::Repr {
-        src: SPATE_IP,
-        dst,
-        protocol: ip_proto::UDP,
-        payload_len: 1400,
-        ttl: 64,
-        tos: 0,
-        ident: 1,
-        dont_frag: true,
-        more_frags: false,
-        frag_offset: 0,
-    };
-    let mut quoted = vec![0u8; ipv4::HEADER_LEN];
-    quoted_ip.emit(&mut quoted, false);
-    quoted.extend_from_slice(&[(src_port >> 8) as u8, src_port as u8, 0, 9, 0x05, 0x78, 0, 0]);
-    let msg = icmpv4::Repr::DstUnreachable { code: icmpv4::unreachable::FRAG_NEEDED, mtu: 1200, data: &quoted };
-    let mut icmp = vec![0u8; msg.buffer_len()];
-    msg.emit(&mut icmp);
-    ipv4_from_peer(spate_mac, ip_proto::ICMP, &icmp)
+    ipv4_from_peer(spate_mac, ip_proto::ICMP, &frag_needed_icmp(src_port, dst, 1200))
 }
 
 /// A path MTU is believed only for a datagram a socket of spate's could

@@ -6,7 +6,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use spate_dpdk::{Burst, Mbuf, Mempool, MempoolConfig, Port, PortConfig, RxQueue, TxQueue};
-use spate_stack::wire::{MacAddr, arp, ethernet, ip_proto, ipv4, ipv6, udp};
+use spate_stack::wire::{MacAddr, arp, ethernet, icmpv4, ip_proto, ipv4, ipv6, udp};
 
 use crate::names::unique;
 
@@ -158,40 +158,12 @@ pub fn eth(dst: MacAddr, ethertype: u16, payload: &[u8]) -> Vec<u8> {
 
 /// A UDP datagram from the peer to spate (`v6` picks the family).
 pub fn udp_frame(dst_mac: MacAddr, v6: bool, src_port: u16, dst_port: u16, payload: &[u8]) -> Vec<u8> {
-    let (src, dst): (IpAddr, IpAddr) =
-        if v6 { (PEER_IP6.into(), SPATE_IP6.into()) } else { (PEER_IP.into(), SPATE_IP.into()) };
-    let mut dg = vec![0u8; udp::HEADER_LEN];
-    dg.extend_from_slice(payload);
-    udp::Repr { src_port, dst_port, payload_len: payload.len() as u16 }.emit_with_checksum(&mut dg, &src, &dst);
-    let (ethertype, mut pkt) = match (src, dst) {
-        (IpAddr::V4(s), IpAddr::V4(d)) => {
-            let ip = ipv4::Repr {
-                src: s,
-                dst: d,
-                protocol: ip_proto::UDP,
-                payload_len: dg.len() as u16,
-                ttl: 64,
-                tos: 0,
-                ident: 1,
-                dont_frag: true,
-                more_frags: false,
-                frag_offset: 0,
-            };
-            let mut p = vec![0u8; ipv4::HEADER_LEN];
-            ip.emit(&mut p, false);
-            (ethernet::ethertype::IPV4, p)
-        }
-        (IpAddr::V6(s), IpAddr::V6(d)) => {
-            let ip =
-                ipv6::Repr { src: s, dst: d, next_header: ip_proto::UDP, payload_len: dg.len() as u16, hop_limit: 64 };
-            let mut p = vec![0u8; ipv6::HEADER_LEN];
-            ip.emit(&mut p);
-            (ethernet::ethertype::IPV6, p)
-        }
-        _ => unreachable!(),
-    };
-    pkt.extend_from_slice(&dg);
-    eth(dst_mac, ethertype, &pkt)
+    let dg = udp_datagram(v6, src_port, dst_port, payload);
+    if v6 {
+        eth(dst_mac, ethernet::ethertype::IPV6, &ipv6_packet(PEER_IP6, SPATE_IP6, ip_proto::UDP, 64, &dg))
+    } else {
+        eth(dst_mac, ethernet::ethertype::IPV4, &ipv4_packet(PEER_IP, SPATE_IP, ip_proto::UDP, 1, 0, false, &dg))
+    }
 }
 
 /// A UDP datagram (header and payload) from the peer to spate, as the IP
@@ -237,6 +209,40 @@ pub fn ipv4_packet(
     };
     let mut p = vec![0u8; ipv4::HEADER_LEN];
     ip.emit(&mut p, false);
+    p.extend_from_slice(payload);
+    p
+}
+
+/// An ICMP "fragmentation needed" message (next-hop MTU `mtu`) quoting
+/// the start of a 1,400-byte UDP datagram spate sent from `src_port` to
+/// `dst`:9: the ICMP part, for an IPv4 packet from a router.
+pub fn frag_needed_icmp(src_port: u16, dst: Ipv4Addr, mtu: u16) -> Vec<u8> {
+    let quoted_ip = ipv4::Repr {
+        src: SPATE_IP,
+        dst,
+        protocol: ip_proto::UDP,
+        payload_len: 1400,
+        ttl: 64,
+        tos: 0,
+        ident: 1,
+        dont_frag: true,
+        more_frags: false,
+        frag_offset: 0,
+    };
+    let mut quoted = vec![0u8; ipv4::HEADER_LEN];
+    quoted_ip.emit(&mut quoted, false);
+    quoted.extend_from_slice(&[(src_port >> 8) as u8, src_port as u8, 0, 9, 0x05, 0x78, 0, 0]);
+    let msg = icmpv4::Repr::DstUnreachable { code: icmpv4::unreachable::FRAG_NEEDED, mtu, data: &quoted };
+    let mut icmp = vec![0u8; msg.buffer_len()];
+    msg.emit(&mut icmp);
+    icmp
+}
+
+/// An IPv6 packet from `src` to `dst` carrying `payload` as `next_header`.
+pub fn ipv6_packet(src: Ipv6Addr, dst: Ipv6Addr, next_header: u8, hop_limit: u8, payload: &[u8]) -> Vec<u8> {
+    let ip = ipv6::Repr { src, dst, next_header, payload_len: payload.len() as u16, hop_limit };
+    let mut p = vec![0u8; ipv6::HEADER_LEN];
+    ip.emit(&mut p);
     p.extend_from_slice(payload);
     p
 }
