@@ -101,10 +101,9 @@ impl Worker<'_> {
                 m.prefetch_data();
             }
             if self.steer.is_some() {
-                match self.shared.iface_steered(iface) {
-                    PortSteering::None => {}
-                    PortSteering::Flows => self.steer_burst(&mut burst),
-                    PortSteering::Fragments => self.steer_fragments(&mut burst),
+                let how = self.shared.iface_steered(iface);
+                if how != PortSteering::None {
+                    self.steer_burst(&mut burst, how);
                 }
             }
             self.rx_run(iface, &mut burst);

@@ -30,14 +30,29 @@ use crate::shared::{BURST, Lanes, PortSteering, Steering};
 use crate::stats::Counter;
 
 impl Worker<'_> {
-    /// Moves the frames of other lcores' flows out of `burst` (keeping the
-    /// order of the rest) and sends them on.
-    pub(super) fn steer_burst(&mut self, burst: &mut Burst<BURST>) {
+    /// Moves the frames `how` says go elsewhere out of `burst` (keeping
+    /// the order of the rest) and sends them on: under `sw` every frame of
+    /// another lcore's flow; under device steering only fragments, to the
+    /// lcore where their datagram's fragments meet (by addresses and ID, as
+    /// under `sw`), while the lcore records which UDP flows arrive on its
+    /// queue and counts the datagrams of a flow the device moved.
+    pub(super) fn steer_burst(&mut self, burst: &mut Burst<BURST>, how: PortSteering) {
         let Some(s) = self.steer.as_mut() else { return };
+        let owners = self.shared.flow_owners.as_ref();
         let me = self.idx;
         let mut keep: Burst<BURST> = Burst::new();
+        let mut moved = 0;
         for m in burst.drain() {
-            match s.owner(m.data()) {
+            let mut key = [0u8; 36];
+            let to = match flow_input(m.data(), &mut key) {
+                Some((n, fragment)) if fragment || how == PortSteering::Flows => Some(s.owner_of(&key, n)),
+                Some((n, _)) => {
+                    moved += owners.is_some_and(|o| o.record(&key, n, me) == Seen::Moved) as u64;
+                    None
+                }
+                None => None,
+            };
+            match to {
                 Some(o) if o != me => {
                     let _ = s.frames.out[o].push(m);
                 }
@@ -48,37 +63,8 @@ impl Worker<'_> {
         }
         *burst = keep;
         let (sent, dropped) = s.frames.flush();
-        self.add(Counter::SteerFrames, sent);
-        self.add(Counter::RxSteerDropped, dropped);
-    }
-
-    /// Under device steering: moves the fragments of `burst` to the lcore
-    /// where their datagram's fragments meet (by addresses and ID, as
-    /// under `sw`), keeps the rest, and records which lcore each UDP flow
-    /// arrives on, counting the datagrams of a flow the device moved.
-    pub(super) fn steer_fragments(&mut self, burst: &mut Burst<BURST>) {
-        let (Some(s), Some(owners)) = (self.steer.as_mut(), self.shared.flow_owners.as_ref()) else { return };
-        let me = self.idx;
-        let mut keep: Burst<BURST> = Burst::new();
-        let mut moved = 0;
-        for m in burst.drain() {
-            let mut key = [0u8; 36];
-            match flow_input(m.data(), &mut key) {
-                Some((n, true)) => {
-                    let o = s.owner_of(&key, n);
-                    if o != me {
-                        let _ = s.frames.out[o].push(m);
-                        continue;
-                    }
-                }
-                Some((n, false)) => moved += (owners.record(&key, n, me) == Seen::Moved) as u64,
-                None => {}
-            }
-            let _ = keep.push(m);
-        }
-        *burst = keep;
-        let (sent, dropped) = s.frames.flush();
-        self.add(Counter::SteerFragments, sent);
+        let handed = if how == PortSteering::Flows { Counter::SteerFrames } else { Counter::SteerFragments };
+        self.add(handed, sent);
         self.add(Counter::RxSteerDropped, dropped);
         self.add(Counter::SteerFlowMoved, moved);
     }

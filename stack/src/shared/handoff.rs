@@ -8,7 +8,7 @@ use std::net::IpAddr;
 
 use spate_dpdk::{Burst, Mbuf, RingConsumer, RingProducer, RxQueue, TxQueue};
 
-use crate::rss::{FlowHash, Reta, flow_input};
+use crate::rss::{FlowHash, Reta};
 
 /// Burst size of receive and transmit.
 pub const BURST: usize = 32;
@@ -130,14 +130,6 @@ pub(crate) struct WorkerQueues {
 }
 
 impl Steering {
-    /// The lcore owning a frame's flow (`None`: not a flow's).
-    #[inline]
-    pub fn owner(&self, frame: &[u8]) -> Option<usize> {
-        let mut key = [0u8; 36];
-        let (n, _) = flow_input(frame, &mut key)?;
-        Some(self.owner_of(&key, n))
-    }
-
     /// The lcore owning the flow of input `key[..n]`.
     #[inline]
     pub fn owner_of(&self, key: &[u8; 36], n: usize) -> usize {
