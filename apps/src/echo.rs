@@ -93,7 +93,7 @@ fn run(args: &EchoArgs) -> Result<(), Box<dyn std::error::Error>> {
         }
     })?;
     if let Some(r) = reporter {
-        let _ = r.join();
+        r.finish();
     }
     println!("{}", report::summary(&stack));
     let per_socket: Vec<String> =

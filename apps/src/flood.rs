@@ -158,7 +158,7 @@ fn run(args: &FloodArgs) -> Result<(), Box<dyn std::error::Error>> {
         }
     })?;
     if let Some(r) = reporter {
-        let _ = r.join();
+        r.finish();
     }
     let end = Sample::take(&stack);
     let d = end.counters.delta(&start_sample.counters);

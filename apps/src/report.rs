@@ -1,6 +1,8 @@
 //! Periodic statistics lines and the final summary.
 
 use std::fmt::Write as _;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use spate::dpdk::PortStats;
@@ -115,17 +117,38 @@ pub fn summary(stack: &Stack) -> String {
     out
 }
 
-/// Prints `format(previous sample, this sample)` every `interval` until the
-/// stack stops polling.
-pub fn print_every<F>(stack: Stack, interval: Duration, mut format: F) -> std::thread::JoinHandle<()>
+/// The thread `print_every` started; `finish` ends it.
+#[derive(Debug)]
+pub struct Reporter {
+    done: Arc<AtomicBool>,
+    thread: std::thread::JoinHandle<()>,
+}
+
+impl Reporter {
+    /// Ends the reports (the lcores have returned) and waits for the
+    /// thread. A stop that came before the lcores were first seen polling
+    /// ends it too: it does not wait for a start that already happened.
+    pub fn finish(self) {
+        self.done.store(true, Ordering::Release);
+        let _ = self.thread.join();
+    }
+}
+
+/// Prints `format(previous sample, this sample)` every `interval` while the
+/// stack polls, until it stops or `Reporter::finish`.
+pub fn print_every<F>(stack: Stack, interval: Duration, mut format: F) -> Reporter
 where
     F: FnMut(&Sample, &Sample) -> String + Send + 'static,
 {
-    std::thread::spawn(move || {
+    let done = Arc::new(AtomicBool::new(false));
+    let over = done.clone();
+    let thread = std::thread::spawn(move || {
         let _ = spate::dpdk::lcore::unpin_current_thread();
-        // Wait until the lcores run, then report while they do.
+        let over = || over.load(Ordering::Acquire);
+        // Wait until the lcores run (or ran and returned), then report
+        // while they do.
         let start = Instant::now();
-        while !stack.is_running() && start.elapsed() < Duration::from_secs(30) {
+        while !stack.is_running() && !over() && start.elapsed() < Duration::from_secs(30) {
             std::thread::sleep(Duration::from_millis(10));
         }
         let mut prev = Sample::take(&stack);
@@ -133,7 +156,7 @@ where
         'outer: loop {
             let until = Instant::now() + interval;
             while Instant::now() < until {
-                if !stack.is_running() {
+                if !stack.is_running() || over() {
                     break 'outer;
                 }
                 std::thread::sleep(step.min(interval));
@@ -142,5 +165,6 @@ where
             println!("{}", format(&prev, &now));
             prev = now;
         }
-    })
+    });
+    Reporter { done, thread }
 }

@@ -249,7 +249,7 @@ fn run(args: &SinkArgs) -> Result<(), Box<dyn std::error::Error>> {
         let _ = r.join();
     }
     if let Some(r) = reporter {
-        let _ = r.join();
+        r.finish();
     }
     let per_socket: Vec<u64> = counts.iter().map(|c| c.load(Ordering::Relaxed)).collect();
     let c = stack.counters();
