@@ -164,6 +164,24 @@ impl FlowHash {
     }
 }
 
+impl FlowHash {
+    /// The hash of the common frame without building its input: an
+    /// untagged IPv4 UDP datagram, no options, not a fragment. The same
+    /// value as [`FlowHash::hash`] over what [`flow_input`] writes for it
+    /// (its addresses and ports, 12 bytes); `None` for any other frame.
+    #[inline]
+    pub fn ipv4_udp(&self, frame: &[u8]) -> Option<u64> {
+        let h: &[u8; 38] = frame.get(..38)?.try_into().ok()?;
+        if h[12] != 0x08 || h[13] != 0x00 || h[14] != 0x45 || h[23] != 17 || h[20] & 0x3f != 0 || h[21] != 0 {
+            return None;
+        }
+        let addrs = u64::from_le_bytes(h[26..34].try_into().expect("8 bytes"));
+        let ports = u32::from_le_bytes(h[34..38].try_into().expect("4 bytes")) as u64;
+        let p = ((addrs ^ self.keys[0]) as u128) * ((ports ^ self.keys[1]) as u128);
+        Some((p >> 64) as u64 ^ p as u64)
+    }
+}
+
 /// Writes the bytes that decide a frame's lcore into `key` and returns
 /// how many, and whether the frame is a fragment: a UDP datagram's
 /// addresses and ports (the input of a NIC's 4-tuple hash), a fragment's
@@ -325,6 +343,37 @@ mod tests {
                 assert!(count.iter().all(|&c| c.abs_diff(share) * 10 <= share), "{what}, {lcores} lcores: {count:?}");
             }
         }
+    }
+
+    #[test]
+    fn the_common_frames_hash_is_the_general_one() {
+        let h = FlowHash::new([0x243f6a88_85a308d3, 0x13198a2e_03707344, 0xa4093822_299f31d0, 0x082efa98_ec4e6c89, 7]);
+        let mut f = vec![0u8; 14 + 20 + 8 + 4];
+        f[12..14].copy_from_slice(&[0x08, 0x00]);
+        f[14] = 0x45;
+        f[14 + 9] = 17;
+        f[14 + 12..14 + 20].copy_from_slice(&[198, 18, 0, 1, 198, 18, 0, 2]);
+        for port in [1u16, 7, 4789, 20_000, 65_535] {
+            f[14 + 20..14 + 22].copy_from_slice(&port.to_be_bytes());
+            f[14 + 22..14 + 24].copy_from_slice(&(port ^ 0x5a5a).to_be_bytes());
+            let mut key = [0u8; MAX_INPUT];
+            let (n, _) = flow_input(&f, &mut key).unwrap();
+            assert_eq!(h.ipv4_udp(&f), Some(h.hash(&key, n)), "port {port}");
+        }
+        // Whatever is not the common case takes the general path.
+        let not = |i: usize, v: u8| {
+            let mut g = f.clone();
+            g[i] = v;
+            h.ipv4_udp(&g)
+        };
+        assert_eq!(not(14, 0x46), None, "options");
+        assert_eq!(not(14 + 6, 0x20), None, "more fragments");
+        assert_eq!(not(14 + 7, 1), None, "fragment offset");
+        assert_eq!(not(14 + 9, 6), None, "TCP");
+        assert_eq!(not(12, 0x81), None, "VLAN tag");
+        assert_eq!(h.ipv4_udp(&f[..37]), None, "short");
+        // Don't-fragment set is still the common case.
+        assert!(not(14 + 6, 0x40).is_some());
     }
 
     #[test]

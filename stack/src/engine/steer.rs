@@ -35,7 +35,9 @@ impl Worker<'_> {
     /// another lcore's flow; under device steering only fragments, to the
     /// lcore where their datagram's fragments meet (by addresses and ID, as
     /// under `sw`), while the lcore records which UDP flows arrive on its
-    /// queue and counts the datagrams of a flow the device moved.
+    /// queue and counts the datagrams of a flow the device moved. Not
+    /// inlined: one call per burst, and the benchmark reads its cost.
+    #[inline(never)]
     pub(super) fn steer_burst(&mut self, burst: &mut Burst<BURST>, how: PortSteering) {
         let Some(s) = self.steer.as_mut() else { return };
         let owners = self.shared.flow_owners.as_ref();
@@ -43,14 +45,19 @@ impl Worker<'_> {
         let mut keep: Burst<BURST> = Burst::new();
         let mut moved = 0;
         for m in burst.drain() {
-            let mut key = [0u8; 36];
-            let to = match flow_input(m.data(), &mut key) {
-                Some((n, fragment)) if fragment || how == PortSteering::Flows => Some(s.owner_of(&key, n)),
-                Some((n, _)) => {
-                    moved += owners.is_some_and(|o| o.record(&key, n, me) == Seen::Moved) as u64;
-                    None
+            // The common frame hashed straight from its headers.
+            let to = if let Some(h) = (how == PortSteering::Flows).then(|| s.hash.ipv4_udp(m.data())).flatten() {
+                Some(s.reta.lcore(h as u32))
+            } else {
+                let mut key = [0u8; 36];
+                match flow_input(m.data(), &mut key) {
+                    Some((n, fragment)) if fragment || how == PortSteering::Flows => Some(s.owner_of(&key, n)),
+                    Some((n, _)) => {
+                        moved += owners.is_some_and(|o| o.record(&key, n, me) == Seen::Moved) as u64;
+                        None
+                    }
+                    None => None,
                 }
-                None => None,
             };
             match to {
                 Some(o) if o != me => {
@@ -86,26 +93,7 @@ impl Worker<'_> {
                 continue;
             }
             total += n;
-            // The RX lcore read only the headers' first line: start the
-            // rest of the misses together, as after rx_burst.
-            for m in burst.as_slice() {
-                m.prefetch_data();
-            }
-            // Runs of one port through the pipeline (their interface is
-            // the port's).
-            let mut run: Burst<BURST> = Burst::new();
-            let mut iface = None;
-            for m in burst.drain() {
-                let i = self.shared.iface_of_port(m.port());
-                if let Some(prev) = iface.filter(|&p| p != i) {
-                    self.rx_run(prev, &mut run);
-                }
-                iface = Some(i);
-                let _ = run.push(m);
-            }
-            if let Some(i) = iface {
-                self.rx_run(i, &mut run);
-            }
+            self.rx_handed_frames(&mut burst);
         }
         for r in 0..rings {
             let mut burst: Burst<BURST> = Burst::new();
@@ -127,6 +115,31 @@ impl Worker<'_> {
             }
         }
         total
+    }
+
+    /// Frames another lcore handed over, through the receive pipeline in
+    /// runs of one port (their interface is the port's). Not inlined: the
+    /// benchmark reads the owner's cost of a handed frame from it.
+    #[inline(never)]
+    fn rx_handed_frames(&mut self, burst: &mut Burst<BURST>) {
+        // The RX lcore read only the headers' first line: start the rest
+        // of the misses together, as after rx_burst.
+        for m in burst.as_slice() {
+            m.prefetch_data();
+        }
+        let mut run: Burst<BURST> = Burst::new();
+        let mut iface = None;
+        for m in burst.drain() {
+            let i = self.shared.iface_of_port(m.port());
+            if let Some(prev) = iface.filter(|&p| p != i) {
+                self.rx_run(prev, &mut run);
+            }
+            iface = Some(i);
+            let _ = run.push(m);
+        }
+        if let Some(i) = iface {
+            self.rx_run(i, &mut run);
+        }
     }
 
     /// Hands a reassembled datagram of interface `iface` to the lcore
