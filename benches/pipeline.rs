@@ -36,6 +36,10 @@ use spate::wire::MacAddr;
 use spate::{DatagramBatch, LcoreCtx, PortSpec, Stack, StackConfig, UdpSocket};
 use spate_testkit::wire_peer::{PEER_IP, PEER_MAC, eth, ip_fragments, udp_datagram, udp_frame};
 
+/// Frames the source keeps in flight at most when several lcores read:
+/// a quarter of a hand-off ring, many bursts.
+const IN_FLIGHT: u64 = 1024;
+
 const SPATE_MAC: MacAddr = MacAddr([0x02, 0x53, 0x50, 0x41, 0x54, 0x45]);
 
 struct Source {
@@ -51,11 +55,20 @@ struct Source {
     wire: u64,
     /// The answer to spate's ARP request for the peer.
     arp_reply: Vec<u8>,
+    /// TSC cycles spent in `inject` and `drain`: the benchmark's own work
+    /// on the lcore it shares, taken out of that lcore's figures.
+    cycles: u64,
 }
 
 impl Source {
     /// Writes up to `burst` frames into the wire.
     fn inject(&mut self) {
+        let t = spate::dpdk::lcore::tsc();
+        self.inject_frames();
+        self.cycles += spate::dpdk::lcore::tsc() - t;
+    }
+
+    fn inject_frames(&mut self) {
         let n = (self.target - self.sent).min(self.burst) as usize;
         if n == 0 {
             return;
@@ -73,6 +86,12 @@ impl Source {
 
     /// Frees what the stack sent, answering its ARP request for the peer.
     fn drain(&mut self) {
+        let t = spate::dpdk::lcore::tsc();
+        self.drain_frames();
+        self.cycles += spate::dpdk::lcore::tsc() - t;
+    }
+
+    fn drain_frames(&mut self) {
         let mut b: Burst = Burst::new();
         while self.rx.rx_burst(&mut b) > 0 {
             for m in b.drain() {
@@ -142,6 +161,10 @@ struct Args {
     /// Frames the source writes per loop iteration (1 to 32): 1 is a
     /// stream so thin that every datagram is a burst of its own.
     burst: u64,
+    /// Lcores that found nothing to do yield the CPU: under valgrind,
+    /// which runs one thread at a time, the other lcore then runs at once
+    /// instead of after a spinning time slice.
+    yield_idle: bool,
 }
 
 fn parse() -> (Args, bool, Option<String>) {
@@ -160,6 +183,7 @@ fn parse() -> (Args, bool, Option<String>) {
         echo: flag("--echo").and_then(|v| v.parse().ok()),
         lcores: flag("--lcores").and_then(|v| v.parse().ok()).unwrap_or(1),
         burst: flag("--burst").and_then(|v| v.parse().ok()).unwrap_or(32u64).clamp(1, 32),
+        yield_idle: args.iter().any(|a| a == "--yield-idle"),
     };
     (a, args.iter().any(|a| a == "--callgrind"), flag("--json"))
 }
@@ -211,6 +235,7 @@ fn run_once(a: &Args) {
         target: a.datagrams * frames_per_datagram,
         wire: 0,
         arp_reply,
+        cycles: 0,
     };
     let start = spate::dpdk::lcore::tsc();
     if a.inject_only {
@@ -238,7 +263,7 @@ fn run_once(a: &Args) {
             b.clear();
             got += n as u64;
         }
-        println!("{} {} {} {}", got, spate::dpdk::lcore::tsc() - start, 0, spate::dpdk::lcore::tsc_hz());
+        println!("{} {} {} {} {}", got, spate::dpdk::lcore::tsc() - start, 0, spate::dpdk::lcore::tsc_hz(), src.cycles);
         return;
     }
     let mut spec = PortSpec::new(a_port.name()).addr("198.18.0.2/24").unwrap();
@@ -283,20 +308,36 @@ fn run_once(a: &Args) {
         .collect();
     let sockets = Arc::new(sockets);
     let source = Arc::new(Mutex::new(Some(source)));
+    let source_cycles = Arc::new(AtomicU64::new(0));
     let consumed = Arc::new(AtomicU64::new(0));
     let calls = Arc::new(AtomicU64::new(0));
     let (s, src, c, k, target) = (sockets.clone(), source.clone(), consumed.clone(), calls.clone(), a.datagrams);
+    let sc = source_cycles.clone();
     let per_call = if a.one_by_one { 1 } else { 64 };
+    let (lcores, yield_idle) = (a.lcores, a.yield_idle);
     stack
         .run(move |idx| {
-            let (s, c, k) = (s.clone(), c.clone(), k.clone());
+            let (s, c, k, sc) = (s.clone(), c.clone(), k.clone(), sc.clone());
             // The source runs on the lcore that polls the port (the first).
             let mut src = if idx == 0 { src.lock().unwrap().take() } else { None };
             let mut batch = DatagramBatch::with_capacity(128);
             let first = s[0].id();
             move |ctx: &mut LcoreCtx<'_>| {
                 if let Some(src) = src.as_mut() {
-                    src.inject();
+                    // With several lcores, at most IN_FLIGHT frames between
+                    // the source and the readers: the other lcores' rings
+                    // never overflow, even under valgrind, which runs one
+                    // thread at a time (those dropped on the way count as
+                    // arrived, read only when the window is full).
+                    let arrived = || c.load(Ordering::Relaxed) + ctx.stack().counters().rx_drops();
+                    if lcores == 1
+                        || src.sent < c.load(Ordering::Relaxed) + IN_FLIGHT
+                        || src.sent < arrived() + IN_FLIGHT
+                    {
+                        src.inject();
+                    } else if yield_idle {
+                        std::thread::yield_now();
+                    }
                 }
                 // The sockets this lcore fed (ids are consecutive from the
                 // first), read into one batch (`recv_batch` appends), which
@@ -317,8 +358,12 @@ fn run_once(a: &Args) {
                     }
                 }
                 n += consume(&mut batch);
+                if yield_idle && n == 0 && src.is_none() {
+                    std::thread::yield_now();
+                }
                 if let Some(src) = src.as_mut() {
                     src.drain();
+                    sc.store(src.cycles, Ordering::Relaxed);
                 }
                 if n > 0 && c.fetch_add(n, Ordering::Relaxed) + n >= target {
                     ctx.stack().stop();
@@ -336,11 +381,14 @@ fn run_once(a: &Args) {
         .expect("run");
     let busy: Vec<String> = (0..a.lcores).map(|i| stack.lcore_load(i).0.to_string()).collect();
     println!(
-        "{} {} {} {} {}",
+        "{} {} {} {} {} {} {} {}",
         consumed.load(Ordering::Relaxed),
         spate::dpdk::lcore::tsc() - start,
         calls.load(Ordering::Relaxed),
         spate::dpdk::lcore::tsc_hz(),
+        source_cycles.load(Ordering::Relaxed),
+        stack.lcore_steer_cycles(0),
+        stack.counters()[spate::Counter::SteerFrames],
         busy.join(" ")
     );
 }
@@ -504,8 +552,12 @@ fn frag_table(json: Option<String>) {
 }
 
 /// One lcore against two with software RSS, and the model of how it
-/// scales: the per-lcore and hand-off costs measured in busy cycles per
-/// datagram, the prediction for 1 to 16 lcores printed beside them.
+/// scales. Natively, busy cycles per datagram with the benchmark's own
+/// source timed and taken out (a real RX lcore has none), the steering
+/// timed around it on the RX lcore; under callgrind, the same parts in
+/// instructions, function by function (the threads' totals would count
+/// their idle polls, which depend on how valgrind interleaves them). The
+/// prediction for 1 to 16 lcores is printed beside the measurements.
 fn scale_table(json: Option<String>) {
     let n = 1_000_000;
     let runs = native(
@@ -518,33 +570,39 @@ fn scale_table(json: Option<String>) {
     );
     let (one, two, floor) = (runs[0], runs[1], runs[2]);
     let hz = one.hz;
-    // Inputs, cycles per datagram of the stream.
-    let c1 = one.busy[0] / one.datagrams; // one lcore, source included
-    let f = floor.cycles / floor.datagrams; // source + rx_burst + read + free, no stack
-    let p = c1 - f; // the stack's own work per datagram
-    let b0 = two.busy[0] / two.datagrams; // the RX lcore at 2 (source, steering, its half)
-    let b1 = two.busy[1] / two.datagrams; // the other lcore at 2 (its half, handed over)
-    let q = 2.0 * b1; // a handed-over datagram on its owner lcore
-    let rx_fixed = b0 - p / 2.0; // what the RX lcore does for every datagram
+    let per = |r: &Run, x: f64| x / r.datagrams;
+    let source = per(&one, one.source);
+    let c1 = per(&one, one.busy[0] - one.source); // one lcore: rx_burst, the stack, read, free
+    let f = per(&floor, floor.cycles - floor.source); // rx_burst + read + free, no stack
+    let p = c1 - f; // the stack's own work
+    let b0 = per(&two, two.busy[0] - two.source); // the RX lcore at 2
+    let s = per(&two, two.steer); // every frame of the stream passes the steering
+    let local = 1.0 - two.handed / two.datagrams; // the RX lcore's own share of the stream
+    let r = b0 - c1 * local; // what the RX lcore does beyond its own datagrams
+    let q = two.busy[1] / two.handed.max(1.0); // a handed datagram on its owner
     println!(
-        "Scaling: one lcore against two with software RSS (net_ring wire, 16 flows, 64-byte frames; busy cycles per datagram of the stream, median of 5 alternating rounds of 1,000,000):"
+        "Scaling: one lcore against two with software RSS (net_ring wire, 16 flows, 64-byte frames; busy cycles, the benchmark's source timed and taken out; median of 5 alternating rounds of 1,000,000):"
     );
-    println!("| measured | cycles/datagram |");
+    println!("| measured | cycles |");
     println!("|---|---|");
-    println!("| 1 lcore, all of it (C1) | {c1:.1} |");
-    println!("| source + rx_burst + read + free, no stack (F) | {f:.1} |");
+    println!("| the benchmark's source, per datagram (taken out of every lcore figure) | {source:.1} |");
+    println!("| 1 lcore, per datagram (C1) | {c1:.1} |");
+    println!("| rx_burst + read + free, no stack (F) | {f:.1} |");
     println!("| the stack's own work, C1 - F (p) | {p:.1} |");
-    println!("| 2 lcores: RX lcore (source, hash and hand-off of every frame, its half of the flows) (B0) | {b0:.1} |");
-    println!("| 2 lcores: the other lcore, per datagram of the stream (B1) | {b1:.1} |");
-    println!("| a handed-over datagram on its owner, 2 x B1 (q) | {q:.1} |");
-    println!("| hand-off penalty per handed datagram, q - C1 | {:.1} |", q - c1);
-    println!("| RX lcore's fixed part, B0 - p/2 (r) | {rx_fixed:.1} |");
+    println!("| 2 lcores: the RX lcore, per datagram of the stream (B0) | {b0:.1} |");
+    println!("| the RX lcore's steering per frame, timed around it (s) | {s:.1} |");
+    println!(
+        "| the RX lcore's part beyond its own {:.0}% of the datagrams, B0 - C1 x {local:.2} (r) | {r:.1} |",
+        local * 100.0
+    );
+    println!("| a handed-over datagram on its owner, its busy cycles / datagrams handed (q) | {q:.1} |");
+    println!("| the owner's extra for a handed-over datagram, q - C1 | {:.1} |", q - c1);
     println!();
     // An application that spends W cycles on each datagram (on the lcore
     // owning its flow) adds W to every term that processes datagrams.
     const W: f64 = 1000.0;
     println!(
-        "Model (busiest lcore: software RSS max(r + (p + W)/N, (q + W)/N); hardware RSS (C1 + W)/N, no hand-off; W = 0 \
+        "Model (busiest lcore: software RSS max(r + (C1 + W)/N, (q + W)/N); hardware RSS (C1 + W)/N, no hand-off; W = 0 \
          as measured, and W = {W} cycles of application work per datagram):"
     );
     println!(
@@ -552,19 +610,20 @@ fn scale_table(json: Option<String>) {
     );
     println!("|---|---|---|---|---|---|");
     let mut rows = Vec::new();
+    let busiest = |nf: f64, w: f64| {
+        if nf == 1.0 {
+            return (c1 + w, "the one");
+        }
+        let (rx, other) = (r + (c1 + w) / nf, (q + w) / nf);
+        if rx >= other { (rx, "RX lcore") } else { (other, "owners") }
+    };
     for lcores in [1usize, 2, 4, 8, 16] {
         let nf = lcores as f64;
-        let (sw, busiest) = if lcores == 1 {
-            (c1, "the one")
-        } else {
-            let rx = rx_fixed + p / nf;
-            let other = q / nf;
-            if rx >= other { (rx, "RX lcore") } else { (other, "owners") }
-        };
+        let (sw, who) = busiest(nf, 0.0);
+        let (sw_w, _) = busiest(nf, W);
         let hw = c1 / nf;
-        let sw_w = if lcores == 1 { c1 + W } else { (rx_fixed + (p + W) / nf).max((q + W) / nf) };
         println!(
-            "| {lcores} | {:.2} | {busiest} | {:.2} | {:.2} / {:.2} | {:.2} / {:.2} |",
+            "| {lcores} | {:.2} | {who} | {:.2} | {:.2} / {:.2} | {:.2} / {:.2} |",
             hz / sw / 1e6,
             hz / hw / 1e6,
             c1 / sw,
@@ -572,19 +631,112 @@ fn scale_table(json: Option<String>) {
             (c1 + W) / sw_w,
             nf
         );
-        rows.push(serde_json::json!({"lcores": lcores, "sw_mpps": hz / sw / 1e6, "hw_mpps": hz / hw / 1e6}));
+        rows.push(serde_json::json!({
+            "lcores": lcores, "sw_mpps": hz / sw / 1e6, "hw_mpps": hz / hw / 1e6, "sw_w1000_speedup": (c1 + W) / sw_w,
+        }));
     }
     println!(
         "measured at 2 lcores (wall, the source on the RX lcore): {:.2} Mpps against {:.2} with one",
         two.per_second(two.datagrams) / 1e6,
         one.per_second(one.datagrams) / 1e6
     );
+    println!();
+    let counted = scale_instructions();
     if let Some(path) = json {
-        let body = serde_json::json!({
-            "bench": "pipeline-scale", "c1": c1, "floor": f, "p": p, "b0": b0, "b1": b1, "q": q, "rows": rows,
+        let mut body = serde_json::json!({
+            "bench": "pipeline-scale", "source": source, "c1": c1, "floor": f, "p": p, "b0": b0, "s": s, "r": r,
+            "q": q, "rows": rows,
         });
+        if let Some((steer, handed, local)) = counted {
+            body["instructions"] = serde_json::json!({"steer": steer, "handed": handed, "local": local});
+        }
         std::fs::write(path, body.to_string()).expect("write JSON");
     }
+}
+
+/// The scale table's parts in instructions: the RX lcore's steering per
+/// frame, a handed frame through the owner's pipeline, and a local frame
+/// through the same pipeline on the RX lcore. Each is one function's
+/// inclusive count under callgrind (`--toggle-collect`), from runs of N
+/// and 2N datagrams. Valgrind runs one thread at a time, so the ring to
+/// the other lcore overflows now and then: the frees of frames dropped
+/// there are counted apart and left out (natively none drop).
+fn scale_instructions() -> Option<(f64, f64, f64)> {
+    if Command::new("valgrind").arg("--version").output().is_err() {
+        println!("(valgrind missing: the instruction counts are left out; apt-get install valgrind)");
+        return None;
+    }
+    let n = 20_000u64;
+    let me = std::env::current_exe().expect("own path");
+    // (instructions inside `function` less its frees, frames handed) of a
+    // run; with `from`, only its calls from that function.
+    let toggled = |lcores: &str, function: &str, from: Option<&str>, datagrams: u64| -> (f64, f64) {
+        let out = PathBuf::from(format!("/tmp/spate-callgrind-scale-{}-{datagrams}.out", std::process::id()));
+        let run = Command::new("valgrind")
+            .args(["--tool=callgrind", "--quiet", &format!("--toggle-collect=*{function}*")])
+            .arg(format!("--callgrind-out-file={}", out.display()))
+            .arg(&me)
+            .args(["--flows", "16", "--lcores", lcores, "--yield-idle", "--datagrams", &datagrams.to_string()])
+            .output()
+            .expect("valgrind");
+        assert!(run.status.success(), "callgrind run failed: {}", String::from_utf8_lossy(&run.stderr));
+        let v: Vec<f64> =
+            String::from_utf8_lossy(&run.stdout).split_whitespace().filter_map(|w| w.parse().ok()).collect();
+        let annotate = |tree: bool| {
+            let mut cmd = Command::new("callgrind_annotate");
+            cmd.args(["--inclusive=yes", "--threshold=100"]);
+            if tree {
+                cmd.arg("--tree=caller");
+            }
+            let out = cmd.arg(&out).output().expect("callgrind_annotate");
+            String::from_utf8_lossy(&out.stdout).into_owned()
+        };
+        let (text, callers) = (annotate(false), from.map(|_| annotate(true)));
+        let _ = std::fs::remove_file(&out);
+        let count = |line: &str| -> f64 {
+            line.split_whitespace().next().map_or(0.0, |c| c.replace(',', "").parse().unwrap_or(0.0))
+        };
+        let total = match (from, callers) {
+            // The caller lines (`< caller (Nx)`) above the function's own.
+            (Some(caller), Some(tree)) => {
+                tree.lines().find(|l| l.contains("  < ") && l.contains(&format!("::{caller} ("))).map_or(0.0, count)
+            }
+            _ => text.lines().find(|l| l.contains("PROGRAM TOTALS")).map_or(0.0, count),
+        };
+        // The outermost free of each kind (free_bulk calls no other free).
+        let frees: f64 = text
+            .lines()
+            .filter(|l| {
+                l.contains(":rte_pktmbuf_free_bulk ")
+                    || l.contains(":rte_pktmbuf_free ")
+                    || l.contains(":spate_pktmbuf_free ")
+            })
+            .map(count)
+            .sum();
+        (total - frees, v.get(6).copied().unwrap_or(0.0))
+    };
+    let diff = |function: &str, from: Option<&str>| {
+        let (a, ha) = toggled("2", function, from, n);
+        let (b, hb) = toggled("2", function, from, 2 * n);
+        (b - a, hb - ha)
+    };
+    let (steer, _) = diff("steer_burst", None);
+    let (handed, frames) = diff("rx_handed_frames", None);
+    // The RX lcore's own frames: rx_run called from its loop (poll_rx is
+    // inlined there), in the same run, on the same reuseport group.
+    let (local, _) = diff("rx_run", Some("run"));
+    let (steer, handed, local) = (steer / n as f64, handed / frames.max(1.0), local / (n as f64 - frames).max(1.0));
+    println!(
+        "The same parts in instructions (callgrind, one function's inclusive count, {n} and {} datagrams):",
+        2 * n
+    );
+    println!("| counted | instructions |");
+    println!("|---|---|");
+    println!("| the RX lcore's steering per frame (steer_burst) | {steer:.1} |");
+    println!("| a handed-over frame through its owner's pipeline (rx_handed_frames) | {handed:.1} |");
+    println!("| a local frame through the same pipeline, on the RX lcore (rx_run) | {local:.1} |");
+    println!("| the owner's extra instructions for a handed-over frame | {:.1} |", handed - local);
+    Some((steer, handed, local))
 }
 
 /// Total instructions of a run of `exe` (this benchmark, or another build
@@ -632,6 +784,12 @@ struct Run {
     cycles: f64,
     calls: f64,
     hz: f64,
+    /// Cycles of the benchmark's source (receive and inject-only modes).
+    source: f64,
+    /// Cycles the first lcore spent steering (receive mode).
+    steer: f64,
+    /// Frames handed to another lcore (receive mode).
+    handed: f64,
     /// Busy cycles of the first two lcores (receive mode).
     busy: [f64; 2],
 }
@@ -658,8 +816,17 @@ fn native(runs: &[Vec<String>], datagrams: u64) -> Vec<Run> {
             let text = String::from_utf8_lossy(&out.stdout);
             let v: Vec<f64> = text.split_whitespace().filter_map(|w| w.parse().ok()).collect();
             assert!(v.len() >= 4, "expected `datagrams cycles calls hz`, got {text:?}");
-            let busy = [v.get(4).copied().unwrap_or(0.0), v.get(5).copied().unwrap_or(0.0)];
-            rounds[r].push(Run { datagrams: v[0], cycles: v[1], calls: v[2], hz: v[3], busy });
+            let at = |i: usize| v.get(i).copied().unwrap_or(0.0);
+            rounds[r].push(Run {
+                datagrams: v[0],
+                cycles: v[1],
+                calls: v[2],
+                hz: v[3],
+                source: at(4),
+                steer: at(5),
+                handed: at(6),
+                busy: [at(7), at(8)],
+            });
         }
     }
     rounds

@@ -103,7 +103,11 @@ impl Worker<'_> {
             if self.steer.is_some() {
                 let how = self.shared.iface_steered(iface);
                 if how != PortSteering::None {
+                    let t = spate_dpdk::lcore::tsc();
                     self.steer_burst(&mut burst, how);
+                    let spent = spate_dpdk::lcore::tsc().wrapping_sub(t);
+                    let c = &self.shared.load[self.idx].steer_cycles;
+                    c.store(c.load(Ordering::Relaxed) + spent, Ordering::Relaxed);
                 }
             }
             self.rx_run(iface, &mut burst);
@@ -115,7 +119,8 @@ impl Worker<'_> {
     }
 
     /// A burst of one interface's frames through the receive pipeline.
-    #[inline]
+    /// Not inlined: one call per burst, and the benchmark reads its cost.
+    #[inline(never)]
     pub(super) fn rx_run(&mut self, iface: u16, burst: &mut Burst<BURST>) {
         if self.gro_stage() {
             self.rx_frames_gro(iface, burst);

@@ -333,6 +333,12 @@ impl Stack {
         (l.busy_cycles.load(Ordering::Relaxed), l.loops.load(Ordering::Relaxed))
     }
 
+    /// TSC cycles polling lcore `index` spent steering the bursts of
+    /// steered ports (`rss = "sw"` or `"device"`), inside its busy cycles.
+    pub fn lcore_steer_cycles(&self, index: usize) -> u64 {
+        self.shared.load[index].steer_cycles.load(Ordering::Relaxed)
+    }
+
     /// Bytes of fragments the lcores hold for reassembly (both families).
     pub fn reassembly_bytes(&self) -> u64 {
         self.shared.load.iter().map(|l| l.reasm_bytes.load(Ordering::Relaxed)).sum()

@@ -59,6 +59,9 @@ pub struct LcoreLoad {
     pub busy_cycles: AtomicU64,
     /// Loop iterations.
     pub loops: AtomicU64,
+    /// TSC cycles spent steering received bursts (what an lcore polling a
+    /// steered port does for every frame before it processes its own).
+    pub steer_cycles: AtomicU64,
     /// Bytes of fragments waiting for reassembly.
     pub reasm_bytes: AtomicU64,
     /// The most `reasm_bytes` has been.
