@@ -11,7 +11,8 @@
 //! ```text
 //! cargo bench --bench pps -- [--quick] [--out DIR (target/pps)]
 //! ```
-//! `--quick` finishes in under a minute.
+//! `--quick` finishes in under a minute. `--queues-table` instead puts a
+//! 2-queue virtio_user port on 2 lcores beside a 1-queue one on 1.
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -210,6 +211,88 @@ fn spate(src: &mut Source, frame: usize, thread: bool, t: Timing) -> (Point, Rec
     (point, rec)
 }
 
+/// A multi-queue virtio port against a one-queue one: one dpdk-testpmd
+/// `txonly --txonly-multi-flow` core (CPU 0) sends 64-byte frames on every
+/// queue of a vhost-user port, and spate-sink polls each queue with an
+/// lcore of its own (`--rss off`: nothing steered, as device steering does
+/// with unfragmented datagrams), 1 queue on lcore 1 against 2 on lcores 0
+/// and 1. This machine has 2 vCPUs: with 2 queues one lcore shares CPU 0
+/// with the source, so the figure shows what the second queue costs and
+/// what an oversubscribed vCPU does to it, not how 2 queues scale on 2
+/// free cores (the pipeline's scale table models that).
+fn queues_table(t: Timing) {
+    println!("Multi-queue virtio_user, 64-byte frames, testpmd txonly (one core, CPU 0) on every queue:");
+    println!("| queues = lcores | sent Mpps | delivered Mpps | busy cycles per datagram (all lcores) | dropped |");
+    println!("|---|---|---|---|---|");
+    for queues in [1usize, 2] {
+        let sock = unique_socket_path("ppsq");
+        let _ = std::fs::remove_file(&sock);
+        let mut pmd = TestPmdBuilder::new("0,1", 1)
+            .interactive()
+            .vdev(&format!("net_vhost0,iface={},queues={queues}", sock.display()))
+            .args([
+                "--forward-mode=txonly".to_string(),
+                "--txpkts=64".into(),
+                "--txonly-multi-flow".into(),
+                format!("--eth-peer=0,{SPATE_MAC}"),
+                "--tx-ip=198.18.0.1,198.18.0.2".into(),
+                "--tx-udp=9,9".into(),
+                "--nb-cores=1".into(),
+                format!("--rxq={queues}"),
+                format!("--txq={queues}"),
+                "--burst=32".into(),
+                "--rxd=1024".into(),
+                "--txd=1024".into(),
+                "--total-num-mbufs=16384".into(),
+            ])
+            .limit(Duration::from_secs(300))
+            .spawn("genq")
+            .expect("start the txonly source");
+        pmd.proc.remove_on_drop(&sock);
+        pmd.wait_prompt(Duration::from_secs(30)).expect("source prompt");
+        let lcores = if queues == 1 { "1" } else { "0-1" };
+        let args: Vec<String> = [
+            "--vdev",
+            &format!("net_virtio_user0,path={},queues={queues},queue_size={RING},mac={SPATE_MAC}", sock.display()),
+            "--ip",
+            "198.18.0.2/24",
+            "--lcores",
+            lcores,
+            "--rss",
+            "off",
+            "--sockets",
+            &queues.to_string(),
+            "--json",
+            "--interval",
+            "0.5",
+        ]
+        .map(String::from)
+        .to_vec();
+        let log = PathBuf::from(format!("/tmp/{}.log", unique("spate-ppsq-sink-")));
+        let mut sink =
+            Proc::spawn("spate-sink", SINK, &args, &log, Duration::from_secs(300)).expect("start spate-sink");
+        assert!(sink.wait_for_output("spate-sink: port 9", Duration::from_secs(60)), "{}", sink.output());
+        std::thread::sleep(Duration::from_millis(300));
+        pmd.command("start", "packet forwarding - ports=").expect("start the source");
+        std::thread::sleep(Duration::from_secs(t.warmup + t.seconds));
+        let out = pmd.command("stop", "Done.").expect("stop the source");
+        let sent = FwdStats::parse(&out).map(|s| s.tx).unwrap_or(0);
+        std::thread::sleep(Duration::from_millis(500));
+        let status = sink.stop();
+        let text = sink.output();
+        assert!(status.is_some_and(|s| s.success()), "spate-sink failed:\n{text}");
+        let w = sink_window(&text, t.warmup);
+        let secs = (t.warmup + t.seconds) as f64;
+        println!(
+            "| {queues} | {:.2} (over {secs:.0} s) | {:.2} | {:.0} | {:.1}% |",
+            sent as f64 / secs / 1e6,
+            w.delivered as f64 / w.secs.max(1e-9) / 1e6,
+            w.busy_cycles as f64 / w.delivered.max(1) as f64,
+            100.0 * w.dropped as f64 / (w.delivered + w.dropped).max(1) as f64
+        );
+    }
+}
+
 /// The seeds' method: iperf3 UDP, 16-byte datagrams, unlimited rate, one
 /// stream over loopback, client on CPU 0 and server on CPU 1.
 fn kernel_iperf3(t: Timing, hz: f64) -> Point {
@@ -341,6 +424,10 @@ fn main() {
     if !spate::dpdk::eal::hugepages_available() {
         eprintln!("the pps harness needs hugepages: run `cargo xtask setup` as root");
         std::process::exit(2);
+    }
+    if args.iter().any(|a| a == "--queues-table") {
+        queues_table(t);
+        return;
     }
     let started = Instant::now();
     let mut hz = 0.0;
