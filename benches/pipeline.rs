@@ -10,7 +10,7 @@
 //! datagram, repeatable to the instruction on a shared machine.
 //!
 //! ```text
-//! cargo bench --bench pipeline -- [--callgrind] [--datagrams N] [--flows F] [--sockets S] [--burst B] [--json PATH]
+//! cargo bench --bench pipeline -- [--callgrind] [--datagrams N] [--flows F] [--sockets S] [--burst B] [--lcores L] [--yield-idle] [--json PATH]
 //! cargo bench --bench pipeline -- --gro-table | --frag-table | --scale-table | --guard
 //! ```
 //! `--guard` prints spate's own instructions per datagram on the paths
@@ -55,9 +55,14 @@ struct Source {
     wire: u64,
     /// The answer to spate's ARP request for the peer.
     arp_reply: Vec<u8>,
-    /// TSC cycles spent in `inject` and `drain`: the benchmark's own work
-    /// on the lcore it shares, taken out of that lcore's figures.
+    /// TSC cycles spent in `inject` and `drain` in the lcore's busy loop
+    /// iterations: the benchmark's own work on the lcore it shares, taken
+    /// out of that lcore's busy cycles.
     cycles: u64,
+    /// Those of the current iteration, counted once the stack has said
+    /// whether it was busy (an idle iteration's are not in its busy
+    /// cycles).
+    pending: u64,
 }
 
 impl Source {
@@ -65,7 +70,15 @@ impl Source {
     fn inject(&mut self) {
         let t = spate::dpdk::lcore::tsc();
         self.inject_frames();
-        self.cycles += spate::dpdk::lcore::tsc() - t;
+        self.pending += spate::dpdk::lcore::tsc().wrapping_sub(t);
+    }
+
+    /// Counts the last iteration's cycles if it was `busy`.
+    fn settle(&mut self, busy: bool) {
+        if busy {
+            self.cycles += self.pending;
+        }
+        self.pending = 0;
     }
 
     fn inject_frames(&mut self) {
@@ -88,7 +101,7 @@ impl Source {
     fn drain(&mut self) {
         let t = spate::dpdk::lcore::tsc();
         self.drain_frames();
-        self.cycles += spate::dpdk::lcore::tsc() - t;
+        self.pending += spate::dpdk::lcore::tsc().wrapping_sub(t);
     }
 
     fn drain_frames(&mut self) {
@@ -236,6 +249,7 @@ fn run_once(a: &Args) {
         wire: 0,
         arp_reply,
         cycles: 0,
+        pending: 0,
     };
     let start = spate::dpdk::lcore::tsc();
     if a.inject_only {
@@ -262,6 +276,7 @@ fn run_once(a: &Args) {
             }
             b.clear();
             got += n as u64;
+            src.settle(true);
         }
         println!("{} {} {} {} {}", got, spate::dpdk::lcore::tsc() - start, 0, spate::dpdk::lcore::tsc_hz(), src.cycles);
         return;
@@ -322,13 +337,22 @@ fn run_once(a: &Args) {
             let mut src = if idx == 0 { src.lock().unwrap().take() } else { None };
             let mut batch = DatagramBatch::with_capacity(128);
             let first = s[0].id();
+            let mut last_busy = 0;
             move |ctx: &mut LcoreCtx<'_>| {
                 if let Some(src) = src.as_mut() {
+                    // The previous iteration's source cycles count if the
+                    // stack counted that iteration busy.
+                    let busy = ctx.stack().lcore_load(idx).0;
+                    src.settle(busy != last_busy);
+                    last_busy = busy;
                     // With several lcores, at most IN_FLIGHT frames between
-                    // the source and the readers: the other lcores' rings
-                    // never overflow, even under valgrind, which runs one
-                    // thread at a time (those dropped on the way count as
-                    // arrived, read only when the window is full).
+                    // the source and the readers, so that the other
+                    // lcores' rings never overflow: the costs are those of
+                    // lcores that keep up (a full ring of 4,096 mbufs
+                    // cycling is a working set past the caches), and under
+                    // valgrind, which runs one thread at a time, the
+                    // readers get their turn. Those dropped on the way
+                    // count as arrived, read only when the window is full.
                     let arrived = || c.load(Ordering::Relaxed) + ctx.stack().counters().rx_drops();
                     if lcores == 1
                         || src.sent < c.load(Ordering::Relaxed) + IN_FLIGHT
@@ -381,7 +405,7 @@ fn run_once(a: &Args) {
         .expect("run");
     let busy: Vec<String> = (0..a.lcores).map(|i| stack.lcore_load(i).0.to_string()).collect();
     println!(
-        "{} {} {} {} {} {} {} {}",
+        "{} {} {} {} {} {} {} {} {}",
         consumed.load(Ordering::Relaxed),
         spate::dpdk::lcore::tsc() - start,
         calls.load(Ordering::Relaxed),
@@ -389,6 +413,7 @@ fn run_once(a: &Args) {
         source_cycles.load(Ordering::Relaxed),
         stack.lcore_steer_cycles(0),
         stack.counters()[spate::Counter::SteerFrames],
+        stack.counters().rx_drops(),
         busy.join(" ")
     );
 }
@@ -658,9 +683,10 @@ fn scale_table(json: Option<String>) {
 /// frame, a handed frame through the owner's pipeline, and a local frame
 /// through the same pipeline on the RX lcore. Each is one function's
 /// inclusive count under callgrind (`--toggle-collect`), from runs of N
-/// and 2N datagrams. Valgrind runs one thread at a time, so the ring to
-/// the other lcore overflows now and then: the frees of frames dropped
-/// there are counted apart and left out (natively none drop).
+/// and 2N datagrams, idle lcores yielding (`--yield-idle`): valgrind runs
+/// one thread at a time, and the source's window keeps the ring to the
+/// other lcore from overflowing (without it the frees of the dropped
+/// frames counted as steering). A run that dropped anything fails.
 fn scale_instructions() -> Option<(f64, f64, f64)> {
     if Command::new("valgrind").arg("--version").output().is_err() {
         println!("(valgrind missing: the instruction counts are left out; apt-get install valgrind)");
@@ -668,7 +694,7 @@ fn scale_instructions() -> Option<(f64, f64, f64)> {
     }
     let n = 20_000u64;
     let me = std::env::current_exe().expect("own path");
-    // (instructions inside `function` less its frees, frames handed) of a
+    // (instructions inside `function`, frames handed) of a
     // run; with `from`, only its calls from that function.
     let toggled = |lcores: &str, function: &str, from: Option<&str>, datagrams: u64| -> (f64, f64) {
         let out = PathBuf::from(format!("/tmp/spate-callgrind-scale-{}-{datagrams}.out", std::process::id()));
@@ -699,21 +725,13 @@ fn scale_instructions() -> Option<(f64, f64, f64)> {
         let total = match (from, callers) {
             // The caller lines (`< caller (Nx)`) above the function's own.
             (Some(caller), Some(tree)) => {
-                tree.lines().find(|l| l.contains("  < ") && l.contains(&format!("::{caller} ("))).map_or(0.0, count)
+                let line = tree.lines().find(|l| l.contains("  < ") && l.contains(&format!("::{caller} (")));
+                count(line.unwrap_or_else(|| panic!("no call of {function} from {caller} in:\n{tree}")))
             }
             _ => text.lines().find(|l| l.contains("PROGRAM TOTALS")).map_or(0.0, count),
         };
-        // The outermost free of each kind (free_bulk calls no other free).
-        let frees: f64 = text
-            .lines()
-            .filter(|l| {
-                l.contains(":rte_pktmbuf_free_bulk ")
-                    || l.contains(":rte_pktmbuf_free ")
-                    || l.contains(":spate_pktmbuf_free ")
-            })
-            .map(count)
-            .sum();
-        (total - frees, v.get(6).copied().unwrap_or(0.0))
+        assert_eq!(v.get(7).copied(), Some(0.0), "frames dropped on the way: {v:?}");
+        (total, v.get(6).copied().unwrap_or(0.0))
     };
     let diff = |function: &str, from: Option<&str>| {
         let (a, ha) = toggled("2", function, from, n);
@@ -825,7 +843,7 @@ fn native(runs: &[Vec<String>], datagrams: u64) -> Vec<Run> {
                 source: at(4),
                 steer: at(5),
                 handed: at(6),
-                busy: [at(7), at(8)],
+                busy: [at(8), at(9)],
             });
         }
     }

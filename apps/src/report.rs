@@ -121,16 +121,29 @@ pub fn summary(stack: &Stack) -> String {
 #[derive(Debug)]
 pub struct Reporter {
     done: Arc<AtomicBool>,
-    thread: std::thread::JoinHandle<()>,
+    thread: Option<std::thread::JoinHandle<()>>,
 }
 
 impl Reporter {
     /// Ends the reports (the lcores have returned) and waits for the
     /// thread. A stop that came before the lcores were first seen polling
     /// ends it too: it does not wait for a start that already happened.
-    pub fn finish(self) {
+    pub fn finish(mut self) {
+        self.end();
+    }
+
+    fn end(&mut self) {
         self.done.store(true, Ordering::Release);
-        let _ = self.thread.join();
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
+}
+
+impl Drop for Reporter {
+    /// A run that returned early (an error) ends the reports too.
+    fn drop(&mut self) {
+        self.end();
     }
 }
 
@@ -166,5 +179,5 @@ where
             prev = now;
         }
     });
-    Reporter { done, thread }
+    Reporter { done, thread: Some(thread) }
 }

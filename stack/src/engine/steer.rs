@@ -46,7 +46,9 @@ impl Worker<'_> {
         let mut moved = 0;
         for m in burst.drain() {
             // The common frame hashed straight from its headers.
-            let to = if let Some(h) = (how == PortSteering::Flows).then(|| s.hash.ipv4_udp(m.data())).flatten() {
+            let to = if how == PortSteering::Flows
+                && let Some(h) = s.hash.ipv4_udp(m.data())
+            {
                 Some(s.reta.lcore(h as u32))
             } else {
                 let mut key = [0u8; 36];
