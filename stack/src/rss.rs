@@ -148,12 +148,16 @@ fn nh(a: u64, b: u64) -> u64 {
 /// Where the common frame's fields lie: an untagged Ethernet header, then
 /// IPv4 without options, then UDP.
 mod common {
-    pub const ETHERTYPE: usize = 12;
-    pub const VERSION_IHL: usize = 14;
-    pub const FLAGS_OFFSET: usize = 14 + 6;
-    pub const PROTOCOL: usize = 14 + 9;
-    pub const ADDRS: usize = 14 + 12;
-    pub const PORTS: usize = 14 + 20;
+    use crate::wire::{ethernet, ipv4};
+    const L3: usize = ethernet::HEADER_LEN;
+    pub const ETHERTYPE: usize = L3 - 2;
+    pub const VERSION_IHL: usize = L3;
+    pub const FLAGS_OFFSET: usize = L3 + 6;
+    pub const PROTOCOL: usize = L3 + 9;
+    /// Source and destination address.
+    pub const ADDRS: usize = L3 + 12;
+    /// Source and destination port.
+    pub const PORTS: usize = L3 + ipv4::HEADER_LEN;
     pub const LEN: usize = PORTS + 4;
 }
 
@@ -183,11 +187,13 @@ impl FlowHash {
     /// (its addresses and ports, 12 bytes); `None` for any other frame.
     #[inline]
     pub fn ipv4_udp(&self, frame: &[u8]) -> Option<u64> {
+        use crate::wire::{ethernet::ethertype, ip_proto};
         use common::*;
         let h: &[u8; LEN] = frame.get(..LEN)?.try_into().ok()?;
         // Not a fragment: MF and the offset (the mask 0x3fff) clear.
         let fragment = h[FLAGS_OFFSET] & 0x3f != 0 || h[FLAGS_OFFSET + 1] != 0;
-        if h[ETHERTYPE..ETHERTYPE + 2] != [0x08, 0x00] || h[VERSION_IHL] != 0x45 || h[PROTOCOL] != 17 || fragment {
+        let ethertype = u16::from_be_bytes([h[ETHERTYPE], h[ETHERTYPE + 1]]);
+        if ethertype != ethertype::IPV4 || h[VERSION_IHL] != 0x45 || h[PROTOCOL] != ip_proto::UDP || fragment {
             return None;
         }
         let addrs = u64::from_le_bytes(h[ADDRS..ADDRS + 8].try_into().expect("8 bytes"));
