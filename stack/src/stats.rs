@@ -207,6 +207,13 @@ counters! {
 /// Number of counters.
 pub const COUNTERS: usize = Counter::ALL.len();
 
+/// Adds `n` to an atomic only one thread writes: a plain load and store,
+/// no locked instruction; readers on other threads see one or the other.
+#[inline]
+pub(crate) fn add_single_writer(a: &AtomicU64, n: u64) {
+    a.store(a.load(Ordering::Relaxed).wrapping_add(n), Ordering::Relaxed);
+}
+
 /// One writer's block of counters.
 #[derive(Debug)]
 pub struct CounterBlock {
@@ -224,8 +231,7 @@ impl CounterBlock {
     /// instruction: a plain load and store).
     #[inline]
     pub fn add_local(&self, c: Counter, n: u64) {
-        let v = &self.values[c as usize];
-        v.store(v.load(Ordering::Relaxed).wrapping_add(n), Ordering::Relaxed);
+        add_single_writer(&self.values[c as usize], n);
     }
 
     /// Adds one (single writer).

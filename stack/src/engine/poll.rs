@@ -8,7 +8,7 @@ use spate_dpdk::Burst;
 
 use super::{LcoreCtx, Worker};
 use crate::shared::{BURST, LOCAL_TX, LocalTx, PortSteering, TxPacket};
-use crate::stats::Counter;
+use crate::stats::{Counter, add_single_writer};
 use crate::time::Instant;
 
 /// Clears `LOCAL_TX` when dropped, on the way out of the loop however it
@@ -52,10 +52,10 @@ impl Worker<'_> {
                 self.timers();
                 self.next_timer = Instant(self.now.0 + TIMER_NS);
             }
-            load.loops.store(load.loops.load(Ordering::Relaxed) + 1, Ordering::Relaxed);
+            add_single_writer(&load.loops, 1);
             if work > 0 {
                 let spent = spate_dpdk::lcore::tsc().wrapping_sub(start);
-                load.busy_cycles.store(load.busy_cycles.load(Ordering::Relaxed) + spent, Ordering::Relaxed);
+                add_single_writer(&load.busy_cycles, spent);
                 self.idle_polls = 0;
             } else {
                 self.idle_polls = self.idle_polls.saturating_add(1);
@@ -106,8 +106,7 @@ impl Worker<'_> {
                     let t = spate_dpdk::lcore::tsc();
                     self.steer_burst(&mut burst, how);
                     let spent = spate_dpdk::lcore::tsc().wrapping_sub(t);
-                    let c = &self.shared.load[self.idx].steer_cycles;
-                    c.store(c.load(Ordering::Relaxed) + spent, Ordering::Relaxed);
+                    add_single_writer(&self.shared.load[self.idx].steer_cycles, spent);
                 }
             }
             self.rx_run(iface, &mut burst);
