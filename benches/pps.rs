@@ -22,7 +22,7 @@ use std::time::{Duration, Instant};
 use plotters::prelude::*;
 use serde_json::{Value, json};
 use spate_testkit::process::Proc;
-use spate_testkit::testpmd::{SPATE_MAC, rxonly, txonly_source};
+use spate_testkit::testpmd::{SPATE_MAC, rxonly, txonly_source_on_queues};
 use spate_testkit::{FwdStats, Netns, TestPmd, TestPmdBuilder, unique, unique_socket_path};
 
 const SINK: &str = env!("CARGO_BIN_EXE_spate-sink");
@@ -111,7 +111,13 @@ struct Source {
 
 impl Source {
     fn new(sock: &Path) -> Source {
-        Source { pmd: txonly_source(sock, 64, Duration::from_secs(900), true), sock: sock.to_path_buf(), frame: 64 }
+        Source::on_queues(sock, 1)
+    }
+
+    /// One forwarding core sending 64-byte frames on every one of `queues`.
+    fn on_queues(sock: &Path, queues: usize) -> Source {
+        let pmd = txonly_source_on_queues(sock, 64, queues, Duration::from_secs(900), true);
+        Source { pmd, sock: sock.to_path_buf(), frame: 64 }
     }
 
     fn frame(&mut self, frame: usize) {
@@ -150,6 +156,23 @@ fn ceiling(src: &mut Source, frame: usize, t: Timing) -> (Point, Option<f64>) {
     (p, r.hz)
 }
 
+/// Runs spate-sink with `args` while `src` sends for the warm-up and the
+/// measured seconds; what the sink printed and what the source sent.
+fn run_sink(src: &mut Source, args: &[String], t: Timing) -> (String, u64) {
+    let log = PathBuf::from(format!("/tmp/{}.log", unique("spate-pps-sink-")));
+    let mut sink = Proc::spawn("spate-sink", SINK, args, &log, Duration::from_secs(300)).expect("start spate-sink");
+    assert!(sink.wait_for_output("spate-sink: port 9", Duration::from_secs(60)), "{}", sink.output());
+    std::thread::sleep(Duration::from_millis(300));
+    src.start();
+    std::thread::sleep(Duration::from_secs(t.warmup + t.seconds));
+    let sent = src.stop();
+    std::thread::sleep(Duration::from_millis(500));
+    let status = sink.stop();
+    let text = sink.output();
+    assert!(status.is_some_and(|s| s.success()), "spate-sink failed:\n{text}");
+    (text, sent)
+}
+
 /// spate-sink on the virtio-user side, lcore 1 polling.
 fn spate(src: &mut Source, frame: usize, thread: bool, t: Timing) -> (Point, Reconciliation) {
     src.frame(frame);
@@ -174,17 +197,7 @@ fn spate(src: &mut Source, frame: usize, thread: bool, t: Timing) -> (Point, Rec
                 .map(String::from),
         );
     }
-    let log = PathBuf::from(format!("/tmp/{}.log", unique("spate-pps-sink-")));
-    let mut sink = Proc::spawn("spate-sink", SINK, &args, &log, Duration::from_secs(300)).expect("start spate-sink");
-    assert!(sink.wait_for_output("spate-sink: port 9", Duration::from_secs(60)), "{}", sink.output());
-    std::thread::sleep(Duration::from_millis(300));
-    src.start();
-    std::thread::sleep(Duration::from_secs(t.warmup + t.seconds));
-    let sent = src.stop();
-    std::thread::sleep(Duration::from_millis(500));
-    let status = sink.stop();
-    let text = sink.output();
-    assert!(status.is_some_and(|s| s.success()), "spate-sink failed:\n{text}");
+    let (text, sent) = run_sink(src, &args, t);
     let w = sink_window(&text, t.warmup);
     let summary = text
         .lines()
@@ -226,30 +239,7 @@ fn queues_table(t: Timing) {
     println!("|---|---|---|---|---|");
     for queues in [1usize, 2] {
         let sock = unique_socket_path("ppsq");
-        let _ = std::fs::remove_file(&sock);
-        let mut pmd = TestPmdBuilder::new("0,1", 1)
-            .interactive()
-            .vdev(&format!("net_vhost0,iface={},queues={queues}", sock.display()))
-            .args([
-                "--forward-mode=txonly".to_string(),
-                "--txpkts=64".into(),
-                "--txonly-multi-flow".into(),
-                format!("--eth-peer=0,{SPATE_MAC}"),
-                "--tx-ip=198.18.0.1,198.18.0.2".into(),
-                "--tx-udp=9,9".into(),
-                "--nb-cores=1".into(),
-                format!("--rxq={queues}"),
-                format!("--txq={queues}"),
-                "--burst=32".into(),
-                "--rxd=1024".into(),
-                "--txd=1024".into(),
-                "--total-num-mbufs=16384".into(),
-            ])
-            .limit(Duration::from_secs(300))
-            .spawn("genq")
-            .expect("start the txonly source");
-        pmd.proc.remove_on_drop(&sock);
-        pmd.wait_prompt(Duration::from_secs(30)).expect("source prompt");
+        let mut src = Source::on_queues(&sock, queues);
         let lcores = if queues == 1 { "1" } else { "0-1" };
         let args: Vec<String> = [
             "--vdev",
@@ -268,19 +258,7 @@ fn queues_table(t: Timing) {
         ]
         .map(String::from)
         .to_vec();
-        let log = PathBuf::from(format!("/tmp/{}.log", unique("spate-ppsq-sink-")));
-        let mut sink =
-            Proc::spawn("spate-sink", SINK, &args, &log, Duration::from_secs(300)).expect("start spate-sink");
-        assert!(sink.wait_for_output("spate-sink: port 9", Duration::from_secs(60)), "{}", sink.output());
-        std::thread::sleep(Duration::from_millis(300));
-        pmd.command("start", "packet forwarding - ports=").expect("start the source");
-        std::thread::sleep(Duration::from_secs(t.warmup + t.seconds));
-        let out = pmd.command("stop", "Done.").expect("stop the source");
-        let sent = FwdStats::parse(&out).map(|s| s.tx).unwrap_or(0);
-        std::thread::sleep(Duration::from_millis(500));
-        let status = sink.stop();
-        let text = sink.output();
-        assert!(status.is_some_and(|s| s.success()), "spate-sink failed:\n{text}");
+        let (text, sent) = run_sink(&mut src, &args, t);
         let w = sink_window(&text, t.warmup);
         let secs = (t.warmup + t.seconds) as f64;
         println!(

@@ -194,11 +194,24 @@ pub const SPATE_MAC: &str = "02:53:50:41:54:45";
 /// `start` to `stop` and then reports the exact count while the link stays
 /// up; otherwise it starts at once and prints rates every second.
 pub fn txonly_source(sock: &Path, frame: usize, limit: Duration, interactive: bool) -> TestPmd {
+    txonly_source_on_queues(sock, frame, 1, limit, interactive)
+}
+
+/// [`txonly_source`] on a vhost-user port of `queues` queues, its one
+/// forwarding core sending on each; with more than one queue each frame
+/// from another source address (`--txonly-multi-flow`).
+pub fn txonly_source_on_queues(
+    sock: &Path,
+    frame: usize,
+    queues: usize,
+    limit: Duration,
+    interactive: bool,
+) -> TestPmd {
     let _ = std::fs::remove_file(sock);
     let b = TestPmdBuilder::new("0,1", 1);
     let b = if interactive { b.interactive() } else { b };
     let mut g = b
-        .vdev(&format!("net_vhost0,iface={},queues=1", sock.display()))
+        .vdev(&format!("net_vhost0,iface={},queues={queues}", sock.display()))
         .args([
             "--forward-mode=txonly".to_string(),
             format!("--txpkts={frame}"),
@@ -206,11 +219,14 @@ pub fn txonly_source(sock: &Path, frame: usize, limit: Duration, interactive: bo
             "--tx-ip=198.18.0.1,198.18.0.2".into(),
             "--tx-udp=9,9".into(),
             "--nb-cores=1".into(),
+            format!("--rxq={queues}"),
+            format!("--txq={queues}"),
             "--burst=32".into(),
             "--rxd=1024".into(),
             "--txd=1024".into(),
             "--total-num-mbufs=16384".into(),
         ])
+        .args(if queues > 1 { vec!["--txonly-multi-flow".to_string()] } else { vec![] })
         .args(if interactive { vec![] } else { vec!["--stats-period=1".to_string()] })
         .limit(limit)
         .spawn("gen")
