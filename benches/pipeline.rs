@@ -696,46 +696,35 @@ fn scale_instructions() -> Option<(f64, f64, f64)> {
     let me = std::env::current_exe().expect("own path");
     // (instructions inside `function`, frames handed) of a
     // run; with `from`, only its calls from that function.
-    let toggled = |lcores: &str, function: &str, from: Option<&str>, datagrams: u64| -> (f64, f64) {
+    let extra = ["--flows", "16", "--lcores", "2", "--yield-idle"].map(String::from);
+    let toggled = |function: &str, from: Option<&str>, datagrams: u64| -> (f64, f64) {
         let out = PathBuf::from(format!("/tmp/spate-callgrind-scale-{}-{datagrams}.out", std::process::id()));
-        let run = Command::new("valgrind")
-            .args(["--tool=callgrind", "--quiet", &format!("--toggle-collect=*{function}*")])
-            .arg(format!("--callgrind-out-file={}", out.display()))
-            .arg(&me)
-            .args(["--flows", "16", "--lcores", lcores, "--yield-idle", "--datagrams", &datagrams.to_string()])
-            .output()
-            .expect("valgrind");
+        let toggle = [format!("--toggle-collect=*{function}*")];
+        let run = callgrind(&out, &toggle, &me, &extra, datagrams).output().expect("valgrind");
         assert!(run.status.success(), "callgrind run failed: {}", String::from_utf8_lossy(&run.stderr));
         let v: Vec<f64> =
             String::from_utf8_lossy(&run.stdout).split_whitespace().filter_map(|w| w.parse().ok()).collect();
-        let annotate = |tree: bool| {
-            let mut cmd = Command::new("callgrind_annotate");
-            cmd.args(["--inclusive=yes", "--threshold=100"]);
-            if tree {
-                cmd.arg("--tree=caller");
-            }
-            let out = cmd.arg(&out).output().expect("callgrind_annotate");
-            String::from_utf8_lossy(&out.stdout).into_owned()
-        };
-        let (text, callers) = (annotate(false), from.map(|_| annotate(true)));
+        // With `from`, the callers above each function (`< caller (Nx)`).
+        let mut annotate = Command::new("callgrind_annotate");
+        annotate.args(["--inclusive=yes", "--threshold=100"]).args(from.map(|_| "--tree=caller")).arg(&out);
+        let text = String::from_utf8_lossy(&annotate.output().expect("callgrind_annotate").stdout).into_owned();
         let _ = std::fs::remove_file(&out);
         let count = |line: &str| -> f64 {
             line.split_whitespace().next().map_or(0.0, |c| c.replace(',', "").parse().unwrap_or(0.0))
         };
-        let total = match (from, callers) {
-            // The caller lines (`< caller (Nx)`) above the function's own.
-            (Some(caller), Some(tree)) => {
-                let line = tree.lines().find(|l| l.contains("  < ") && l.contains(&format!("::{caller} (")));
-                count(line.unwrap_or_else(|| panic!("no call of {function} from {caller} in:\n{tree}")))
+        let total = match from {
+            Some(caller) => {
+                let line = text.lines().find(|l| l.contains("  < ") && l.contains(&format!("::{caller} (")));
+                count(line.unwrap_or_else(|| panic!("no call of {function} from {caller} in:\n{text}")))
             }
-            _ => text.lines().find(|l| l.contains("PROGRAM TOTALS")).map_or(0.0, count),
+            None => text.lines().find(|l| l.contains("PROGRAM TOTALS")).map_or(0.0, count),
         };
         assert_eq!(v.get(7).copied(), Some(0.0), "frames dropped on the way: {v:?}");
         (total, v.get(6).copied().unwrap_or(0.0))
     };
     let diff = |function: &str, from: Option<&str>| {
-        let (a, ha) = toggled("2", function, from, n);
-        let (b, hb) = toggled("2", function, from, 2 * n);
+        let (a, ha) = toggled(function, from, n);
+        let (b, hb) = toggled(function, from, 2 * n);
         (b - a, hb - ha)
     };
     let (steer, _) = diff("steer_burst", None);
@@ -761,13 +750,7 @@ fn scale_instructions() -> Option<(f64, f64, f64)> {
 /// of it) under callgrind.
 fn callgrind_of(me: &Path, extra: &[String], datagrams: u64) -> u64 {
     let out = PathBuf::from(format!("/tmp/spate-callgrind-{}-{datagrams}.out", std::process::id()));
-    let status = Command::new("valgrind")
-        .args(["--tool=callgrind", "--quiet", &format!("--callgrind-out-file={}", out.display())])
-        .arg(me)
-        .args(extra)
-        .args(["--datagrams", &datagrams.to_string()])
-        .status()
-        .expect("valgrind (apt-get install valgrind)");
+    let status = callgrind(&out, &[], me, extra, datagrams).status().expect("valgrind (apt-get install valgrind)");
     assert!(status.success(), "callgrind run failed");
     let text = std::fs::read_to_string(&out).expect("callgrind output");
     let _ = std::fs::remove_file(&out);
@@ -775,6 +758,18 @@ fn callgrind_of(me: &Path, extra: &[String], datagrams: u64) -> u64 {
         .find_map(|l| l.strip_prefix("summary: ").or_else(|| l.strip_prefix("totals: ")))
         .and_then(|v| v.split_whitespace().next()?.parse().ok())
         .expect("callgrind summary line")
+}
+
+/// `exe extra --datagrams N` under callgrind (with `tool` options too),
+/// writing its counts to `out`.
+fn callgrind(out: &Path, tool: &[String], exe: &Path, extra: &[String], datagrams: u64) -> Command {
+    let mut cmd = Command::new("valgrind");
+    cmd.args(["--tool=callgrind", "--quiet", &format!("--callgrind-out-file={}", out.display())])
+        .args(tool)
+        .arg(exe)
+        .args(extra)
+        .args(["--datagrams", &datagrams.to_string()]);
+    cmd
 }
 
 /// Instructions per datagram: (Ir(2N) - Ir(N)) / N.
