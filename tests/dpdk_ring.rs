@@ -223,3 +223,33 @@ fn spsc_mbuf_ring_moves_bursts_between_threads_in_order() {
     drop((prod, cons));
     assert_eq!(pool.in_use(), 0, "every mbuf is back in the pool");
 }
+
+#[test]
+fn retain_with_keeps_what_it_is_given_back_in_order() {
+    let _serial = device_lock();
+    shared_eal(Memory::Auto);
+    let pool = Arc::new(Mempool::new(&MempoolConfig::new(&unique("retain"), 255)).unwrap());
+    let mut b: Burst = Burst::new();
+    for i in 0..32u8 {
+        let mut m = pool.try_alloc().unwrap();
+        m.append(1).unwrap()[0] = i;
+        b.push(m).unwrap();
+    }
+    let mut taken: Burst = Burst::new();
+    // Every third mbuf taken, the rest kept.
+    b.retain_with(|m| if m.data()[0] % 3 == 0 { taken.push(m).err() } else { Some(m) });
+    let kept: Vec<u8> = b.as_slice().iter().map(|m| m.data()[0]).collect();
+    let gone: Vec<u8> = taken.as_slice().iter().map(|m| m.data()[0]).collect();
+    assert_eq!(kept, (0..32).filter(|i| i % 3 != 0).collect::<Vec<u8>>());
+    assert_eq!(gone, (0..32).filter(|i| i % 3 == 0).collect::<Vec<u8>>());
+    assert_eq!(pool.in_use(), 32, "nothing freed or duplicated");
+    // Taken and dropped: freed once each.
+    b.retain_with(|m| {
+        drop(m);
+        None
+    });
+    assert!(b.is_empty());
+    assert_eq!(pool.in_use(), gone.len() as u32);
+    drop(taken);
+    assert_eq!(pool.in_use(), 0);
+}

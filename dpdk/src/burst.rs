@@ -102,6 +102,29 @@ impl<const N: usize> Burst<N> {
         Drain { burst: self, next: 0, end: len }
     }
 
+    /// Passes each mbuf to `f` in order and keeps those it gives back,
+    /// moved forward over those it took, in place: what a burst loop that
+    /// sends some frames elsewhere does without a second burst and a copy
+    /// back. Should `f` panic, the mbufs not yet passed are leaked, never
+    /// freed twice.
+    #[inline]
+    pub fn retain_with(&mut self, mut f: impl FnMut(Mbuf) -> Option<Mbuf>) {
+        let len = self.len;
+        self.len = 0;
+        let mut kept = 0;
+        for i in 0..len {
+            // SAFETY: slots i..len are initialised and owned; slot i is
+            // read once and is outside the live prefix from here on.
+            let m = unsafe { self.slots[i].assume_init_read() };
+            if let Some(m) = f(m) {
+                // kept <= i: the slot written was read already.
+                self.slots[kept].write(m);
+                kept += 1;
+                self.len = kept;
+            }
+        }
+    }
+
     /// Frees every mbuf held, in one bulk call.
     #[inline]
     pub fn clear(&mut self) {

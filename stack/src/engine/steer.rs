@@ -42,9 +42,8 @@ impl Worker<'_> {
         let Some(s) = self.steer.as_mut() else { return };
         let owners = self.shared.flow_owners.as_ref();
         let me = self.idx;
-        let mut keep: Burst<BURST> = Burst::new();
         let mut moved = 0;
-        for m in burst.drain() {
+        burst.retain_with(|m| {
             // The common frame hashed straight from its headers.
             let to = if how == PortSteering::Flows
                 && let Some(h) = s.hash.ipv4_udp(m.data())
@@ -62,15 +61,11 @@ impl Worker<'_> {
                 }
             };
             match to {
-                Some(o) if o != me => {
-                    let _ = s.frames.out[o].push(m);
-                }
-                _ => {
-                    let _ = keep.push(m);
-                }
+                // Never full: it holds at most this burst's frames.
+                Some(o) if o != me => s.frames.out[o].push(m).err(),
+                _ => Some(m),
             }
-        }
-        *burst = keep;
+        });
         let (sent, dropped) = s.frames.flush();
         let handed = if how == PortSteering::Flows { Counter::SteerFrames } else { Counter::SteerFragments };
         self.add(handed, sent);
