@@ -622,6 +622,13 @@ fn scale_table(json: Option<String>) {
     );
     println!("| a handed-over datagram on its owner, its busy cycles / datagrams handed (q) | {q:.1} |");
     println!("| the owner's extra for a handed-over datagram, q - C1 | {:.1} |", q - c1);
+    let moved = line_move_cycles(0, 1);
+    if let Some(m) = moved {
+        println!(
+            "| a cache line written on CPU 0 and read on CPU 1 (the lcores' CPUs; ping-pong, a round trip halved); q - C1 in such moves | {m:.1}; {:.1} |",
+            (q - c1) / m
+        );
+    }
     println!();
     // An application that spends W cycles on each datagram (on the lcore
     // owning its flow) adds W to every term that processes datagrams.
@@ -670,13 +677,57 @@ fn scale_table(json: Option<String>) {
     if let Some(path) = json {
         let mut body = serde_json::json!({
             "bench": "pipeline-scale", "source": source, "c1": c1, "floor": f, "p": p, "b0": b0, "s": s, "r": r,
-            "q": q, "rows": rows,
+            "q": q, "line_move": moved, "rows": rows,
         });
         if let Some((steer, handed, local)) = counted {
             body["instructions"] = serde_json::json!({"steer": steer, "handed": handed, "local": local});
         }
         std::fs::write(path, body.to_string()).expect("write JSON");
     }
+}
+
+/// TSC cycles for a cache line written on CPU `a` to be read on CPU `b`:
+/// two threads pinned there pass a counter back and forth through one
+/// line, and a round trip is two such moves. The price every line a
+/// hand-off touches pays (the frame's mbuf header and data, the ring's
+/// slots); None when a thread cannot be pinned or the other stalls.
+fn line_move_cycles(a: usize, b: usize) -> Option<f64> {
+    #[repr(align(128))]
+    struct Line(AtomicU64);
+    const ROUNDS: u64 = 200_000;
+    let line = Line(AtomicU64::new(0));
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    // Waits for the counter to reach `want`; false past the deadline.
+    let wait = |want: u64| {
+        let mut spins = 0u64;
+        while line.0.load(Ordering::Acquire) != want {
+            spins += 1;
+            if spins % (1 << 20) == 0 && std::time::Instant::now() > deadline {
+                return false;
+            }
+            std::hint::spin_loop();
+        }
+        true
+    };
+    // Each side waits for its turn's value and writes the next; the first
+    // side times the whole exchange.
+    let side = |cpu: usize, odd: u64| {
+        spate_testkit::pin_to_cpu(cpu).ok()?;
+        let start = spate::dpdk::lcore::tsc();
+        for i in 0..ROUNDS {
+            if !wait(2 * i + odd) {
+                return None;
+            }
+            line.0.store(2 * i + odd + 1, Ordering::Release);
+        }
+        Some(spate::dpdk::lcore::tsc() - start)
+    };
+    let (first, _) = std::thread::scope(|s| {
+        let other = s.spawn(|| side(b, 1));
+        let first = side(a, 0);
+        (first, other.join().ok().flatten())
+    });
+    Some(first? as f64 / ROUNDS as f64 / 2.0)
 }
 
 /// The scale table's parts in instructions: the RX lcore's steering per

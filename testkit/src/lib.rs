@@ -19,7 +19,7 @@ pub use netns::{Netns, kernel_peer, veth};
 pub use process::Proc;
 pub use spate::{SpateApp, counter, parse_counters, port_counter};
 pub use testpmd::{FwdStats, TestPmd, TestPmdBuilder};
-pub use unsafe_libc::{recvmmsg, set_recv_buffer};
+pub use unsafe_libc::{pin_to_cpu, recvmmsg, set_recv_buffer};
 pub use wire_peer::{Rng, WirePeer};
 
 /// The CPU's model name (`/proc/cpuinfo`), printed with every benchmark

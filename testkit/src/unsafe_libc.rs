@@ -1,6 +1,7 @@
 //! libc calls the standard library does not wrap: sending a chosen signal
-//! to a child process, entering a network namespace, receiving many
-//! datagrams with one `recvmmsg`, sizing a socket's receive buffer.
+//! to a child process, pinning a thread to a CPU, entering a network
+//! namespace, receiving many datagrams with one `recvmmsg`, sizing a
+//! socket's receive buffer.
 #![allow(unsafe_code)]
 
 /// Sends `sig` to process `pid`; false when it no longer exists.
@@ -13,6 +14,25 @@ pub fn kill(pid: u32, sig: libc::c_int) -> bool {
     }
     // SAFETY: kill(2) on a positive pid has no memory-safety preconditions.
     unsafe { libc::kill(pid, sig) == 0 }
+}
+
+/// Pins the calling thread to CPU `cpu`; other threads keep theirs.
+pub fn pin_to_cpu(cpu: usize) -> std::io::Result<()> {
+    if cpu >= libc::CPU_SETSIZE as usize {
+        return Err(std::io::Error::new(std::io::ErrorKind::InvalidInput, format!("CPU {cpu} past CPU_SETSIZE")));
+    }
+    // SAFETY: a zeroed cpu_set_t is the empty set; CPU_SET writes inside
+    // it (cpu checked above); sched_setaffinity with pid 0 changes only
+    // the calling thread and reads the set it is given.
+    let ret = unsafe {
+        let mut set: libc::cpu_set_t = std::mem::zeroed();
+        libc::CPU_SET(cpu, &mut set);
+        libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &set)
+    };
+    if ret != 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    Ok(())
 }
 
 /// Moves the calling thread into the network namespace at `path`
