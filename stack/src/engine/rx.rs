@@ -218,7 +218,8 @@ impl Worker<'_> {
     ) -> Option<(u32, bool)> {
         let found = match self.snapshot.shortcut(dst_port, v4) {
             Shortcut::Found(found) => found,
-            Shortcut::Group(g) => {
+            Shortcut::LcoreGroup(g) if let Some(found) = self.snapshot.sole_member(g, self.idx as u32) => Some(found),
+            Shortcut::Group(g) | Shortcut::LcoreGroup(g) => {
                 let hash = m.rss_hash().unwrap_or_else(|| self.snapshot.flow_hash_of(src, src_port, dst, dst_port));
                 self.snapshot.pick(g, hash, self.idx as u32)
             }

@@ -73,6 +73,8 @@ struct PortInfo {
     /// connected, to no device): the family decides whether it takes the
     /// datagram, the flow hash which member does. 0 otherwise.
     group: u32,
+    /// For `group`: whether some lcore has exactly one member.
+    group_by_lcore: bool,
     /// For `sole` or `group`: whether it takes IPv4 (`[0]`) and IPv6
     /// (`[1]`) datagrams, so the shortcut reads no binding to say.
     takes: [bool; 2],
@@ -97,6 +99,10 @@ pub enum Shortcut<'a, S> {
     Found(Option<(u32, &'a Binding<S>)>),
     /// The port's only reuseport group, which takes the family: its index.
     Group(u32),
+    /// As `Group`, for a group whose members name their incoming lcores:
+    /// an lcore with one member takes it without a hash
+    /// ([`Snapshot::sole_member`]).
+    LcoreGroup(u32),
     /// The port needs [`Snapshot::lookup`].
     Walk,
 }
@@ -202,6 +208,7 @@ impl<S: Clone> Snapshot<S> {
                 if m.group != 0 && m.group_end == info.wild_hi && members.iter().all(|x| x.local == 0 && x.iface == ANY)
                 {
                     info.group = m.group;
+                    info.group_by_lcore = snap.groups[m.group as usize - 1].has_sole();
                     // Every member has the group's family: the first says.
                     info.takes = m.score.map(|s| s >= 0);
                 }
@@ -265,6 +272,7 @@ impl<S: Clone> Snapshot<S> {
             for m in &mut self.matchers[group.first as usize..] {
                 m.group_end = end;
             }
+            group.index_lcores();
             self.groups.push(group);
         }
         j
@@ -309,6 +317,7 @@ impl<S> Snapshot<S> {
         }
         match info.group.checked_sub(1) {
             Some(_) if !takes => Shortcut::Found(None),
+            Some(g) if info.group_by_lcore => Shortcut::LcoreGroup(g),
             Some(g) => Shortcut::Group(g),
             None => Shortcut::Walk,
         }
@@ -321,6 +330,14 @@ impl<S> Snapshot<S> {
     pub fn pick(&self, g: u32, hash: u32, lcore: u32) -> Option<(u32, &Binding<S>)> {
         let pick = self.groups[g as usize].select(hash, lcore)?;
         Some((pick, &self.bindings[pick as usize]))
+    }
+
+    /// Group `g`'s member for any datagram looked up on `lcore`, when the
+    /// lcore has exactly one: [`pick`](Self::pick) without a hash.
+    #[inline(always)]
+    pub fn sole_member(&self, g: u32, lcore: u32) -> Option<(u32, &Binding<S>)> {
+        let m = self.groups[g as usize].sole(lcore)?;
+        Some((m, &self.bindings[m as usize]))
     }
 
     /// The secret-keyed flow hash a group spreads by when the port gave
@@ -342,7 +359,7 @@ impl<S> Snapshot<S> {
         match self.shortcut_in(info, k.v4) {
             Shortcut::Found(found) => found,
             // The group holds no connected member, so it always picks one.
-            Shortcut::Group(g) => self.pick(g, self.flow_hash(k), k.lcore),
+            Shortcut::Group(g) | Shortcut::LcoreGroup(g) => self.pick(g, self.flow_hash(k), k.lcore),
             Shortcut::Walk => self.walk(info, k),
         }
     }

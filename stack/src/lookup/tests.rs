@@ -461,6 +461,10 @@ fn shortcuts_answer_as_the_walk_does() {
         (1..=8).map(|i| rp(b(i, "[::]:9"))).collect(),
         (1..=8).map(|i| v6only(rp(b(i, "[::]:9")))).collect(),
         (1..=8).map(|i| lcore(rp(b(i, "0.0.0.0:9")), (i % 2) as u32)).collect(),
+        // One member per lcore (and none for lcore 3), IPv6 as well.
+        (0..3).map(|i| lcore(rp(b(i + 1, "[::]:9")), i as u32)).collect(),
+        // Lcore 0 has one member, lcore 1 two.
+        [0, 1, 1].iter().enumerate().map(|(i, &l)| lcore(rp(b(i as u64 + 1, "0.0.0.0:9")), l)).collect(),
         (1..=4).map(|i| rp(b(i, "0.0.0.0:9"))).chain((5..=8).map(|i| rp(b(i, "[::]:9")))).collect(),
         (1..=4).map(|i| rp(b(i, "0.0.0.0:9"))).chain([dev(rp(b(5, "0.0.0.0:9")))]).collect(),
         (1..=4).map(|i| rp(b(i, "0.0.0.0:9"))).chain([rp(b(5, "198.18.0.2:9"))]).collect(),
@@ -483,6 +487,7 @@ fn shortcuts_answer_as_the_walk_does() {
             for (iface, l) in [(0, 0), (1, 1)] {
                 let mut k = k.on_lcore(l);
                 k.iface = iface;
+                k.lcore = (i % 4) as u32;
                 k.rss_hash = (i % 3 == 0).then_some((i as u32).wrapping_mul(0x9e37_79b9));
                 let fast = s.lookup(&k).map(|(i, b)| (i, b.id));
                 let walked = s.lookup_walked(&k).map(|(i, b)| (i, b.id));
@@ -490,7 +495,8 @@ fn shortcuts_answer_as_the_walk_does() {
                 // The receive fast path's form: the shortcut before a key.
                 let short = match s.shortcut(k.dst_port, k.v4) {
                     Shortcut::Found(found) => Some(found),
-                    Shortcut::Group(g) => {
+                    Shortcut::LcoreGroup(g) if let Some(found) = s.sole_member(g, k.lcore) => Some(Some(found)),
+                    Shortcut::Group(g) | Shortcut::LcoreGroup(g) => {
                         let hash = k.rss_hash.unwrap_or_else(|| s.flow_hash_of(k.src, k.src_port, k.dst, k.dst_port));
                         Some(s.pick(g, hash, k.lcore))
                     }
