@@ -10,13 +10,14 @@
 //! datagram, repeatable to the instruction on a shared machine.
 //!
 //! ```text
-//! cargo bench --bench pipeline -- [--callgrind] [--datagrams N] [--flows F] [--sockets S] [--burst B] [--lcores L] [--yield-idle] [--json PATH]
+//! cargo bench --bench pipeline -- [--callgrind] [--datagrams N] [--flows F] [--sockets S] [--burst B] [--lcores L] [--yield-idle] [--queued] [--json PATH]
 //! cargo bench --bench pipeline -- --gro-table | --frag-table | --scale-table | --guard
 //! ```
 //! `--guard` prints spate's own instructions per datagram on the paths
 //! `cargo xtask perf-guard` holds to their budgets (receive with one
-//! socket and with a 64-member group, echo, and echo with one datagram per
-//! loop iteration, `--burst 1`), each less its floor; with
+//! socket and with a 64-member group, the group read through its receive
+//! queues, echo, and echo with one datagram per loop iteration, `--burst
+//! 1`), each less its floor; with
 //! `--echo`, `--inject-only` sends every frame straight back unread.
 //! `--inject-only` measures the source and a bare rx_burst + free loop
 //! without the stack, the floor the stack's cost is read against.
@@ -178,6 +179,10 @@ struct Args {
     /// which runs one thread at a time, the other lcore then runs at once
     /// instead of after a spinning time slice.
     yield_idle: bool,
+    /// The reader takes its datagrams through the receive queue
+    /// (`UdpSocket::recv_batch`, as a thread reads) instead of where the
+    /// lcore staged them (`LcoreCtx::recv_batch`).
+    queued: bool,
 }
 
 fn parse() -> (Args, bool, Option<String>) {
@@ -197,6 +202,7 @@ fn parse() -> (Args, bool, Option<String>) {
         lcores: flag("--lcores").and_then(|v| v.parse().ok()).unwrap_or(1),
         burst: flag("--burst").and_then(|v| v.parse().ok()).unwrap_or(32u64).clamp(1, 32),
         yield_idle: args.iter().any(|a| a == "--yield-idle"),
+        queued: args.iter().any(|a| a == "--queued"),
     };
     (a, args.iter().any(|a| a == "--callgrind"), flag("--json"))
 }
@@ -304,7 +310,7 @@ fn run_once(a: &Args) {
         return;
     }
     if a.echo.is_some() {
-        echo(&stack, source, a.datagrams, start);
+        echo(&stack, source, a.datagrams, start, !a.queued);
         return;
     }
     // With several lcores, one socket per lcore, each fed by its lcore.
@@ -329,7 +335,7 @@ fn run_once(a: &Args) {
     let (s, src, c, k, target) = (sockets.clone(), source.clone(), consumed.clone(), calls.clone(), a.datagrams);
     let sc = source_cycles.clone();
     let per_call = if a.one_by_one { 1 } else { 64 };
-    let (lcores, yield_idle) = (a.lcores, a.yield_idle);
+    let (lcores, yield_idle, staged) = (a.lcores, a.yield_idle, !a.queued && !a.one_by_one);
     stack
         .run(move |idx| {
             let (s, c, k, sc) = (s.clone(), c.clone(), k.clone(), sc.clone());
@@ -363,10 +369,22 @@ fn run_once(a: &Args) {
                         std::thread::yield_now();
                     }
                 }
-                // The sockets this lcore fed (ids are consecutive from the
-                // first), read into one batch (`recv_batch` appends), which
-                // is read and freed once, in bulk, when full or at the end.
+                // This burst's datagrams where the lcore staged them (not
+                // with `--queued` or `--one-by-one`: those read through the
+                // receive queues, as a thread reads), then the sockets this
+                // lcore queued to (ids are consecutive from the first), all
+                // into one batch (`recv_batch` appends), which is read and
+                // freed once, in bulk, when full or at the end.
                 let mut n = 0;
+                if staged {
+                    ctx.recv_staged(|_, staged| {
+                        k.fetch_add(1, Ordering::Relaxed);
+                        staged.move_to(&mut batch);
+                        if batch.len() >= 64 {
+                            n += consume(&mut batch);
+                        }
+                    });
+                }
                 for id in ctx.ready() {
                     let sock = &s[(id - first) as usize];
                     // A short batch means the queue is empty (as a short
@@ -468,7 +486,7 @@ fn transmit(stack: &Stack, source: Source, seg: usize, gso: bool, target: u64, s
 /// Echo: the callback answers every datagram on port 7 as spate-echo does
 /// (the received buffer goes back out), until `target` datagrams were
 /// echoed; prints `datagrams cycles payload-bytes hz`.
-fn echo(stack: &Stack, source: Source, target: u64, start: u64) {
+fn echo(stack: &Stack, source: Source, target: u64, start: u64, staged: bool) {
     let sock = Arc::new(UdpSocket::builder(stack).recv_buffer_size(1 << 22).bind("0.0.0.0:7").expect("bind"));
     sock.set_nonblocking(true).unwrap();
     let done = Arc::new((AtomicU64::new(0), AtomicU64::new(0)));
@@ -482,9 +500,24 @@ fn echo(stack: &Stack, source: Source, target: u64, start: u64) {
             let (mut n, mut bytes) = (0u64, 0u64);
             move |ctx: &mut LcoreCtx<'_>| {
                 src.inject();
+                // This burst's datagrams where the lcore staged them, then
+                // what the queue holds, if the lcore queued any.
+                if staged {
+                    ctx.recv_staged(|_, staged| {
+                        let replies = staged.drain().map(|dg| {
+                            let to = dg.src();
+                            bytes += dg.len() as u64;
+                            (dg.into_send_buf(), to)
+                        });
+                        n += s.send_batch_to(replies).unwrap_or(0) as u64;
+                    });
+                }
                 // A short batch means the queue is empty (as a short
                 // `recvmmsg` does): no call just to hear `WouldBlock`.
-                while let Ok(got) = s.recv_batch(&mut batch, 64) {
+                while let Ok(got) = match ctx.ready().is_empty() {
+                    true => Err(std::io::ErrorKind::WouldBlock.into()),
+                    false => s.recv_batch(&mut batch, 64),
+                } {
                     let replies = batch.drain().map(|dg| {
                         let to = dg.src();
                         bytes += dg.len() as u64;
@@ -522,6 +555,8 @@ fn guard(json: Option<String>) {
     let floor = instructions_per_datagram(&args(&["--inject-only"]), n);
     let one = instructions_per_datagram(&args(&["--sockets", "1"]), n) - floor;
     let group = instructions_per_datagram(&args(&["--sockets", "64"]), n) - floor;
+    // The same group read through its receive queues, as threads read.
+    let queued = instructions_per_datagram(&args(&["--sockets", "64", "--queued"]), n) - floor;
     let echo_floor = instructions_per_datagram(&args(&["--echo", "64", "--inject-only"]), n);
     let echo = instructions_per_datagram(&args(&["--echo", "64"]), n) - echo_floor;
     // One datagram per loop iteration: what every iteration costs besides
@@ -533,13 +568,17 @@ fn guard(json: Option<String>) {
     println!("|---|---|---|");
     println!("| receive, 1 socket | {floor:.1} | {one:.1} |");
     println!("| receive, 64-member group | {floor:.1} | {group:.1} |");
+    println!("| receive, 64-member group, read through the queues | {floor:.1} | {queued:.1} |");
     println!("| echo (reply in the request's mbuf) | {echo_floor:.1} | {echo:.1} |");
     println!("| echo, one datagram per loop iteration | {thin_floor:.1} | {thin:.1} |");
-    println!("perf-guard receive_1_socket={one:.1} receive_64_group={group:.1} echo={echo:.1} echo_burst_1={thin:.1}");
+    println!(
+        "perf-guard receive_1_socket={one:.1} receive_64_group={group:.1} receive_64_group_queued={queued:.1} \
+         echo={echo:.1} echo_burst_1={thin:.1}"
+    );
     if let Some(path) = json {
         let body = serde_json::json!({
             "bench": "pipeline-guard", "floor": floor, "receive_1_socket": one,
-            "receive_64_group": group, "echo_floor": echo_floor, "echo": echo,
+            "receive_64_group": group, "receive_64_group_queued": queued, "echo_floor": echo_floor, "echo": echo,
             "echo_burst_1_floor": thin_floor, "echo_burst_1": thin,
         });
         std::fs::write(path, body.to_string()).expect("write JSON");

@@ -146,6 +146,14 @@ fn no_heap_allocation_per_datagram() {
             let (g, counts) = (g.clone(), counts.clone());
             let mut batch = DatagramBatch::with_capacity(32);
             move |ctx: &mut LcoreCtx<'_>| {
+                ctx.recv_staged(|id, staged| {
+                    let at = g.iter().position(|s| s.id() == id).expect("a member");
+                    counts[at].fetch_add(staged.len() as u64, Ordering::Relaxed);
+                    let _ = g[at].send_batch_to(staged.drain().map(|d| {
+                        let to = d.src();
+                        (d.into_send_buf(), to)
+                    }));
+                });
                 for id in ctx.ready() {
                     let Some(at) = g.iter().position(|s| s.id() == *id) else { continue };
                     let s = &g[at];

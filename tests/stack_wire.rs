@@ -592,3 +592,124 @@ fn fold(b: &[u8]) -> u16 {
     }
     s as u16
 }
+
+/// The run-to-completion read (`LcoreCtx::recv_staged`) takes the burst's
+/// datagrams where the lcore staged them: twenty that arrive in one burst
+/// at a socket whose receive buffer holds one are all read, none refused
+/// (through the queue nineteen would be). A socket whose queue holds
+/// datagrams is passed over until they are read, so the order holds when
+/// a callback reads both ways; every datagram is counted once; what a
+/// callback does not read reaches a thread that reads the socket; no mbuf
+/// is left.
+#[test]
+fn the_callback_takes_staged_datagrams_in_order_and_leaves_the_rest_queued() {
+    use spate::DatagramBatch;
+    use std::sync::Mutex;
+    use std::sync::atomic::AtomicU8;
+
+    let _serial = device_lock();
+    shared_eal(Memory::Auto);
+    let (mut peer, spate_port, _a) = WirePeer::new(1023);
+    let stack = wire_stack(PortSpec::new(&spate_port).addr("198.18.0.2/24").unwrap(), false);
+    let spate_mac = stack.interfaces()[0].mac;
+    let truesize = stack.datagram_truesize();
+    let sock = Arc::new(UdpSocket::builder(&stack).recv_buffer_size(truesize).bind("0.0.0.0:9").unwrap());
+    sock.set_nonblocking(true).unwrap();
+    let send = |peer: &mut WirePeer, seqs: std::ops::Range<u32>| {
+        for seq in seqs {
+            peer.send(&udp_frame(spate_mac, false, 40000, 9, &seq.to_be_bytes()));
+        }
+    };
+    // In the ring before the lcore first polls: one burst.
+    send(&mut peer, 0..20);
+
+    // 0: the callback reads nothing; 1: only what is staged; 2: what is
+    // staged, then the queue (the socket's id seen once per call).
+    let mode = Arc::new(AtomicU8::new(1));
+    let got: Arc<Mutex<Vec<u32>>> = Arc::default();
+    let (s, m, g) = (sock.clone(), mode.clone(), got.clone());
+    let seq = |d: &spate::Datagram| u32::from_be_bytes(d.data()[..4].try_into().unwrap());
+    let running = stack
+        .spawn(move |_| {
+            let (s, m, g) = (s.clone(), m.clone(), g.clone());
+            let mut batch = DatagramBatch::with_capacity(64);
+            move |ctx: &mut LcoreCtx<'_>| {
+                let mode = m.load(Ordering::Relaxed);
+                if mode == 0 {
+                    return;
+                }
+                let mut g = g.lock().unwrap();
+                ctx.recv_staged(|id, staged| {
+                    assert_eq!(id, s.id());
+                    g.extend(staged.drain().map(|d| seq(&d)));
+                });
+                if mode == 2 {
+                    while s.recv_batch(&mut batch, 64).is_ok() {
+                        g.extend(batch.drain().map(|d| seq(&d)));
+                    }
+                }
+            }
+        })
+        .unwrap();
+    let wait_for = |n: usize| {
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while got.lock().unwrap().len() < n {
+            assert!(Instant::now() < deadline, "{:?}\n{}", got.lock().unwrap(), stack.counters().render_nonzero());
+            std::thread::sleep(Duration::from_millis(2));
+        }
+    };
+    wait_for(20);
+    assert_eq!(*got.lock().unwrap(), (0..20).collect::<Vec<_>>());
+    assert_eq!(stack.counters()[Counter::UdpRcvbufErrors], 0, "{}", stack.counters().render_nonzero());
+
+    // Queued while the callback reads nothing; then, while they wait, a
+    // callback reading only what is staged is handed none of the newer
+    // ones; read both ways while more arrive, the queued ones come first.
+    sock.set_recv_buffer_size(64 * truesize).unwrap();
+    mode.store(0, Ordering::Relaxed);
+    std::thread::sleep(Duration::from_millis(20));
+    let counted = |n: u64| {
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while stack.counters()[Counter::UdpInDatagrams] < n {
+            assert!(Instant::now() < deadline, "{}", stack.counters().render_nonzero());
+            std::thread::sleep(Duration::from_millis(2));
+        }
+    };
+    send(&mut peer, 20..40);
+    counted(40);
+    mode.store(1, Ordering::Relaxed);
+    std::thread::sleep(Duration::from_millis(20));
+    send(&mut peer, 40..44);
+    counted(44);
+    assert_eq!(*got.lock().unwrap(), (0..20).collect::<Vec<_>>(), "nothing staged taken past the queued");
+    mode.store(2, Ordering::Relaxed);
+    for chunk in 1..10 {
+        send(&mut peer, 40 + 4 * chunk..44 + 4 * chunk);
+    }
+    wait_for(80);
+    assert_eq!(*got.lock().unwrap(), (0..80).collect::<Vec<_>>());
+
+    // A callback that does not read: a thread finds them queued.
+    mode.store(0, Ordering::Relaxed);
+    std::thread::sleep(Duration::from_millis(20));
+    send(&mut peer, 80..90);
+    sock.set_nonblocking(false).unwrap();
+    sock.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+    let mut buf = [0u8; 16];
+    let thread: Vec<u32> = (80..90)
+        .map(|_| {
+            let n = sock.recv(&mut buf).unwrap();
+            u32::from_be_bytes(buf[..n].try_into().unwrap())
+        })
+        .collect();
+    assert_eq!(thread, (80..90).collect::<Vec<_>>());
+
+    running.stop();
+    let c = stack.counters();
+    assert_eq!((c[Counter::UdpInDatagrams], c[Counter::RxDelivered]), (90, 90), "{}", c.render_nonzero());
+    assert_eq!(c[Counter::UdpRcvbufErrors], 0);
+    assert_eq!(c.unaccounted_frames(), 0, "{}", c.render_nonzero());
+    drop(sock);
+    drop(peer);
+    assert_eq!(stack.mempool().in_use(), 0, "mbufs leaked");
+}

@@ -71,7 +71,16 @@ fn run(args: &EchoArgs) -> Result<(), Box<dyn std::error::Error>> {
         let by_id: HashMap<u64, usize> = socks.iter().enumerate().map(|(i, s)| (s.id(), i)).collect();
         let mut batch = DatagramBatch::with_capacity(BATCH);
         move |ctx: &mut LcoreCtx<'_>| {
-            // Only the sockets this lcore fed: a group of many stays cheap.
+            // This burst's datagrams where the lcore staged them, then the
+            // sockets with queued ones: a group of many stays cheap.
+            ctx.recv_staged(|id, staged| {
+                let i = by_id[&id];
+                counts[i].fetch_add(staged.len() as u64, Ordering::Relaxed);
+                let _ = socks[i].send_batch_to(staged.drain().map(|d| {
+                    let to = d.src();
+                    (d.into_send_buf(), to)
+                }));
+            });
             for id in ctx.ready() {
                 let i = by_id[id];
                 let s = &socks[i];

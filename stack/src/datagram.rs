@@ -129,7 +129,9 @@ impl Datagram {
         (ip, &room[room.len() - udp::HEADER_LEN..])
     }
 
-    #[inline]
+    // Always: a reply's address is read in the application's loop, and
+    // the compiler would otherwise call it there once per datagram.
+    #[inline(always)]
     fn addr(&self, source: bool) -> SocketAddr {
         let (ip, udp_hdr) = self.headers();
         let port = get_u16(udp_hdr, if source { 0 } else { 2 });
@@ -278,6 +280,60 @@ impl DatagramBatch {
 impl Drop for DatagramBatch {
     fn drop(&mut self) {
         self.clear();
+    }
+}
+
+/// One socket's datagrams of a burst, where the polling lcore staged
+/// them, lent to its run-to-completion callback by
+/// [`LcoreCtx::recv_staged`](crate::LcoreCtx::recv_staged): take them
+/// all ([`drain`](Self::drain), [`move_to`](Self::move_to)), or none,
+/// and they are queued to the socket when the callback returns.
+#[derive(Debug)]
+pub struct Staged<'a> {
+    items: &'a mut Vec<Datagram>,
+}
+
+impl<'a> Staged<'a> {
+    pub(crate) fn new(items: &'a mut Vec<Datagram>) -> Staged<'a> {
+        Staged { items }
+    }
+
+    /// Datagrams held.
+    #[inline]
+    pub fn len(&self) -> usize {
+        self.items.len()
+    }
+
+    /// Whether it holds none.
+    #[inline]
+    pub fn is_empty(&self) -> bool {
+        self.items.is_empty()
+    }
+
+    /// The datagrams, in arrival order.
+    #[inline]
+    pub fn iter(&self) -> std::slice::Iter<'_, Datagram> {
+        self.items.iter()
+    }
+
+    /// Takes every datagram out, in arrival order (those the iterator is
+    /// dropped with are freed).
+    #[inline]
+    pub fn drain(self) -> std::vec::Drain<'a, Datagram> {
+        self.items.drain(..)
+    }
+
+    /// Moves every datagram into `batch`, after what it holds: an empty
+    /// batch with room for them takes the lcore's buffer whole, without a
+    /// copy (and lends it its own).
+    #[inline]
+    pub fn move_to(self, batch: &mut DatagramBatch) {
+        let out = &mut batch.items;
+        if out.is_empty() && out.capacity() >= self.items.capacity() {
+            std::mem::swap(out, self.items);
+        } else {
+            out.append(self.items);
+        }
     }
 }
 

@@ -442,7 +442,7 @@ impl<T: Truesize> RxQueue<T> {
     /// empty queue reads them and takes no lock. A length that is a moment
     /// old only delays a non-blocking poll; `wait` looks under the locks.
     #[inline]
-    fn looks_empty(&self) -> bool {
+    pub fn looks_empty(&self) -> bool {
         self.readers.queued.load(Ordering::Acquire) == 0
             && match &self.producers[..] {
                 [one] => one.queued.load(Ordering::Acquire) == 0,

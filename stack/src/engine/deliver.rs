@@ -2,6 +2,14 @@
 //! its receive queue, a run of them per socket under one lock; datagrams
 //! whose socket changed since the lookup are looked up again.
 //!
+//! The loop iteration's last burst waits for the application's callback:
+//! a run-to-completion reader takes each socket's run where it lies
+//! ([`LcoreCtx::recv_staged`]), without the queue's locks, copies and
+//! charges on either side, and what it does not take is queued after the
+//! callback returns. An earlier burst of the same iteration (a second RX
+//! queue, frames another lcore handed over) is queued before the next one
+//! is staged, so at most one burst's mbufs wait uncharged.
+//!
 //! Staging sorts nothing: each datagram joins its socket's run as it is
 //! staged (a 64-entry table from binding index to run answers which), so
 //! a burst that reuseport spread over many sockets costs one push per
@@ -10,8 +18,8 @@
 
 use std::sync::atomic::Ordering;
 
-use super::Worker;
-use crate::datagram::Datagram;
+use super::{LcoreCtx, Worker};
+use crate::datagram::{Datagram, Staged};
 use crate::rx_queue::Refusal;
 use crate::shared::BURST;
 use crate::stats::Counter;
@@ -40,6 +48,10 @@ pub(super) struct Runs {
     /// 1 + the run of a binding index, at `index % SLOTS`; 0: none. An index
     /// whose entry another holds is found by a scan of the used runs.
     slot: [u8; SLOTS],
+    /// Datagrams the callback took, and how many of them IPv4: counted
+    /// delivered with the rest of the burst.
+    taken: u64,
+    taken_v4: u64,
 }
 
 impl Runs {
@@ -48,7 +60,15 @@ impl Runs {
             runs: (0..BURST).map(|_| Run { datagrams: Vec::with_capacity(BURST), ..Run::default() }).collect(),
             used: 0,
             slot: [0; SLOTS],
+            taken: 0,
+            taken_v4: 0,
         }
+    }
+
+    /// Whether a burst's datagrams are staged.
+    #[inline(always)]
+    pub(super) fn any(&self) -> bool {
+        self.used > 0
     }
 
     /// Adds `d` to binding `index`'s run; returns where it went (run,
@@ -99,10 +119,66 @@ impl Runs {
         // The whole table: 64 bytes, a few stores, no loop.
         self.slot = [0; SLOTS];
         self.used = 0;
+        (self.taken, self.taken_v4) = (0, 0);
+    }
+}
+
+impl LcoreCtx<'_> {
+    /// Lends `f` the datagrams this lcore received in the loop iteration's
+    /// last burst, socket by socket, where they lie: `f(id, staged)` for
+    /// each socket ([`UdpSocket::id`](crate::UdpSocket::id)), in the order
+    /// its first datagram arrived, each socket's in arrival order. No lock,
+    /// copy or memory charge on the lcore's side or the reader's: the
+    /// run-to-completion read. The datagrams `f` takes are the callback's,
+    /// as [`recv_batch`](crate::UdpSocket::recv_batch) would make them,
+    /// and are counted delivered; those it leaves are queued when the
+    /// callback returns.
+    ///
+    /// A socket whose receive queue holds datagrams already (what an
+    /// earlier callback left, an earlier burst of this iteration: a
+    /// second RX queue, frames another lcore handed over) is passed over,
+    /// so that each flow keeps its order: its datagrams of this burst are
+    /// queued behind the others when the callback returns, and the socket
+    /// is named in [`ready`](Self::ready) then. A callback that reads only
+    /// with `recv_batch` gets the same datagrams one iteration later,
+    /// through the queues.
+    pub fn recv_staged(&self, mut f: impl FnMut(u64, Staged<'_>)) {
+        // A callback that calls this from `f` finds nothing more.
+        let Ok(mut staged) = self.staged.try_borrow_mut() else { return };
+        let staged = &mut **staged;
+        for r in 0..staged.used {
+            let run = &mut staged.runs[r];
+            if run.datagrams.is_empty() {
+                continue;
+            }
+            let b = self.snapshot.get(run.index);
+            // A socket that changed after the lookup: looked up again when
+            // the runs are queued.
+            if b.sock.epoch.load(Ordering::Acquire) != b.epoch || !b.sock.queue.looks_empty() {
+                continue;
+            }
+            let n = run.datagrams.len() as u64;
+            f(b.id, Staged::new(&mut run.datagrams));
+            // All or none.
+            if run.datagrams.is_empty() {
+                staged.taken += n;
+                staged.taken_v4 += run.v4 as u64;
+                run.v4 = 0;
+            }
+        }
     }
 }
 
 impl Worker<'_> {
+    /// Queues what an earlier burst left staged, so that the next one can
+    /// be: at most one burst waits for the callback.
+    #[inline(always)]
+    pub(super) fn make_room(&mut self) {
+        if self.runs.any() {
+            self.deliver_staged();
+        }
+    }
+
     /// Queues the burst's datagrams to their sockets: each socket's run
     /// with one lock, the runs in the order their sockets first appeared.
     /// The burst's delivered datagrams are counted once, after them all.
@@ -111,11 +187,16 @@ impl Worker<'_> {
         if self.runs.used == 0 {
             return;
         }
-        let (mut delivered, mut v4) = (0, 0);
+        // What the callback took, and then what is queued.
+        let (mut delivered, mut v4) = (self.runs.taken, self.runs.taken_v4);
         for r in 0..self.runs.used {
             // The fields apart, so the run's datagrams go to the queue where
             // they lie (no move of the `Vec` in and out).
             let run = &mut self.runs.runs[r];
+            if run.datagrams.is_empty() {
+                // The callback took them all.
+                continue;
+            }
             let b = self.snapshot.get(run.index);
             if b.sock.epoch.load(Ordering::Acquire) != b.epoch {
                 // The socket changed (connected, left its group, closed)

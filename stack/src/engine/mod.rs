@@ -16,7 +16,9 @@
 //! 4. the socket lookup (in [`rx`]: the lcore's snapshot of the socket
 //!    table, the reuseport group's member picked by the flow's hash);
 //! 5. queueing ([`deliver`]): each socket's datagrams of the burst under
-//!    one lock, the sockets named for the application's `ready` list.
+//!    one lock, the sockets named for the application's `ready` list; the
+//!    iteration's last burst after the callback, which may take its
+//!    sockets' datagrams first, without the queue.
 //!
 //! Transmit ([`tx`]) resolves neighbours through the lcore's [`memo`] and
 //! the shared table and sends bursts. The engine reaches the sockets only
@@ -53,6 +55,10 @@ pub struct LcoreCtx<'a> {
     now: Instant,
     stack: &'a Stack,
     ready: &'a [u64],
+    /// The last burst's datagrams, by socket, not yet queued: the
+    /// callback may take them ([`recv_staged`](Self::recv_staged)).
+    staged: std::cell::RefCell<&'a mut deliver::Runs>,
+    snapshot: &'a Snapshot<Arc<SocketCore>>,
 }
 
 impl LcoreCtx<'_> {
@@ -78,7 +84,9 @@ impl LcoreCtx<'_> {
 
     /// Ids ([`UdpSocket::id`](crate::UdpSocket::id)) of the sockets this
     /// lcore queued datagrams to since the callback last ran: an
-    /// application with many sockets reads only these.
+    /// application with many sockets reads only these. The iteration's
+    /// last burst is not queued yet: [`recv_staged`](Self::recv_staged)
+    /// hands it over.
     pub fn ready(&self) -> &[u64] {
         self.ready
     }

@@ -94,14 +94,18 @@ impl Worker<'_> {
         }
         for r in 0..rings {
             let mut burst: Burst<BURST> = Burst::new();
-            total += self.handed(|s| &mut s.datagrams, r, &mut burst);
+            let n = self.handed(|s| &mut s.datagrams, r, &mut burst);
+            if n == 0 {
+                continue;
+            }
+            total += n;
+            // At most a burst staged at a time.
+            self.make_room();
             for m in burst.drain() {
                 if let Some(c) = self.rx_handed_datagram(m) {
                     self.inc(c);
                 }
             }
-            // At most a burst staged at a time.
-            self.deliver_staged();
         }
         for r in 0..rings {
             let mut burst: Burst<BURST> = Burst::new();

@@ -32,8 +32,8 @@ pub(crate) struct Pool {
     pub lcores: usize,
     /// The per-lcore mempool cache.
     pub cache: usize,
-    /// Packets an lcore has in hand at once (its receive and transmit
-    /// bursts).
+    /// Packets an lcore has in hand at once (its receive burst, the burst
+    /// staged for its callback, its transmit burst).
     pub bursts: usize,
     /// Mbufs in use once the ports started: what their RX rings hold.
     pub rx_rings: usize,
@@ -52,7 +52,7 @@ pub(crate) fn plan(cfg: &StackConfig, pool: &Pool) -> Result<MbufBudget> {
     let reserved = pool.rx_rings + pool.tx_rings + in_flight;
     let free = pool.size.saturating_sub(reserved);
     // Below this the receive queues could not take a few bursts.
-    let least = 4 * pool.bursts.max(1);
+    let least = 8 * crate::shared::BURST;
     if free < 2 * least {
         return Err(Error::Config(format!(
             "mempool_size {}: the RX rings hold {}, the TX rings may keep {}, the lcores' caches and bursts {}, \

@@ -225,7 +225,9 @@ impl Stack {
                 frag_charge: pool.buf_len() as usize,
                 lcores: workers,
                 cache: pool_cfg.cache_size as usize,
-                bursts: 2 * crate::shared::BURST,
+                // The receive burst, the burst staged for the callback
+                // (both while a second one arrives) and the transmit burst.
+                bursts: 3 * crate::shared::BURST,
                 // What the PMDs put on their RX rings when they started.
                 rx_rings: pool.in_use() as usize,
                 tx_rings,
