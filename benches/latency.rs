@@ -20,7 +20,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use spate::{LcoreCtx, PortSpec, Stack, StackConfig, UdpSocket};
+use spate::{DatagramBatch, LcoreCtx, PortSpec, Stack, StackConfig, UdpSocket};
 use spate_testkit::process::Proc;
 use spate_testkit::{Netns, SpateApp, cpu_model, kernel_peer, unique, unique_socket_path, veth};
 
@@ -163,9 +163,18 @@ fn over_vhost(warm: usize, n: usize) -> (Rtts, usize) {
             let hz = spate::dpdk::lcore::tsc_hz() as f64;
             let (mut seq, mut sent_at, mut rtts, mut lost) = (0u64, 0u64, Vec::with_capacity(n), 0usize);
             let mut buf = [0u8; 64];
+            let mut staged = DatagramBatch::with_capacity(32);
             move |ctx: &mut LcoreCtx<'_>| {
                 let now = spate::dpdk::lcore::tsc();
-                while let Ok((len, _)) = s.recv_from(&mut buf) {
+                // The burst's datagrams where the lcore staged them, then
+                // what the queue holds.
+                ctx.recv_staged(|_, st| st.move_to(&mut staged));
+                let mut from_burst = staged.drain();
+                while let Some(len) = from_burst
+                    .next()
+                    .map(|d| d.copy_to(&mut buf))
+                    .or_else(|| s.recv_from(&mut buf).ok().map(|(len, _)| len))
+                {
                     if len == 32 && buf[..8] == seq.to_le_bytes() && sent_at != 0 {
                         if seq as usize > warm {
                             rtts.push(((now - sent_at) as f64 * 1e9 / hz) as u64);

@@ -181,7 +181,7 @@ struct Args {
     yield_idle: bool,
     /// The reader takes its datagrams through the receive queue
     /// (`UdpSocket::recv_batch`, as a thread reads) instead of where the
-    /// lcore staged them (`LcoreCtx::recv_batch`).
+    /// lcore staged them (`LcoreCtx::recv_staged`).
     queued: bool,
 }
 
@@ -514,10 +514,8 @@ fn echo(stack: &Stack, source: Source, target: u64, start: u64, staged: bool) {
                 }
                 // A short batch means the queue is empty (as a short
                 // `recvmmsg` does): no call just to hear `WouldBlock`.
-                while let Ok(got) = match ctx.ready().is_empty() {
-                    true => Err(std::io::ErrorKind::WouldBlock.into()),
-                    false => s.recv_batch(&mut batch, 64),
-                } {
+                let queued = !ctx.ready().is_empty();
+                while let Some(Ok(got)) = queued.then(|| s.recv_batch(&mut batch, 64)) {
                     let replies = batch.drain().map(|dg| {
                         let to = dg.src();
                         bytes += dg.len() as u64;

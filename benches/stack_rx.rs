@@ -106,8 +106,14 @@ fn spate_sink(sock: &Path, warmup: u64, seconds: u64, checksum_offload: bool) ->
             let (s, c, b) = (s.clone(), c.clone(), b.clone());
             let mut batch = DatagramBatch::with_capacity(64);
             let (mut n, mut sum) = (0u64, 0u64);
-            move |_: &mut LcoreCtx<'_>| {
-                if s.recv_batch(&mut batch, 64).is_ok() {
+            move |ctx: &mut LcoreCtx<'_>| {
+                // The burst's datagrams where the lcore staged them, then
+                // what the queue holds, if the lcore queued any.
+                ctx.recv_staged(|_, staged| staged.move_to(&mut batch));
+                if !ctx.ready().is_empty() {
+                    let _ = s.recv_batch(&mut batch, 64);
+                }
+                if !batch.is_empty() {
                     for d in batch.iter() {
                         sum = sum.wrapping_add(read_every_byte(d.data()));
                         n += 1;

@@ -624,7 +624,7 @@ fn the_callback_takes_staged_datagrams_in_order_and_leaves_the_rest_queued() {
     send(&mut peer, 0..20);
 
     // 0: the callback reads nothing; 1: only what is staged; 2: what is
-    // staged, then the queue (the socket's id seen once per call).
+    // staged, then the queue.
     let mode = Arc::new(AtomicU8::new(1));
     let got: Arc<Mutex<Vec<u32>>> = Arc::default();
     let (s, m, g) = (sock.clone(), mode.clone(), got.clone());
@@ -639,10 +639,15 @@ fn the_callback_takes_staged_datagrams_in_order_and_leaves_the_rest_queued() {
                     return;
                 }
                 let mut g = g.lock().unwrap();
+                // Mode 1 moves them into a batch, mode 2 drains them.
                 ctx.recv_staged(|id, staged| {
                     assert_eq!(id, s.id());
-                    g.extend(staged.drain().map(|d| seq(&d)));
+                    match mode {
+                        1 => staged.move_to(&mut batch),
+                        _ => g.extend(staged.drain().map(|d| seq(&d))),
+                    }
                 });
+                g.extend(batch.drain().map(|d| seq(&d)));
                 if mode == 2 {
                     while s.recv_batch(&mut batch, 64).is_ok() {
                         g.extend(batch.drain().map(|d| seq(&d)));

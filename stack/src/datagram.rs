@@ -324,8 +324,8 @@ impl<'a> Staged<'a> {
     }
 
     /// Moves every datagram into `batch`, after what it holds: an empty
-    /// batch with room for them takes the lcore's buffer whole, without a
-    /// copy (and lends it its own).
+    /// batch whose capacity is at least the lcore's buffer's takes that
+    /// buffer whole, without a copy, and lends it its own.
     #[inline]
     pub fn move_to(self, batch: &mut DatagramBatch) {
         let out = &mut batch.items;

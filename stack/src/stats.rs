@@ -60,7 +60,7 @@ macro_rules! counter_kind {
 
 counters! {
     RxFrames = kept "Rx"."Frames": "Frames received from ports.";
-    RxDelivered = kept "Rx"."Delivered": "UDP datagrams queued to a socket.";
+    RxDelivered = kept "Rx"."Delivered": "UDP datagrams queued to a socket, or taken by the run-to-completion callback where they were staged.";
     RxNoPort = drop "Rx"."NoPort": "UDP datagrams for a port nobody listens on.";
     RxIgnoredMulti = drop "Rx"."IgnoredMulti": "Broadcast or multicast UDP nobody listens for.";
     RxRcvbufFull = drop "Rx"."RcvbufFull": "UDP datagrams dropped because the socket's receive buffer was full.";

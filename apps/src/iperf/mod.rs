@@ -124,8 +124,11 @@ fn server(args: &IperfArgs) -> Result<(), Box<dyn std::error::Error>> {
         let mut tests: HashMap<SocketAddr, Test> = HashMap::new();
         let mut next_id = 1u32;
         let mut batch = DatagramBatch::with_capacity(64);
-        move |_ctx: &mut LcoreCtx<'_>| {
-            while s.recv_batch(&mut batch, 64).is_ok() {
+        move |ctx: &mut LcoreCtx<'_>| {
+            // The burst's datagrams where the lcore staged them, then what
+            // the queue holds.
+            ctx.recv_staged(|_, staged| staged.move_to(&mut batch));
+            while !batch.is_empty() || s.recv_batch(&mut batch, 64).is_ok() {
                 let now = wall_clock();
                 for d in batch.drain() {
                     let Some(h) = Datagram::parse(d.data()) else { continue };

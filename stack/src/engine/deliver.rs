@@ -48,8 +48,9 @@ pub(super) struct Runs {
     /// 1 + the run of a binding index, at `index % SLOTS`; 0: none. An index
     /// whose entry another holds is found by a scan of the used runs.
     slot: [u8; SLOTS],
-    /// Datagrams the callback took, and how many of them IPv4: counted
-    /// delivered with the rest of the burst.
+    /// Datagrams staged; those the callback took, and how many of them
+    /// IPv4: counted delivered with the rest of the burst.
+    staged: u64,
     taken: u64,
     taken_v4: u64,
 }
@@ -60,6 +61,7 @@ impl Runs {
             runs: (0..BURST).map(|_| Run { datagrams: Vec::with_capacity(BURST), ..Run::default() }).collect(),
             used: 0,
             slot: [0; SLOTS],
+            staged: 0,
             taken: 0,
             taken_v4: 0,
         }
@@ -80,6 +82,7 @@ impl Runs {
             s if s > 0 && self.runs[s - 1].index == index => s - 1,
             s => self.open(index, iface, h, s == 0),
         };
+        self.staged += 1;
         let run = &mut self.runs[r];
         run.v4 += v4 as u32;
         run.datagrams.push(d);
@@ -119,7 +122,7 @@ impl Runs {
         // The whole table: 64 bytes, a few stores, no loop.
         self.slot = [0; SLOTS];
         self.used = 0;
-        (self.taken, self.taken_v4) = (0, 0);
+        (self.staged, self.taken, self.taken_v4) = (0, 0, 0);
     }
 }
 
@@ -136,12 +139,16 @@ impl LcoreCtx<'_> {
     ///
     /// A socket whose receive queue holds datagrams already (what an
     /// earlier callback left, an earlier burst of this iteration: a
-    /// second RX queue, frames another lcore handed over) is passed over,
-    /// so that each flow keeps its order: its datagrams of this burst are
-    /// queued behind the others when the callback returns, and the socket
-    /// is named in [`ready`](Self::ready) then. A callback that reads only
-    /// with `recv_batch` gets the same datagrams one iteration later,
-    /// through the queues.
+    /// second RX queue, frames another lcore handed over, another lcore's
+    /// flows) is passed over, so that each flow keeps its order: its
+    /// datagrams of this burst are queued behind the others when the
+    /// callback returns, and the socket is named in [`ready`](Self::ready)
+    /// then. So is a socket that changed (connected, left its group,
+    /// closed) since the lookup: its datagrams are looked up again. A
+    /// socket's pending error (ICMP) is not reported here: `recv_batch`
+    /// reports it. A callback that reads only with `recv_batch` gets the
+    /// same datagrams one iteration later, through the queues; a thread
+    /// reading the socket, as soon as the callback returns.
     pub fn recv_staged(&self, mut f: impl FnMut(u64, Staged<'_>)) {
         // A callback that calls this from `f` finds nothing more.
         let Ok(mut staged) = self.staged.try_borrow_mut() else { return };
@@ -157,12 +164,15 @@ impl LcoreCtx<'_> {
             if b.sock.epoch.load(Ordering::Acquire) != b.epoch || !b.sock.queue.looks_empty() {
                 continue;
             }
-            let n = run.datagrams.len() as u64;
+            // Counted taken before `f` runs: a panic in it drops them with
+            // the iterator, counted.
+            let (n, v4) = (run.datagrams.len() as u64, run.v4);
+            (staged.taken, staged.taken_v4) = (staged.taken + n, staged.taken_v4 + v4 as u64);
             f(b.id, Staged::new(&mut run.datagrams));
-            // All or none.
-            if run.datagrams.is_empty() {
-                staged.taken += n;
-                staged.taken_v4 += run.v4 as u64;
+            // All or none: none, and they are queued after the callback.
+            if !run.datagrams.is_empty() {
+                (staged.taken, staged.taken_v4) = (staged.taken - n, staged.taken_v4 - v4 as u64);
+            } else {
                 run.v4 = 0;
             }
         }
@@ -187,6 +197,28 @@ impl Worker<'_> {
         if self.runs.used == 0 {
             return;
         }
+        let runs = &mut self.runs;
+        if runs.taken == runs.staged {
+            // The callback took them all: only the counting is left.
+            let (delivered, v4) = (runs.taken, runs.taken_v4);
+            runs.reset();
+            self.count_delivered(delivered, v4);
+            return;
+        }
+        self.queue_staged();
+    }
+
+    /// Counts `delivered` datagrams, `v4` of them IPv4, delivered.
+    #[inline(always)]
+    fn count_delivered(&mut self, delivered: u64, v4: u64) {
+        self.add(Counter::RxDelivered, delivered);
+        self.add(Counter::UdpInDatagrams, v4);
+        self.add(Counter::Udp6InDatagrams, delivered - v4);
+    }
+
+    /// [`deliver_staged`](Self::deliver_staged) when some are left to queue.
+    #[inline(never)]
+    fn queue_staged(&mut self) {
         // What the callback took, and then what is queued.
         let (mut delivered, mut v4) = (self.runs.taken, self.runs.taken_v4);
         for r in 0..self.runs.used {
@@ -225,13 +257,11 @@ impl Worker<'_> {
             (delivered, v4) = (delivered + n, v4 + n4);
         }
         self.runs.reset();
-        self.add(Counter::RxDelivered, delivered);
-        self.add(Counter::UdpInDatagrams, v4);
-        self.add(Counter::Udp6InDatagrams, delivered - v4);
+        self.count_delivered(delivered, v4);
     }
 
     /// Counts and frees the tail of a run its queue refused; returns what
-    /// was queued (as `deliver_run`).
+    /// was queued.
     #[cold]
     fn refused(&mut self, v4: u64, datagrams: &mut Vec<Datagram>, refusal: Refusal, accepted: u64) -> (u64, u64) {
         let refused_v4 = datagrams.iter().filter(|d| d.wire_src().is_ipv4()).count() as u64;

@@ -113,8 +113,9 @@ pub(crate) struct Worker<'s> {
     rx: Vec<(u16, RxQueue)>,
     snapshot: Arc<Snapshot<Arc<SocketCore>>>,
     snap_gen: u64,
-    /// Datagrams that found a socket during this burst, by socket, queued
-    /// together after it.
+    /// Datagrams that found a socket during this burst, by socket: lent to
+    /// the callback, and what it leaves queued after it (or before the
+    /// next burst is staged).
     runs: deliver::Runs,
     /// Sockets this lcore queued datagrams to since the application's
     /// callback last ran, and a bit per id modulo 64 of those in it.
@@ -217,7 +218,8 @@ impl<'s> Worker<'s> {
         !cfg!(feature = "no-gro-stage") && self.gro_active
     }
 
-    /// Stages a datagram for binding `index`, to be queued after the burst;
+    /// Stages a datagram for binding `index`, for the callback or the
+    /// socket's queue (see [`deliver`]);
     /// returns where it waits (for a GRO train to grow it).
     #[inline(always)]
     fn stage(&mut self, index: u32, iface: u16, v4: bool, d: Datagram) -> (usize, usize) {

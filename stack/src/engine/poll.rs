@@ -77,6 +77,9 @@ impl Worker<'_> {
     pub fn poll_rx(&mut self) -> usize {
         let g = self.shared.sockets.generation();
         if g != self.snap_gen {
+            // Staged datagrams name bindings of the old snapshot (none are
+            // between iterations: the callback's turn queues them).
+            self.make_room();
             self.snapshot = self.shared.sockets.snapshot();
             self.snap_gen = g;
         }

@@ -527,7 +527,8 @@ impl Worker<'_> {
                 return Some(Counter::RxUdpErrors);
             }
             let d = Datagram::new(m, header_span(at.l3, at.l4), mapped);
-            // Queued after the burst, one charge and one lock per socket.
+            // Staged: for the callback, or queued with one charge and one
+            // lock per socket.
             self.stage(index, iface.index, at.src.is_ipv4(), d);
             return None;
         }

@@ -123,7 +123,16 @@ mod tests {
     const FRAG: usize = 2176;
 
     fn pool(size: usize, lcores: usize, rx_rings: usize, tx_rings: usize) -> Pool {
-        Pool { size, truesize: TRUESIZE, frag_charge: FRAG, lcores, cache: 256, bursts: 64, rx_rings, tx_rings }
+        Pool {
+            size,
+            truesize: TRUESIZE,
+            frag_charge: FRAG,
+            lcores,
+            cache: 256,
+            bursts: 3 * crate::shared::BURST,
+            rx_rings,
+            tx_rings,
+        }
     }
 
     fn sums(b: &MbufBudget) -> usize {
@@ -143,7 +152,7 @@ mod tests {
                             assert!(b.reassembly_high_bytes <= REASSEMBLY_HIGH, "{b}");
                             assert!(b.reassembly_low_bytes <= b.reassembly_high_bytes, "{b}");
                         }
-                        Err(e) => assert!(rx + tx + lcores * (384 + 64) + 512 > size, "{size} {lcores} {rx} {tx}: {e}"),
+                        Err(e) => assert!(rx + tx + lcores * (384 + 96) + 512 > size, "{size} {lcores} {rx} {tx}: {e}"),
                     }
                 }
             }
@@ -154,7 +163,7 @@ mod tests {
     fn the_default_pool_keeps_its_bounds_on_one_lcore() {
         let b = plan(&StackConfig::default(), &pool(16383, 1, 1024, 0)).unwrap();
         // An eighth of what the RX ring and the cache and bursts leave.
-        let free = 16383 - 1024 - (384 + 64);
+        let free = 16383 - 1024 - (384 + 96);
         assert_eq!((b.receive_queues, b.pending_total, b.reassembly_high_bytes), (8191, free / 8, REASSEMBLY_HIGH));
         assert_eq!(b.reassembly_low_bytes, 3 << 20);
     }
@@ -191,5 +200,16 @@ mod tests {
         let cfg = StackConfig { reassembly_low_bytes: Some(2 << 20), ..StackConfig::default() };
         let p = pool(4095, 1, 0, 0);
         assert!(plan(&cfg, &p).unwrap_err().to_string().contains("reassembly_low_bytes"));
+    }
+
+    /// The example in docs/configuration.md ("The mbuf budget") is what
+    /// `plan` says for its configuration.
+    #[test]
+    fn the_configuration_docs_example_is_what_plan_says() {
+        let cfg = StackConfig { udp_mem_bytes: Some(1000 * TRUESIZE), ..StackConfig::default() };
+        let e = plan(&cfg, &pool(2047, 1, 1024, 0)).unwrap_err().to_string();
+        let e = e.trim_start_matches("configuration: ");
+        let docs = include_str!("../../../docs/configuration.md").split_whitespace().collect::<Vec<_>>().join(" ");
+        assert!(docs.contains(e), "docs/configuration.md should show: {e}");
     }
 }
