@@ -298,24 +298,6 @@ impl<'a> Staged<'a> {
         Staged { items }
     }
 
-    /// Datagrams held.
-    #[inline]
-    pub fn len(&self) -> usize {
-        self.items.len()
-    }
-
-    /// Whether it holds none.
-    #[inline]
-    pub fn is_empty(&self) -> bool {
-        self.items.is_empty()
-    }
-
-    /// The datagrams, in arrival order.
-    #[inline]
-    pub fn iter(&self) -> std::slice::Iter<'_, Datagram> {
-        self.items.iter()
-    }
-
     /// Takes every datagram out, in arrival order (those the iterator is
     /// dropped with are freed).
     #[inline]
@@ -334,6 +316,15 @@ impl<'a> Staged<'a> {
         } else {
             out.append(self.items);
         }
+    }
+}
+
+/// The datagrams, in arrival order (`len`, `iter` and the rest of a
+/// slice's reading).
+impl std::ops::Deref for Staged<'_> {
+    type Target = [Datagram];
+    fn deref(&self) -> &[Datagram] {
+        self.items
     }
 }
 

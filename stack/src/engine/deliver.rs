@@ -67,12 +67,6 @@ impl Runs {
         }
     }
 
-    /// Whether a burst's datagrams are staged.
-    #[inline(always)]
-    pub(super) fn any(&self) -> bool {
-        self.used > 0
-    }
-
     /// Adds `d` to binding `index`'s run; returns where it went (run,
     /// position), for a GRO train to grow it.
     #[inline(always)]
@@ -180,18 +174,11 @@ impl LcoreCtx<'_> {
 }
 
 impl Worker<'_> {
-    /// Queues what an earlier burst left staged, so that the next one can
-    /// be: at most one burst waits for the callback.
-    #[inline(always)]
-    pub(super) fn make_room(&mut self) {
-        if self.runs.any() {
-            self.deliver_staged();
-        }
-    }
-
     /// Queues the burst's datagrams to their sockets: each socket's run
     /// with one lock, the runs in the order their sockets first appeared.
     /// The burst's delivered datagrams are counted once, after them all.
+    /// Called before a burst is staged too (nothing staged: one load), so
+    /// that at most one burst waits for the callback.
     #[inline]
     pub(super) fn deliver_staged(&mut self) {
         if self.runs.used == 0 {

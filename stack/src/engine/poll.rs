@@ -79,7 +79,7 @@ impl Worker<'_> {
         if g != self.snap_gen {
             // Staged datagrams name bindings of the old snapshot (none are
             // between iterations: the callback's turn queues them).
-            self.make_room();
+            self.deliver_staged();
             self.snapshot = self.shared.sockets.snapshot();
             self.snap_gen = g;
         }
@@ -126,7 +126,7 @@ impl Worker<'_> {
     /// cost.
     #[inline(never)]
     pub(super) fn rx_run(&mut self, iface: u16, burst: &mut Burst<BURST>) {
-        self.make_room();
+        self.deliver_staged();
         if self.gro_stage() {
             self.rx_frames_gro(iface, burst);
         } else {

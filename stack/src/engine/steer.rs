@@ -100,7 +100,7 @@ impl Worker<'_> {
             }
             total += n;
             // At most a burst staged at a time.
-            self.make_room();
+            self.deliver_staged();
             for m in burst.drain() {
                 if let Some(c) = self.rx_handed_datagram(m) {
                     self.inc(c);
