@@ -24,7 +24,7 @@ use std::net::{SocketAddr, UdpSocket};
 use std::time::Duration;
 
 use spate_testkit::process::Proc;
-use spate_testkit::{Netns, SpateApp, counter, device_lock, kernel_peer, port_counter, veth};
+use spate_testkit::{Netns, SpateApp, counter, device_lock, kernel_peer, port_counter, stop_relay, veth};
 
 const ECHO: &str = env!("CARGO_BIN_EXE_spate-echo");
 const SINK: &str = env!("CARGO_BIN_EXE_spate-sink");
@@ -306,41 +306,6 @@ fn relayed(what: &str) -> (Netns, Netns, Netns, Proc) {
     (spate, relay, kernel, p)
 }
 
-/// One direction of the relay's final counts.
-#[derive(Debug, Clone, Copy)]
-struct Leg {
-    dropped: u64,
-    udp: u64,
-    reordered: u64,
-}
-
-/// The relay's final counts, a->b (towards the kernel) and b->a.
-struct RelayCounts {
-    a_b: Leg,
-    b_a: Leg,
-}
-
-fn stop_relay(mut p: Proc) -> RelayCounts {
-    let status = p.stop_with(libc::SIGINT, Duration::from_secs(10));
-    let out = p.output();
-    assert!(status.is_some_and(|s| s.success()), "{out}");
-    let line = out.lines().find(|l| l.contains("a->b forwarded=")).unwrap().to_string();
-    println!("relay: {line}");
-    let (ab, ba) = line.split_once("b->a").unwrap();
-    let field = |part: &str, key: &str| -> u64 {
-        part.split_whitespace()
-            .find_map(|w| w.strip_prefix(&format!("{key}=")))
-            .and_then(|v| v.trim_end_matches(';').parse().ok())
-            .unwrap()
-    };
-    let leg = |part: &str| Leg {
-        dropped: field(part, "dropped"),
-        udp: field(part, "udp"),
-        reordered: field(part, "reordered"),
-    };
-    RelayCounts { a_b: leg(ab), b_a: leg(ba) }
-}
-
 const PY_SEND: &str = r#"
 import socket, struct, sys
 n = int(sys.argv[1])
@@ -361,7 +326,7 @@ print('sent', n)
 fn seeds_test_kernel_to_spate_through_a_relay() {
     let _serial = device_lock();
     let n = relay_datagrams();
-    let (spate, _relay, kernel, relay_proc) = relayed("seed");
+    let (spate, _relay, kernel, mut relay_proc) = relayed("seed");
     // A short reassembly timeout, so that what a lost fragment left behind
     // is counted before the sink stops.
     let config = std::env::temp_dir().join(format!("spate-seed-{}.toml", std::process::id()));
@@ -374,7 +339,7 @@ fn seeds_test_kernel_to_spate_through_a_relay() {
     std::thread::sleep(Duration::from_millis(2500));
     let (c, out) = sink.stop();
     let _ = std::fs::remove_file(&config);
-    let relay = stop_relay(relay_proc);
+    let (_, b_a) = stop_relay(&mut relay_proc);
     assert!(out.contains("Checked: intact="), "{out}");
     let (intact, corrupted) = (counter(&c, "Checked.intact"), counter(&c, "Checked.corrupted"));
     // Each datagram is two frames. One that lost one of them left the other
@@ -382,19 +347,19 @@ fn seeds_test_kernel_to_spate_through_a_relay() {
     // Frames are lost in the relay (on purpose, or never captured when the
     // machine is busy) and at spate's port (imissed: its ring was full).
     let port_missed = port_counter(&out, "imissed") + port_counter(&out, "rx_nombuf");
-    let lost_frames = relay.b_a.dropped + (2 * n - relay.b_a.udp) + port_missed;
+    let lost_frames = b_a.dropped + (2 * n - b_a.udp) + port_missed;
     let timeouts = counter(&c, "Ip.ReasmTimeout");
     let rcvbuf = counter(&c, "Udp.RcvbufErrors");
     println!(
         "kernel -> spate: {n} sent, {intact} delivered intact, {corrupted} corrupted; {lost_frames} frames lost \
          ({} dropped by the relay on purpose, {port_missed} missed by spate's port), reordered {}; reassembly \
          failures {} (timeouts {timeouts}); receive buffer drops {rcvbuf}",
-        relay.b_a.dropped,
-        relay.b_a.reordered,
+        b_a.dropped,
+        b_a.reordered,
         counter(&c, "Ip.ReasmFails"),
     );
     assert_eq!(corrupted, 0, "no datagram arrives corrupted\n{out}");
-    assert!(relay.b_a.reordered > 0, "the relay reordered frames");
+    assert!(b_a.reordered > 0, "the relay reordered frames");
     assert!(
         lost_frames >= timeouts && (lost_frames - timeouts) % 2 == 0,
         "{lost_frames} lost, {timeouts} timed out\n{out}"
@@ -432,7 +397,7 @@ print('intact', intact, 'corrupted', corrupted, flush=True)
 fn seeds_test_spate_to_kernel_through_a_relay() {
     let _serial = device_lock();
     let n = relay_datagrams();
-    let (spate, _relay, kernel, relay_proc) = relayed("seedrev");
+    let (spate, _relay, kernel, mut relay_proc) = relayed("seedrev");
     // What a lost fragment leaves behind times out within the test. And
     // the kernel's `ipfrag_max_dist` heuristic is off: it drops a datagram
     // whose fragments arrive more than 64 fragments from that source apart,
@@ -462,7 +427,7 @@ fn seeds_test_spate_to_kernel_through_a_relay() {
     let mut flood = spate.spawn("flood", FLOOD, &args, Duration::from_secs(600)).unwrap();
     assert!(flood.wait_exit(Duration::from_secs(300)), "{}", flood.output());
     assert!(receiver.wait_for_output("intact ", Duration::from_secs(30)), "{}", receiver.output());
-    let relay = stop_relay(relay_proc);
+    let (a_b, _) = stop_relay(&mut relay_proc);
     let out = receiver.output();
     let words: Vec<&str> = out.lines().find(|l| l.starts_with("intact ")).unwrap().split_whitespace().collect();
     let (intact, corrupted): (u64, u64) = (words[1].parse().unwrap(), words[3].parse().unwrap());
@@ -475,18 +440,18 @@ fn seeds_test_spate_to_kernel_through_a_relay() {
     };
     let (timeouts, fails, rcvbuf) =
         (kernel_counter("IpReasmTimeout "), kernel_counter("IpReasmFails "), kernel_counter("UdpRcvbufErrors "));
-    let lost_frames = relay.a_b.dropped + (2 * sent - relay.a_b.udp);
+    let lost_frames = a_b.dropped + (2 * sent - a_b.udp);
     println!(
         "spate -> kernel: {sent} sent, {intact} received intact, {corrupted} corrupted; relay lost {lost_frames} frames \
          ({} dropped on purpose), reordered {}; kernel reassembly failures {fails} (timeouts {timeouts}); receive \
          buffer drops {rcvbuf}",
-        relay.a_b.dropped, relay.a_b.reordered
+        a_b.dropped, a_b.reordered
     );
     assert_eq!(corrupted, 0, "the kernel saw no corrupted datagram");
     // A busy machine can slow the flood below its rate (the send is paced
     // by time); the accounting below holds for what it sent.
     assert!(sent >= n / 2, "{flood_out}");
-    assert!(relay.a_b.reordered > 0, "the relay reordered frames");
+    assert!(a_b.reordered > 0, "the relay reordered frames");
     assert!(
         lost_frames >= timeouts && (lost_frames - timeouts) % 2 == 0,
         "{lost_frames} lost, {timeouts} timed out\n{nstat}"

@@ -64,6 +64,9 @@ pub struct Direction {
     pub refused: u64,
     /// UDP frames sent at once, overtaking delayed ones.
     pub reordered: u64,
+    /// Frames the ingress port's capture lost before the relay saw them
+    /// (libpcap's drops, the port's `imissed`): not in `udp`.
+    pub missed: u64,
 }
 
 /// Whether an Ethernet frame carries UDP over IPv4 or IPv6 (without
@@ -197,18 +200,20 @@ pub fn main(args: RelayArgs) -> i32 {
     match run(&args) {
         Ok((ab, ba)) => {
             println!(
-                "spate-relay: a->b forwarded={} dropped={} udp={} refused={} reordered={}; \
-                 b->a forwarded={} dropped={} udp={} refused={} reordered={}",
+                "spate-relay: a->b forwarded={} dropped={} udp={} refused={} reordered={} missed={}; \
+                 b->a forwarded={} dropped={} udp={} refused={} reordered={} missed={}",
                 ab.forwarded,
                 ab.dropped,
                 ab.udp,
                 ab.refused,
                 ab.reordered,
+                ab.missed,
                 ba.forwarded,
                 ba.dropped,
                 ba.udp,
                 ba.refused,
-                ba.reordered
+                ba.reordered,
+                ba.missed
             );
             0
         }
@@ -274,8 +279,11 @@ fn run(args: &RelayArgs) -> Result<(Direction, Direction), Box<dyn std::error::E
             idle = 0;
         }
     }
-    let (a, b) = (ab.stats, ba.stats);
+    let (mut a, mut b) = (ab.stats, ba.stats);
     drop((ab, ba));
+    // Read before the ports stop: net_pcap takes its drops from libpcap.
+    a.missed = ports[0].stats()?.imissed;
+    b.missed = ports[1].stats()?.imissed;
     for mut p in ports {
         let _ = p.stop();
     }

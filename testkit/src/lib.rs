@@ -17,7 +17,7 @@ pub use eal::{device_lock, shared_eal};
 pub use names::{unique, unique_socket_path};
 pub use netns::{Netns, kernel_peer, veth};
 pub use process::Proc;
-pub use spate::{SpateApp, counter, parse_counters, port_counter};
+pub use spate::{RelayLeg, SpateApp, counter, parse_counters, port_counter, stop_relay};
 pub use testpmd::{FwdStats, TestPmd, TestPmdBuilder};
 pub use unsafe_libc::{pin_to_cpu, recvmmsg, set_recv_buffer};
 pub use wire_peer::{Rng, WirePeer};

@@ -72,3 +72,40 @@ pub fn port_counter(out: &str, key: &str) -> u64 {
 pub fn counter(map: &HashMap<String, u64>, name: &str) -> u64 {
     map.get(name).copied().unwrap_or(0)
 }
+
+/// What `spate-relay` did to one direction's frames (its final line).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RelayLeg {
+    /// UDP frames dropped on purpose.
+    pub dropped: u64,
+    /// UDP frames seen (forwarded or dropped).
+    pub udp: u64,
+    /// UDP frames sent at once, overtaking delayed ones.
+    pub reordered: u64,
+    /// Frames its ingress capture lost before it saw them.
+    pub missed: u64,
+}
+
+/// Stops `spate-relay` with SIGINT (it must exit 0) and reads its final
+/// counts: `(a->b, b->a)`.
+pub fn stop_relay(p: &mut Proc) -> (RelayLeg, RelayLeg) {
+    let status = p.stop_with(libc::SIGINT, Duration::from_secs(10));
+    let out = p.output();
+    assert!(status.is_some_and(|s| s.success()), "relay exit {status:?}: {out}");
+    let line = out.lines().find(|l| l.contains("a->b forwarded=")).unwrap_or_else(|| panic!("no counts: {out}"));
+    println!("relay: {line}");
+    let field = |part: &str, key: &str| -> u64 {
+        part.split_whitespace()
+            .find_map(|w| w.strip_prefix(&format!("{key}=")))
+            .and_then(|v| v.trim_end_matches(';').parse().ok())
+            .unwrap_or_else(|| panic!("{key} in {line}"))
+    };
+    let leg = |part: &str| RelayLeg {
+        dropped: field(part, "dropped"),
+        udp: field(part, "udp"),
+        reordered: field(part, "reordered"),
+        missed: field(part, "missed"),
+    };
+    let (ab, ba) = line.split_once("b->a").unwrap_or_else(|| panic!("no b->a in {line}"));
+    (leg(ab), leg(ba))
+}

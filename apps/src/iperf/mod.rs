@@ -234,6 +234,7 @@ fn client(args: &IperfArgs, host: IpAddr) -> Result<(), Box<dyn std::error::Erro
         outcome
     });
     stack.run(|_| |_: &mut LcoreCtx<'_>| {})?;
+    println!("{}", crate::report::summary(&stack));
     if !done.load(Ordering::Acquire) {
         // Stopped by a signal before the test ended.
         let _ = sender.join();
