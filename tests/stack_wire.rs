@@ -1,7 +1,7 @@
 //! The stack on one end of an in-memory wire pair; the test plays the peer
 //! on the other end with frames it builds itself.
 
-use std::net::{IpAddr, SocketAddr};
+use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
@@ -713,6 +713,98 @@ fn the_callback_takes_staged_datagrams_in_order_and_leaves_the_rest_queued() {
     let c = stack.counters();
     assert_eq!((c[Counter::UdpInDatagrams], c[Counter::RxDelivered]), (90, 90), "{}", c.render_nonzero());
     assert_eq!(c[Counter::UdpRcvbufErrors], 0);
+    assert_eq!(c.unaccounted_frames(), 0, "{}", c.render_nonzero());
+    drop(sock);
+    drop(peer);
+    assert_eq!(stack.mempool().in_use(), 0, "mbufs leaked");
+}
+
+/// An ARP packet from the peer's side, in a frame to `dst`.
+fn arp_from_peer(dst: MacAddr, operation: arp::Operation, sender_mac: MacAddr, target: (MacAddr, Ipv4Addr)) -> Vec<u8> {
+    let repr = arp::Repr { operation, sender_mac, sender_ip: PEER_IP, target_mac: target.0, target_ip: target.1 };
+    let mut body = [0u8; arp::PACKET_LEN];
+    repr.emit(&mut body);
+    eth(dst, ethernet::ethertype::ARP, &body)
+}
+
+/// A run-to-completion echo's replies go to the neighbour's MAC as the
+/// neighbour table has it at the time: the lcore lets its callback's
+/// sends finish the frames to a neighbour it found in its memo (the
+/// Ethernet header written in the send call), and a MAC the neighbour
+/// announces anew reaches the very next reply, before and after the
+/// lcore has looked it up again; every datagram counted once, no mbuf
+/// left.
+#[test]
+fn the_callbacks_replies_follow_the_neighbours_mac() {
+    const NEW_MAC: MacAddr = MacAddr([0x02, 0x00, 0x00, 0x00, 0x00, 0x99]);
+    let _serial = device_lock();
+    shared_eal(Memory::Auto);
+    let (mut peer, spate_port, _a) = WirePeer::new(1023);
+    let stack = wire_stack(PortSpec::new(&spate_port).addr("198.18.0.2/24").unwrap(), false);
+    let spate_mac = stack.interfaces()[0].mac;
+    let sock = Arc::new(UdpSocket::bind(&stack, "0.0.0.0:7").unwrap());
+    let s = sock.clone();
+    let running = stack
+        .spawn(move |_| {
+            let s = s.clone();
+            move |ctx: &mut LcoreCtx<'_>| {
+                ctx.recv_staged(|_, staged| {
+                    let replies = staged.drain().map(|d| {
+                        let to = d.src();
+                        (d.into_send_buf(), to)
+                    });
+                    assert!(s.send_batch_to(replies).is_ok());
+                });
+            }
+        })
+        .unwrap();
+    // One request at a time, so the lcore runs many loop iterations; the
+    // reply's destination MAC. ARP requests from spate are answered with
+    // `answer` when given, else left unanswered.
+    let echo = |peer: &mut WirePeer, seq: u32, answer: Option<MacAddr>| -> MacAddr {
+        peer.send(&udp_frame(spate_mac, false, 40000, 7, &seq.to_be_bytes()));
+        loop {
+            let f = peer.recv_matching(|_| true);
+            let e = ethernet::Frame::new_checked(&f[..]).unwrap();
+            if e.ethertype() == ethernet::ethertype::ARP {
+                let req = arp::Repr::parse(&arp::Packet::new_checked(e.payload()).unwrap()).unwrap();
+                assert_eq!((req.operation, req.target_ip), (arp::Operation::Request, PEER_IP));
+                if let Some(mac) = answer {
+                    let to = (spate_mac, SPATE_IP);
+                    peer.send(&arp_from_peer(spate_mac, arp::Operation::Reply, mac, to));
+                }
+                continue;
+            }
+            let (src_port, dst_port, _, payload) = udp_to_peer(&f, &format!("reply {seq}"));
+            assert_eq!((src_port, dst_port, &payload[..]), (7, 40000, &seq.to_be_bytes()[..]));
+            assert_eq!(e.src(), spate_mac);
+            return e.dst();
+        }
+    };
+    for seq in 0..40 {
+        assert_eq!(echo(&mut peer, seq, Some(PEER_MAC)), PEER_MAC, "reply {seq}");
+    }
+    // The peer announces a new MAC; once spate has heard it, no reply
+    // goes to the old one, while the entry waits for confirmation (the
+    // probes unanswered) and after the peer confirms it.
+    let arp_in = stack.counters()[Counter::RxArp];
+    let announce = (MacAddr::ZERO, PEER_IP);
+    peer.send(&arp_from_peer(MacAddr::BROADCAST, arp::Operation::Request, NEW_MAC, announce));
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while stack.counters()[Counter::RxArp] == arp_in {
+        assert!(Instant::now() < deadline, "{}", stack.counters().render_nonzero());
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    for seq in 40..60 {
+        assert_eq!(echo(&mut peer, seq, None), NEW_MAC, "reply {seq}, the entry stale");
+    }
+    for seq in 60..100 {
+        assert_eq!(echo(&mut peer, seq, Some(NEW_MAC)), NEW_MAC, "reply {seq}, the entry confirmed");
+    }
+    running.stop();
+    let c = stack.counters();
+    assert_eq!((c[Counter::UdpInDatagrams], c[Counter::UdpOutDatagrams]), (100, 100), "{}", c.render_nonzero());
+    assert_eq!(c[Counter::IpOutRequests], 100);
     assert_eq!(c.unaccounted_frames(), 0, "{}", c.render_nonzero());
     drop(sock);
     drop(peer);

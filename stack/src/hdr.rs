@@ -212,26 +212,38 @@ fn push_udp_ip_any(m: &mut Mbuf, h: &UdpHeaders, iface: &Interface) -> Result<()
 /// completes the offload request with the header lengths.
 #[inline]
 pub fn push_ethernet(m: &mut Mbuf, iface: &Interface, dst: MacAddr, ethertype: u16) -> Result<(), &'static str> {
-    let l2 = if iface.vlan.is_none() {
+    if iface.vlan.is_none() {
         // Untagged, the common case: one 14-byte write.
         let mut h = [0u8; ethernet::HEADER_LEN];
         h[..6].copy_from_slice(&dst.0);
         h[6..12].copy_from_slice(&iface.mac.0);
         h[12..].copy_from_slice(&ethertype.to_be_bytes());
-        m.prepend(h.len()).map_err(|_| "no headroom")?.copy_from_slice(&h);
-        h.len()
-    } else {
-        let repr = ethernet::Repr { src: iface.mac, dst, ethertype, vlan: iface.vlan };
-        let l2 = repr.buffer_len();
-        repr.emit(m.prepend(l2).map_err(|_| "no headroom")?);
-        l2
-    };
+        return push_untagged(m, &h);
+    }
+    let repr = ethernet::Repr { src: iface.mac, dst, ethertype, vlan: iface.vlan };
+    let l2 = repr.buffer_len();
+    repr.emit(m.prepend(l2).map_err(|_| "no headroom")?);
+    set_offload_lengths(m, l2);
+    Ok(())
+}
+
+/// Writes an untagged Ethernet header made beforehand and completes the
+/// offload request.
+#[inline(always)]
+pub fn push_untagged(m: &mut Mbuf, header: &[u8; ethernet::HEADER_LEN]) -> Result<(), &'static str> {
+    m.prepend(header.len()).map_err(|_| "no headroom")?.copy_from_slice(header);
+    set_offload_lengths(m, header.len());
+    Ok(())
+}
+
+/// The header lengths an offload request needs, when there is one.
+#[inline(always)]
+fn set_offload_lengths(m: &mut Mbuf, l2: usize) {
     let flags = m.ol_flags();
     if flags & tx_flags::ALL != 0 {
         let l3 = if flags & tx_flags::IPV4 != 0 { ipv4::HEADER_LEN } else { ipv6::HEADER_LEN };
         m.set_tx_offload(l2 as u8, l3 as u16, udp::HEADER_LEN as u8, 0);
     }
-    Ok(())
 }
 
 /// The EtherType of an IP packet to `next_hop`.

@@ -33,8 +33,14 @@ impl NeighMemo {
 
     #[inline]
     pub fn get(&self, iface: u16, ip: &IpAddr, now: Instant) -> Option<MacAddr> {
+        self.get_until(iface, ip, now).map(|(mac, _)| mac)
+    }
+
+    /// The MAC and until when it may be used without asking the table.
+    #[inline]
+    pub fn get_until(&self, iface: u16, ip: &IpAddr, now: Instant) -> Option<(MacAddr, Instant)> {
         match self.slots[Self::slot(ip)] {
-            Some(s) if s.iface == iface && s.ip == *ip && now < s.until => Some(s.mac),
+            Some(s) if s.iface == iface && s.ip == *ip && now < s.until => Some((s.mac, s.until)),
             _ => None,
         }
     }
@@ -43,13 +49,16 @@ impl NeighMemo {
         self.slots[Self::slot(&ip)] = Some(MemoSlot { iface, ip, mac, until });
     }
 
-    /// Forgets everything when the table's generation moved.
+    /// Forgets everything when the table's generation moved; says whether
+    /// it did.
     #[inline]
-    pub fn sync(&mut self, generation: u64) {
+    pub fn sync(&mut self, generation: u64) -> bool {
         if generation != self.generation {
             self.slots = [None; 16];
             self.generation = generation;
+            return true;
         }
+        false
     }
 }
 

@@ -31,7 +31,7 @@ use spate_dpdk::{Burst, Mbuf, RxQueue, TxQueue};
 use crate::datagram::Datagram;
 use crate::frag::reassembly::{Limits, Reassembler};
 use crate::lookup::Snapshot;
-use crate::shared::{BURST, LOCAL_TX_CAPACITY, Shared, SocketCore, Stack, Steering, TxPacket, WorkerQueues};
+use crate::shared::{BURST, Direct, Shared, SocketCore, Stack, Steering, WorkerQueues};
 use crate::stats::{Counter, CounterBlock};
 use crate::time::Instant;
 
@@ -141,8 +141,12 @@ pub(crate) struct Worker<'s> {
     /// the lcore owning one).
     tx: Vec<Option<TxQueue>>,
     txbuf: Vec<Burst<BURST>>,
-    /// What the application's callback sent on this lcore.
-    local: Vec<TxPacket>,
+    /// The neighbour the callback's sends finish frames for themselves
+    /// (see [`LocalTx`](crate::shared::LocalTx)): the last one the
+    /// callback's queued packets found in the memo, until the memo's
+    /// entry expires or the neighbour table changes.
+    direct: Option<Direct>,
+    direct_until: Instant,
     memo: NeighMemo,
     icmp_limit: RateLimit,
 
@@ -172,7 +176,8 @@ impl<'s> Worker<'s> {
             icmp_limit: RateLimit::new(per_lcore, shared.cfg.icmp_burst as u64),
             now: shared.clock.now(),
             next_timer: Instant(0),
-            local: Vec::with_capacity(LOCAL_TX_CAPACITY),
+            direct: None,
+            direct_until: Instant(0),
             idle_polls: 0,
             counters: shared.stats.lcore(idx),
             runs: deliver::Runs::new(),

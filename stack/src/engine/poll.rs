@@ -7,7 +7,7 @@ use std::sync::atomic::Ordering;
 use spate_dpdk::Burst;
 
 use super::{LcoreCtx, Worker};
-use crate::shared::{BURST, LOCAL_TX, LocalTx, PortSteering, TxPacket};
+use crate::shared::{BURST, Direct, LOCAL_TX, LOCAL_TX_CAPACITY, LocalTx, PortSteering, TxPacket};
 use crate::stats::{Counter, add_single_writer};
 use crate::time::Instant;
 
@@ -87,7 +87,11 @@ impl Worker<'_> {
         // before it was published. The no-gro-stage build (the benchmark's
         // baseline) has no stage at all.
         self.gro_active = !cfg!(feature = "no-gro-stage") && self.shared.gro_users.load(Ordering::Acquire) != 0;
-        self.memo.sync(self.shared.neigh.generation());
+        if self.memo.sync(self.shared.neigh.generation()) {
+            // The table changed: the callback's frames wait for a new
+            // look-up too.
+            self.direct_until = Instant(0);
+        }
         let mut total = 0;
         let mut burst: Burst<BURST> = Burst::new();
         for q in 0..self.rx.len() {
@@ -178,6 +182,10 @@ impl Worker<'_> {
     /// Calls the application, queues the staged datagrams it did not take,
     /// and sends what it sent.
     fn run_app(&mut self, app: &mut dyn FnMut(&mut LcoreCtx<'_>)) -> usize {
+        if self.direct.is_some() && self.now >= self.direct_until {
+            // The memo's time for it is up: looked up again.
+            self.set_direct(None);
+        }
         let mut ctx = LcoreCtx {
             index: self.idx,
             lcore: self.lcore,
@@ -192,33 +200,65 @@ impl Worker<'_> {
         self.ready_bits = 0;
         // Named in the next callback's `ready` list.
         self.deliver_staged();
-        // What the callback sent, swapped for the empty queue this lcore
-        // keeps (both keep their capacity): one thread-local access.
-        let mut queue = std::mem::take(&mut self.local);
+        // What the callback sent, sent from where it lies: one
+        // thread-local access.
+        LOCAL_TX.with(|l| match &mut *l.borrow_mut() {
+            Some(local) => self.transmit_local(local),
+            None => 0,
+        })
+    }
+
+    /// Sends what the callback sent: the frames it finished, then the
+    /// packets it queued; the neighbour those found in the memo becomes
+    /// the next callback's direct one. Returns how many went.
+    fn transmit_local(&mut self, local: &mut LocalTx) -> usize {
+        let n = local.frames.len() + local.queue.len();
+        match self.direct {
+            Some(d) => self.transmit_frames(d, &mut local.frames, std::mem::take(&mut local.datagrams)),
+            // None are finished without a direct neighbour.
+            None => debug_assert!(local.frames.is_empty(), "frames without a neighbour"),
+        }
+        if !local.queue.is_empty() {
+            if let Some((d, until)) = self.transmit_all(&mut local.queue) {
+                self.direct_until = until;
+                if self.direct != Some(d) {
+                    self.direct = Some(d);
+                    local.direct = Some(d);
+                }
+            }
+        }
+        n
+    }
+
+    /// Sets the neighbour the callback's sends finish frames for.
+    fn set_direct(&mut self, direct: Option<Direct>) {
+        self.direct = direct;
         LOCAL_TX.with(|l| {
             if let Some(local) = &mut *l.borrow_mut() {
-                std::mem::swap(&mut local.queue, &mut queue);
+                local.direct = direct;
             }
         });
-        let n = queue.len();
-        self.transmit_all(&mut queue);
-        self.local = queue;
-        n
     }
 
     /// Installs this lcore's queue for sends from its callback (the
     /// thread-local `LOCAL_TX`) for the time the loop runs.
     fn install_local_tx(&mut self) {
-        let queue = Vec::with_capacity(self.local.capacity());
-        LOCAL_TX.with(|l| *l.borrow_mut() = Some(LocalTx { stack_id: self.shared.id, queue }));
+        self.direct = None;
+        let local = LocalTx {
+            stack_id: self.shared.id,
+            queue: Vec::with_capacity(LOCAL_TX_CAPACITY),
+            direct: None,
+            frames: Vec::with_capacity(LOCAL_TX_CAPACITY),
+            datagrams: 0,
+        };
+        LOCAL_TX.with(|l| *l.borrow_mut() = Some(local));
     }
 
     /// Takes the queue out again and sends what is in it: after the loop,
     /// sends go to the inbox.
     fn remove_local_tx(&mut self) {
-        if let Some(local) = LOCAL_TX.with(|l| l.borrow_mut().take()) {
-            let mut queue = local.queue;
-            self.transmit_all(&mut queue);
+        if let Some(mut local) = LOCAL_TX.with(|l| l.borrow_mut().take()) {
+            self.transmit_local(&mut local);
         }
     }
 

@@ -9,8 +9,9 @@ use spate_dpdk::Mbuf;
 use super::Worker;
 use crate::hdr::{ethertype_for, push_ethernet};
 use crate::neigh::{Resolve, Solicit, arp as neigh_arp, nd};
-use crate::shared::TxPacket;
+use crate::shared::{Direct, TxPacket};
 use crate::stats::Counter;
+use crate::time::Instant;
 use crate::wire::{MacAddr, ethernet, ip_proto, ipv6};
 
 /// How often a full TX ring is retried before its frames are dropped.
@@ -51,9 +52,12 @@ impl Worker<'_> {
     /// Sends what the application queued in its callback, in order: a run
     /// of packets to the neighbour before them takes its MAC from the last
     /// one (one memo look-up per neighbour, not per packet), and the
-    /// counters are added once for the lot.
-    pub(super) fn transmit_all(&mut self, queue: &mut Vec<TxPacket>) {
-        let mut known: Option<(u16, IpAddr, MacAddr)> = None;
+    /// counters are added once for the lot. Returns the last neighbour
+    /// found in the memo and until when the memo holds it, for the next
+    /// callback to finish its frames for (see [`Direct`]), when its
+    /// interface takes them.
+    pub(super) fn transmit_all(&mut self, queue: &mut Vec<TxPacket>) -> Option<(Direct, Instant)> {
+        let mut known: Option<(u16, IpAddr, MacAddr, Instant)> = None;
         let (mut udp4, mut udp6, mut ip4, mut ip6) = (0, 0, 0, 0);
         for pkt in queue.drain(..) {
             let v4 = pkt.next_hop.is_ipv4();
@@ -61,10 +65,10 @@ impl Worker<'_> {
                 (udp4, udp6) = if v4 { (udp4 + 1, udp6) } else { (udp4, udp6 + 1) };
             }
             let mac = match known {
-                Some((i, hop, mac)) if i == pkt.iface && hop == pkt.next_hop => mac,
-                _ => match self.memo.get(pkt.iface, &pkt.next_hop, self.now) {
-                    Some(mac) => {
-                        known = Some((pkt.iface, pkt.next_hop, mac));
+                Some((i, hop, mac, _)) if i == pkt.iface && hop == pkt.next_hop => mac,
+                _ => match self.memo.get_until(pkt.iface, &pkt.next_hop, self.now) {
+                    Some((mac, until)) => {
+                        known = Some((pkt.iface, pkt.next_hop, mac, until));
                         mac
                     }
                     None => {
@@ -80,6 +84,29 @@ impl Worker<'_> {
         self.add(Counter::Udp6OutDatagrams, udp6);
         self.add(Counter::IpOutRequests, ip4);
         self.add(Counter::Ip6OutRequests, ip6);
+        let (iface, hop, mac, until) = known?;
+        let ifc = &self.shared.ifaces[iface as usize];
+        (ifc.vlan.is_none() && ifc.tunnel.is_none()).then(|| (Direct::new(iface, ifc.mac, hop, mac), until))
+    }
+
+    /// Sends the frames the callback finished for neighbour `d`, of which
+    /// `datagrams` are UDP datagrams (the rest fragments after a
+    /// datagram's first), and counts them as `transmit_all` would.
+    pub(super) fn transmit_frames(&mut self, d: Direct, frames: &mut Vec<Mbuf>, datagrams: u64) {
+        if frames.is_empty() {
+            return;
+        }
+        let n = frames.len() as u64;
+        for m in frames.drain(..) {
+            self.queue_tx(d.iface as usize, m);
+        }
+        if d.next_hop.is_ipv4() {
+            self.add(Counter::UdpOutDatagrams, datagrams);
+            self.add(Counter::IpOutRequests, n);
+        } else {
+            self.add(Counter::Udp6OutDatagrams, datagrams);
+            self.add(Counter::Ip6OutRequests, n);
+        }
     }
 
     /// Sends an IP packet to a known MAC.
@@ -105,7 +132,7 @@ impl Worker<'_> {
     }
 
     /// Queues a finished frame for port `i`, flushing first when full.
-    #[inline]
+    #[inline(always)]
     pub(super) fn queue_tx(&mut self, i: usize, m: Mbuf) {
         if let Err(m) = self.txbuf[i].push(m) {
             self.flush(i);

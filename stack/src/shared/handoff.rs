@@ -8,7 +8,9 @@ use std::net::IpAddr;
 
 use spate_dpdk::{Burst, Mbuf, RingConsumer, RingProducer, RxQueue, TxQueue};
 
+use crate::hdr::push_untagged;
 use crate::rss::{FlowHash, Reta};
+use crate::wire::{MacAddr, ethernet};
 
 /// Burst size of receive and transmit.
 pub const BURST: usize = 32;
@@ -34,11 +36,89 @@ thread_local! {
     pub(crate) static LOCAL_TX: RefCell<Option<LocalTx>> = const { RefCell::new(None) };
 }
 
-/// The lcore-local send queue of one stack.
+/// The lcore-local send path of one stack: what the callback sent, for
+/// the transmit stage after it returns.
 #[derive(Debug)]
 pub(crate) struct LocalTx {
     pub stack_id: u64,
+    /// Packets the transmit stage finishes (their neighbour looked up).
     pub queue: Vec<TxPacket>,
+    /// A neighbour the lcore found reachable when the callback began:
+    /// a send to it writes the Ethernet header itself, and the frame
+    /// waits in `frames`, ready for the port's burst.
+    pub direct: Option<Direct>,
+    /// Frames to `direct`, finished, in the order they were sent.
+    pub frames: Vec<Mbuf>,
+    /// How many of `frames` are UDP datagrams (the rest: fragments after
+    /// a datagram's first).
+    pub datagrams: u64,
+}
+
+/// A reachable neighbour on an interface with neither a VLAN tag nor a
+/// tunnel, and the Ethernet header of the frames to it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Direct {
+    pub iface: u16,
+    pub next_hop: IpAddr,
+    pub mac: MacAddr,
+    pub header: [u8; ethernet::HEADER_LEN],
+}
+
+impl Direct {
+    /// The neighbour `mac` at `next_hop` on interface `iface` (of MAC
+    /// `own`), frames of `next_hop`'s family.
+    pub fn new(iface: u16, own: MacAddr, next_hop: IpAddr, mac: MacAddr) -> Direct {
+        let mut header = [0u8; ethernet::HEADER_LEN];
+        header[..6].copy_from_slice(&mac.0);
+        header[6..12].copy_from_slice(&own.0);
+        let ethertype = if next_hop.is_ipv4() { ethernet::ethertype::IPV4 } else { ethernet::ethertype::IPV6 };
+        header[12..].copy_from_slice(&ethertype.to_be_bytes());
+        Direct { iface, next_hop, mac, header }
+    }
+
+    /// The frame of `pkt`, its Ethernet header written, and whether it
+    /// is a datagram, when it goes to this neighbour; else `pkt` back.
+    #[inline(always)]
+    pub fn finish(&self, mut pkt: TxPacket) -> Result<(Mbuf, bool), TxPacket> {
+        if pkt.iface == self.iface
+            && pkt.next_hop == self.next_hop
+            && push_untagged(&mut pkt.mbuf, &self.header).is_ok()
+        {
+            return Ok((pkt.mbuf, pkt.datagram));
+        }
+        Err(pkt)
+    }
+}
+
+impl LocalTx {
+    /// Whether `n` more packets fit, however they are taken.
+    #[inline]
+    pub fn has_room(&self, n: usize) -> bool {
+        self.queue.len() + n <= LOCAL_TX_CAPACITY && self.frames.len() + n <= LOCAL_TX_CAPACITY
+    }
+
+    /// Takes a packet the callback sent: its frame finished when it goes
+    /// to the direct neighbour, else queued for the transmit stage; gives
+    /// it back when there is no room.
+    #[inline(always)]
+    pub fn take(&mut self, pkt: TxPacket) -> Result<(), TxPacket> {
+        let pkt = match &self.direct {
+            Some(d) if self.frames.len() < LOCAL_TX_CAPACITY => match d.finish(pkt) {
+                Ok((frame, datagram)) => {
+                    self.frames.push(frame);
+                    self.datagrams += datagram as u64;
+                    return Ok(());
+                }
+                Err(pkt) => pkt,
+            },
+            _ => pkt,
+        };
+        if self.queue.len() < LOCAL_TX_CAPACITY {
+            self.queue.push(pkt);
+            return Ok(());
+        }
+        Err(pkt)
+    }
 }
 
 /// Room in the lcore-local send queue per loop iteration.

@@ -29,7 +29,7 @@ pub(crate) mod handoff;
 pub(crate) mod inbox;
 
 pub(crate) use handoff::{
-    BURST, LOCAL_TX, LOCAL_TX_CAPACITY, Lanes, LocalTx, PortSteering, Steering, TxPacket, WorkerQueues,
+    BURST, Direct, LOCAL_TX, LOCAL_TX_CAPACITY, Lanes, LocalTx, PortSteering, Steering, TxPacket, WorkerQueues,
 };
 
 /// The part of a socket the receive path reaches through the socket table.

@@ -12,7 +12,7 @@ use super::{UdpSocket, errno};
 use crate::datagram::SendBuf;
 use crate::hdr::{MAX_HEADERS, MAX_UDP_PAYLOAD_V4, MAX_UDP_PAYLOAD_V6, Udp4, UdpHeaders, push_udp_ip, push_udp_ipv4};
 use crate::lookup::Family;
-use crate::shared::{LOCAL_TX, LOCAL_TX_CAPACITY, TxPacket};
+use crate::shared::{LOCAL_TX, TxPacket};
 use crate::stats::Counter;
 use crate::wire::{ipv4, ipv6, udp};
 
@@ -442,18 +442,12 @@ impl UdpSocket {
     }
 
     /// Hands a packet to the transmit path: the lcore's own queue when
-    /// called from its callback, else the inbox of this socket's lcore.
+    /// called from its callback (finished there when it goes to the
+    /// lcore's direct neighbour), else the inbox of this socket's lcore.
     fn submit(&self, pkt: TxPacket, v4: bool) -> io::Result<()> {
         let shared = self.shared();
         let pkt = match LOCAL_TX.with(|l| match &mut *l.borrow_mut() {
-            Some(local) if local.stack_id == shared.id => {
-                if local.queue.len() < LOCAL_TX_CAPACITY {
-                    local.queue.push(pkt);
-                    Ok(())
-                } else {
-                    Err(Err(pkt))
-                }
-            }
+            Some(local) if local.stack_id == shared.id => local.take(pkt).map_err(Err),
             _ => Err(Ok(pkt)),
         }) {
             Ok(()) => return Ok(()),
@@ -479,9 +473,9 @@ impl UdpSocket {
     }
 
     /// Hands the staged packets to the transmit path in one go (the
-    /// lcore's own queue inside its callback, else one by one as `submit`
-    /// does); returns how many went, keeping the first error of those
-    /// that did not.
+    /// lcore's own queue inside its callback, frames finished there for
+    /// its direct neighbour; else one by one as `submit` does); returns
+    /// how many went, keeping the first error of those that did not.
     fn submit_staged(&self, staged: &mut Staged, first_error: &mut Option<io::Error>) -> usize {
         let shared = self.shared();
         let n = staged.len;
@@ -489,8 +483,11 @@ impl UdpSocket {
             return 0;
         }
         let local = LOCAL_TX.with(|l| match &mut *l.borrow_mut() {
-            Some(local) if local.stack_id == shared.id && local.queue.len() + n <= LOCAL_TX_CAPACITY => {
-                local.queue.extend(staged.drain());
+            Some(local) if local.stack_id == shared.id && local.has_room(n) => {
+                for pkt in staged.drain() {
+                    // Room checked above: never refused.
+                    let _ = local.take(pkt);
+                }
                 true
             }
             _ => false,
