@@ -49,16 +49,14 @@ fn testpmd_rxonly(sock: &Path, warmup: u64, seconds: u64) -> Sample {
 }
 
 /// spate on the vhost-user pair, polling lcore 1.
-fn spate_stack(sock: &std::path::Path, checksum_offload: bool, mempool_size: u32, reader_nap_us: u32) -> Stack {
-    let mut spec = PortSpec::new(&format!(
+fn spate_stack(sock: &std::path::Path, mempool_size: u32, reader_nap_us: u32) -> Stack {
+    let spec = PortSpec::new(&format!(
         "{},path={},queues=1,queue_size={RING},mac={SPATE_MAC}",
         unique("net_virtio_user"),
         sock.display()
     ))
     .addr("198.18.0.2/24")
     .unwrap();
-    spec.rx_checksum_offload = checksum_offload;
-    spec.tx_checksum_offload = checksum_offload;
     let cfg = StackConfig {
         lcores: "1".into(),
         ports: vec![spec],
@@ -93,9 +91,9 @@ fn reconcile(source: &mut TestPmd, stack: &Stack) -> Reconciliation {
     }
 }
 
-fn spate_sink(sock: &Path, warmup: u64, seconds: u64, checksum_offload: bool) -> (Sample, Reconciliation) {
+fn spate_sink(sock: &Path, warmup: u64, seconds: u64) -> (Sample, Reconciliation) {
     let mut source = generator(sock, Duration::from_secs(warmup + seconds + 60), true);
-    let stack = spate_stack(sock, checksum_offload, 16383, 0);
+    let stack = spate_stack(sock, 16383, 0);
     let sockt = Arc::new(UdpSocket::builder(&stack).recv_buffer_size(4 << 20).bind("0.0.0.0:9").unwrap());
     sockt.set_nonblocking(true).unwrap();
     let consumed = Arc::new(AtomicU64::new(0));
@@ -173,7 +171,7 @@ fn spate_thread_sink(sock: &Path, warmup: u64, seconds: u64) -> (ThreadSample, R
     let mut source = generator(sock, Duration::from_secs(warmup + seconds + 60), true);
     // Room for 60,000 datagrams: the reader shares its CPU with the
     // generator and is off it for a scheduler slice at a time.
-    let stack = spate_stack(sock, false, 131071, 20);
+    let stack = spate_stack(sock, 131071, 20);
     let rcvbuf = 60_000 * stack.datagram_truesize();
     let sockt = Arc::new(UdpSocket::builder(&stack).recv_buffer_size(rcvbuf).bind("0.0.0.0:9").unwrap());
     sockt.set_read_timeout(Some(Duration::from_millis(100))).unwrap();
@@ -282,8 +280,7 @@ fn main() {
         std::process::exit(2);
     }
     let sock = unique_socket_path("rxbench");
-    let (mut t_pps, mut t_cyc, mut s_pps, mut s_cyc, mut o_pps, mut o_cyc) =
-        (vec![], vec![], vec![], vec![], vec![], vec![]);
+    let (mut t_pps, mut t_cyc, mut s_pps, mut s_cyc) = (vec![], vec![], vec![], vec![]);
     let mut recs = Vec::new();
     let (mut th_ns, mut th_reader, mut th_drop, mut th_pps, mut rtc_ns) = (vec![], vec![], vec![], vec![], vec![]);
     let mut rtc_drop = vec![];
@@ -296,8 +293,7 @@ fn main() {
     }
     for round in 0..rounds {
         let t = testpmd_rxonly(&sock, warmup, seconds);
-        let (s, rec) = spate_sink(&sock, warmup, seconds, false);
-        let (o, _) = spate_sink(&sock, warmup, seconds, true);
+        let (s, rec) = spate_sink(&sock, warmup, seconds);
         let (th, th_rec) = spate_thread_sink(&sock, warmup, seconds);
         let hz = spate::dpdk::lcore::tsc_hz() as f64;
         eprintln!(
@@ -317,31 +313,20 @@ fn main() {
         rtc_drop.push(s.drop_share);
         th_recs.push(th_rec);
         eprintln!(
-            "round {}: testpmd rxonly {:.2} Mpps {:.1} cyc | spate {:.2} Mpps {:.1} cyc | spate+csum offload {:.2} Mpps {:.1} cyc",
+            "round {}: testpmd rxonly {:.2} Mpps {:.1} cyc | spate {:.2} Mpps {:.1} cyc",
             round + 1,
             t.pps / 1e6,
             t.cycles,
             s.pps / 1e6,
-            s.cycles,
-            o.pps / 1e6,
-            o.cycles
+            s.cycles
         );
         t_pps.push(t.pps);
         t_cyc.push(t.cycles);
         s_pps.push(s.pps);
         s_cyc.push(s.cycles);
-        o_pps.push(o.pps);
-        o_cyc.push(o.cycles);
         recs.push(rec);
     }
-    let (tp, tc, sp, sc, op, oc) = (
-        median(&mut t_pps),
-        median(&mut t_cyc),
-        median(&mut s_pps),
-        median(&mut s_cyc),
-        median(&mut o_pps),
-        median(&mut o_cyc),
-    );
+    let (tp, tc, sp, sc) = (median(&mut t_pps), median(&mut t_cyc), median(&mut s_pps), median(&mut s_cyc));
     println!();
     println!(
         "single-core receive, 64-byte UDP frames over a vhost-user pair, median of {rounds} round(s) of {seconds} s"
@@ -363,13 +348,6 @@ fn main() {
         sc,
         sp / tp,
         sc / tc
-    );
-    println!(
-        "| spate sink, virtio checksum offload asked | {:>14.2} | {:>20.1} | {:.3} / {:.3}                  |",
-        op / 1e6,
-        oc,
-        op / tp,
-        oc / tc
     );
     println!(
         "targets: rate >= 0.6 of rxonly ({}), cycles <= 2x rxonly ({})",
@@ -432,7 +410,7 @@ fn main() {
     if let Some(path) = flag("--json") {
         let body = format!(
             "{{\"bench\":\"stack_rx\",\"rounds\":{rounds},\"seconds\":{seconds},\"testpmd_rxonly\":{{\"pps\":{tp:.0},\"cycles\":{tc:.2}}},\
-             \"spate\":{{\"pps\":{sp:.0},\"cycles\":{sc:.2}}},\"spate_csum_offload\":{{\"pps\":{op:.0},\"cycles\":{oc:.2}}},\
+             \"spate\":{{\"pps\":{sp:.0},\"cycles\":{sc:.2}}},\
              \"thread\":{{\"ns\":{tn:.2},\"reader_ns\":{tr:.2},\"drop_share\":{td:.5},\"pps\":{tp2:.0},\"rtc_ns\":{rn:.2}}}}}\n"
         );
         std::fs::write(&path, body).expect("write JSON");

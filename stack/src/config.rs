@@ -115,10 +115,13 @@ pub struct PortSpec {
     /// are received.
     #[serde(default)]
     pub vlan: Option<u16>,
-    /// Use RX checksum offload where the device has it (default true).
+    /// Use RX checksum offload where the device checks both IPv4 and UDP
+    /// checksums (default true; a device with one of them is asked for
+    /// neither).
     #[serde(default = "yes")]
     pub rx_checksum_offload: bool,
-    /// Use TX checksum offload where the device has it (default true).
+    /// Use TX checksum offload where the device computes both IPv4 and
+    /// UDP checksums (default true; likewise).
     #[serde(default = "yes")]
     pub tx_checksum_offload: bool,
     /// Neighbours whose MAC is configured (Linux's `ip neigh add ...

@@ -43,9 +43,11 @@ pub struct PortConfig {
     pub lsc_interrupt: bool,
     /// RSS mode.
     pub rss: Rss,
-    /// Ask for RX IPv4/UDP checksum checking where the device offers it.
+    /// Ask for RX IPv4 and UDP checksum checking where the device offers
+    /// both (a device that offers one of them is asked for neither).
     pub rx_checksum: bool,
-    /// Ask for TX IPv4/UDP checksum computation where the device offers it.
+    /// Ask for TX IPv4 and UDP checksum computation where the device
+    /// offers both (likewise).
     pub tx_checksum: bool,
 }
 
@@ -156,13 +158,18 @@ impl Port {
             }
         }
         let mut conf = sys::rte_eth_conf::default();
+        // Checksum offloads as a pair or not at all: spate uses them only
+        // together. virtio offers UDP without IPv4: asked for it, its PMD
+        // reads or writes every packet's virtio-net header for nothing
+        // spate uses, and the host may then hand over UDP checksums it
+        // left partial (`RX_L4_CKSUM_NONE`), which spate does not take.
         let mut rx_offloads = 0;
-        if cfg.rx_checksum {
-            rx_offloads |= RX_CKSUM & info.rx_offload_capa;
+        if cfg.rx_checksum && info.rx_checksum() {
+            rx_offloads |= RX_CKSUM;
         }
         let mut tx_offloads = sys::RTE_ETH_TX_OFFLOAD_MULTI_SEGS as u64 & info.tx_offload_capa;
-        if cfg.tx_checksum {
-            tx_offloads |= TX_CKSUM & info.tx_offload_capa;
+        if cfg.tx_checksum && info.tx_checksum() {
+            tx_offloads |= TX_CKSUM;
         }
         if rss {
             conf.rxmode.mq_mode = sys::RTE_ETH_MQ_RX_RSS;
