@@ -505,11 +505,10 @@ fn echo(stack: &Stack, source: Source, target: u64, start: u64, staged: bool) {
                 if staged {
                     ctx.recv_staged(|_, staged| {
                         let replies = staged.drain().map(|dg| {
-                            let to = dg.src();
                             bytes += dg.len() as u64;
-                            (dg.into_send_buf(), to)
+                            dg.into_send_buf()
                         });
-                        n += s.send_batch_to(replies).unwrap_or(0) as u64;
+                        n += s.send_replies(replies).unwrap_or(0) as u64;
                     });
                 }
                 // A short batch means the queue is empty (as a short
@@ -517,11 +516,10 @@ fn echo(stack: &Stack, source: Source, target: u64, start: u64, staged: bool) {
                 let queued = !ctx.ready().is_empty();
                 while let Some(Ok(got)) = queued.then(|| s.recv_batch(&mut batch, 64)) {
                     let replies = batch.drain().map(|dg| {
-                        let to = dg.src();
                         bytes += dg.len() as u64;
-                        (dg.into_send_buf(), to)
+                        dg.into_send_buf()
                     });
-                    n += s.send_batch_to(replies).unwrap_or(0) as u64;
+                    n += s.send_replies(replies).unwrap_or(0) as u64;
                     if got < 64 {
                         break;
                     }

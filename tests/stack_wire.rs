@@ -810,3 +810,77 @@ fn the_callbacks_replies_follow_the_neighbours_mac() {
     drop(peer);
     assert_eq!(stack.mempool().in_use(), 0, "mbufs leaked");
 }
+
+/// `send_replies` answers each received datagram's sender, from the
+/// request's headers alone: an IPv4 sender (its request with a UDP
+/// checksum, or without one) and an IPv6 sender of a dual-stack socket,
+/// the payload kept or changed, each reply's checksum right; a buffer not
+/// made from a received datagram fails on its own (EDESTADDRREQ) and the
+/// others go; a batch of only such buffers is refused with that error.
+#[test]
+fn send_replies_answers_each_sender() {
+    use spate_testkit::wire_peer::{PEER_IP6, SPATE_IP6};
+    let _serial = device_lock();
+    shared_eal(Memory::Auto);
+    let (mut peer, spate_port, _a) = WirePeer::new(1023);
+    let port = PortSpec::new(&spate_port)
+        .addr("198.18.0.2/24")
+        .unwrap()
+        .addr("fd00::2/64")
+        .unwrap()
+        .neighbor(PEER_IP.into(), PEER_MAC)
+        .neighbor(PEER_IP6.into(), PEER_MAC);
+    let stack = wire_stack(port, false);
+    let spate_mac = stack.interfaces()[0].mac;
+    let sock = UdpSocket::bind(&stack, "[::]:7").unwrap();
+    sock.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+    let running = stack.spawn_polling().unwrap();
+    let mut no_checksum = udp_frame(spate_mac, false, 40001, 7, b"no checksum");
+    no_checksum[14 + 20 + 6..14 + 20 + 8].copy_from_slice(&[0, 0]);
+    let requests = [
+        udp_frame(spate_mac, false, 40000, 7, b"hello v4"),
+        no_checksum,
+        udp_frame(spate_mac, true, 40002, 7, b"hello v6"),
+        udp_frame(spate_mac, false, 40003, 7, b"hello spate"),
+    ];
+    for r in &requests {
+        peer.send(r);
+    }
+    let mut batch = spate::DatagramBatch::with_capacity(4);
+    let mut got = 0;
+    while got < requests.len() {
+        got += sock.recv_batch(&mut batch, 4 - got).unwrap();
+    }
+    let mut bufs: Vec<_> = batch.drain().map(|d| d.into_send_buf()).collect();
+    bufs[3][0] = b'j';
+    let mut fresh = sock.alloc_send_buf(2).unwrap();
+    fresh.copy_from_slice(b"no");
+    bufs.insert(2, fresh);
+    assert_eq!(sock.send_replies(bufs).unwrap(), 4, "all but the fresh buffer");
+    // In the order sent, the fresh buffer left out.
+    let udp = |f: &[u8]| f.len() > 23 && (f[12..14] == [8, 0] && f[23] == ip_proto::UDP || f[20] == ip_proto::UDP);
+    for (port, want) in [(40000u16, &b"hello v4"[..]), (40001, b"no checksum")] {
+        let (src_port, dst_port, sum, payload) = udp_to_peer(&peer.recv_matching(udp), &format!("reply to {port}"));
+        assert_eq!((src_port, dst_port, &payload[..]), (7, port, want));
+        assert_ne!(sum, 0, "a checksum, also for a request without one");
+    }
+    let v6 = peer.recv_matching(udp);
+    assert_eq!(v6[12..14], [0x86, 0xdd], "the reply to the IPv6 sender");
+    let u = udp::Packet::new_checked(&v6[54..]).unwrap();
+    assert!(u.verify_checksum(&SPATE_IP6.into(), &PEER_IP6.into()));
+    assert_eq!((u.src_port(), u.dst_port(), u.payload()), (7, 40002, &b"hello v6"[..]));
+    let (src_port, dst_port, _, payload) = udp_to_peer(&peer.recv_matching(udp), "the changed reply");
+    assert_eq!((src_port, dst_port, &payload[..]), (7, 40003, &b"jello spate"[..]));
+    let only_fresh = [sock.alloc_send_buf(1).unwrap()];
+    let err = sock.send_replies(only_fresh).unwrap_err();
+    let want = std::io::Error::from_raw_os_error(libc::EDESTADDRREQ);
+    assert!(err.kind() == want.kind() && err.to_string().contains(&want.to_string()), "{err}");
+    running.stop();
+    let c = stack.counters();
+    assert_eq!((c[Counter::UdpOutDatagrams], c[Counter::Udp6OutDatagrams]), (3, 1), "{}", c.render_nonzero());
+    assert_eq!(c.unaccounted_frames(), 0, "{}", c.render_nonzero());
+    drop(batch);
+    drop(sock);
+    drop(peer);
+    assert_eq!(stack.mempool().in_use(), 0, "mbufs leaked");
+}

@@ -8,7 +8,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use clap::Parser;
-use spate::{DatagramBatch, LcoreCtx, Stack, UdpSocket};
+use spate::{Datagram, DatagramBatch, LcoreCtx, Stack, UdpSocket};
 
 use crate::cli::{self, StackArgs};
 use crate::report;
@@ -76,10 +76,7 @@ fn run(args: &EchoArgs) -> Result<(), Box<dyn std::error::Error>> {
             ctx.recv_staged(|id, staged| {
                 let i = by_id[&id];
                 counts[i].fetch_add(staged.len() as u64, Ordering::Relaxed);
-                let _ = socks[i].send_batch_to(staged.drain().map(|d| {
-                    let to = d.src();
-                    (d.into_send_buf(), to)
-                }));
+                let _ = socks[i].send_replies(staged.drain().map(Datagram::into_send_buf));
             });
             for id in ctx.ready() {
                 let i = by_id[id];
@@ -88,10 +85,7 @@ fn run(args: &EchoArgs) -> Result<(), Box<dyn std::error::Error>> {
                     counts[i].fetch_add(got as u64, Ordering::Relaxed);
                     // One call for the batch; a full queue drops the
                     // replies, as a kernel would.
-                    let _ = s.send_batch_to(batch.drain().map(|d| {
-                        let to = d.src();
-                        (d.into_send_buf(), to)
-                    }));
+                    let _ = s.send_replies(batch.drain().map(Datagram::into_send_buf));
                     // A short batch: the queue is empty, no call just to
                     // hear WouldBlock.
                     if got < BATCH {

@@ -141,7 +141,7 @@ impl Mbuf {
 
     /// Every segment's data, in order.
     pub fn segment_data(&self) -> SegmentIter<'_> {
-        SegmentIter { next: self.0.as_ptr(), _owner: std::marker::PhantomData }
+        SegmentIter { next: self.0.as_ptr(), left: self.raw().nb_segs, _owner: std::marker::PhantomData }
     }
 
     /// Copies `out.len()` bytes starting at `offset` across segments; false
@@ -489,20 +489,27 @@ impl Drop for Mbuf {
 #[derive(Clone)]
 pub struct SegmentIter<'a> {
     next: *mut sys::rte_mbuf,
+    /// Segments not yet given, from the head's `nb_segs`.
+    left: u16,
     _owner: std::marker::PhantomData<&'a Mbuf>,
 }
 
 impl<'a> Iterator for SegmentIter<'a> {
     type Item = &'a [u8];
 
+    #[inline]
     fn next(&mut self) -> Option<&'a [u8]> {
-        if self.next.is_null() {
+        if self.left == 0 || self.next.is_null() {
             return None;
         }
+        self.left -= 1;
         // SAFETY: segments of a chain we borrow stay valid for 'a.
         unsafe {
             let m = &*self.next;
-            self.next = m.next;
+            // The last segment's `next` is not read: it lies in the mbuf's
+            // second cache line, which receiving a one-segment datagram
+            // and answering it never touch otherwise.
+            self.next = if self.left > 0 { m.next } else { std::ptr::null_mut() };
             Some(std::slice::from_raw_parts((m.buf_addr as *const u8).add(m.data_off as usize), m.data_len as usize))
         }
     }

@@ -194,7 +194,7 @@ impl Datagram {
         // one without a checksum has none to keep.
         let keeps = self.gso == 0 && self.mbuf.is_contiguous() && get_u16(self.headers().1, 6) != 0;
         let request = if keeps { self.headers & !MAPPED } else { 0 };
-        SendBuf { mbuf: self.mbuf, request }
+        SendBuf { mbuf: self.mbuf, request, reply: self.headers & !MAPPED }
     }
 
     /// The mbuf, for code that works with DPDK directly.
@@ -347,11 +347,34 @@ pub struct SendBuf {
     /// span of its request's IP and UDP headers, in the headroom before
     /// the payload. 0 otherwise (any change of the payload clears it).
     request: u16,
+    /// For a received datagram turned around: the same span, whatever
+    /// became of the payload (where a reply goes). 0 otherwise.
+    reply: u16,
 }
 
 impl SendBuf {
     pub(crate) fn new(mbuf: Mbuf) -> SendBuf {
-        SendBuf { mbuf, request: 0 }
+        SendBuf { mbuf, request: 0, reply: 0 }
+    }
+
+    /// Where a reply goes, for a buffer made from a received datagram: its
+    /// sender, read from its headers in the headroom (IPv4 as such, also
+    /// when an IPv6 socket received it; IPv6 otherwise). Read before any
+    /// header is written.
+    #[inline(always)]
+    pub(crate) fn reply_to(&self) -> Option<Result<SocketAddrV4, SocketAddr>> {
+        if self.reply == 0 {
+            return None;
+        }
+        let room = self.mbuf.headroom_bytes();
+        let ip = room.get(room.len().checked_sub(self.reply as usize)?..)?;
+        let port = get_u16(room.get(room.len().checked_sub(udp::HEADER_LEN)?..)?, 0);
+        if ip.first()? >> 4 == 4 {
+            let a: [u8; 4] = ip.get(12..16)?.try_into().ok()?;
+            return Some(Ok(SocketAddrV4::new(Ipv4Addr::from(a), port)));
+        }
+        let a: [u8; 16] = ip.get(8..24)?.try_into().ok()?;
+        Some(Err(SocketAddr::new(IpAddr::V6(Ipv6Addr::from(a)), port)))
     }
 
     /// The UDP checksum a reply from `src` to `dst` can keep: its

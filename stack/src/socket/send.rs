@@ -226,70 +226,109 @@ impl UdpSocket {
         I: IntoIterator<Item = (SendBuf, SocketAddr)>,
     {
         self.pending_error()?;
-        let mut staged = Staged::new();
-        let (mut sent, mut first_error) = (0, None);
-        let mut last: Option<(IpAddr, Path)> = None;
-        let mut last4: Option<(Ipv4Addr, Path, Ipv4Addr)> = None;
+        let mut batch = Batch::new();
         for (buf, addr) in msgs {
             // IPv4, the common case (IPv4-mapped on an IPv6 socket too),
             // with its addresses by value.
-            let v4 = match addr {
-                SocketAddr::V4(d) => Some(d),
+            let to = match addr {
+                SocketAddr::V4(d) => Ok(d),
                 SocketAddr::V6(a) if self.family == Family::V6 => {
                     let (o, port) = (a.ip().octets(), a.port());
-                    (o[..12] == [0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff])
-                        .then(|| SocketAddrV4::new(Ipv4Addr::new(o[12], o[13], o[14], o[15]), port))
-                }
-                SocketAddr::V6(_) => None,
-            };
-            let buf = match v4 {
-                Some(d) => match self.prepare_v4(buf, d, &mut last4) {
-                    Ok(Ok(pkt)) => {
-                        staged.push(pkt);
-                        if staged.is_full() {
-                            sent += self.submit_staged(&mut staged, &mut first_error);
-                        }
-                        continue;
-                    }
-                    Ok(Err(buf)) => buf,
-                    Err(e) => {
-                        first_error.get_or_insert(e);
-                        continue;
-                    }
-                },
-                None => buf,
-            };
-            let step = self.destination(addr).and_then(|dst| {
-                let path = match last {
-                    Some((ip, p)) if ip == dst.ip() => p,
-                    _ => {
-                        let p = self.path_to(dst)?;
-                        last = Some((dst.ip(), p));
-                        p
-                    }
-                };
-                match self.prepare(buf, dst, (path.port, path.peer == Some(dst), path.route))? {
-                    Prepared::Packet(pkt) => staged.push(pkt),
-                    Prepared::TooLong(buf, (port, _, route)) => {
-                        // After what was staged before it, in order.
-                        sent += self.submit_staged(&mut staged, &mut first_error);
-                        self.send_long(buf, dst, route, port)?;
-                        sent += 1;
+                    match o[..12] == [0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff] {
+                        true => Ok(SocketAddrV4::new(Ipv4Addr::new(o[12], o[13], o[14], o[15]), port)),
+                        false => Err(addr),
                     }
                 }
-                Ok(())
-            });
-            if let Err(e) = step {
-                first_error.get_or_insert(e);
-            }
-            if staged.is_full() {
-                sent += self.submit_staged(&mut staged, &mut first_error);
+                SocketAddr::V6(_) => Err(addr),
+            };
+            self.batch_one(&mut batch, buf, to);
+        }
+        self.batch_end(&mut batch)
+    }
+
+    /// Sends each buffer back to the sender of the datagram it was made
+    /// from ([`Datagram::into_send_buf`](crate::Datagram::into_send_buf)),
+    /// from this socket, as [`send_batch_to`](Self::send_batch_to) sends
+    /// each to its address: a service's replies, the destination read
+    /// from the request's headers in the buffer's headroom instead of
+    /// passed as a `SocketAddr`. A buffer not made from a received
+    /// datagram fails on its own with `EDESTADDRREQ`. Returns how many were
+    /// sent, or, when none could be, the first error.
+    pub fn send_replies<I>(&self, bufs: I) -> io::Result<usize>
+    where
+        I: IntoIterator<Item = SendBuf>,
+    {
+        self.pending_error()?;
+        let mut batch = Batch::new();
+        for buf in bufs {
+            match buf.reply_to() {
+                Some(to) => self.batch_one(&mut batch, buf, to),
+                None => {
+                    batch.first_error.get_or_insert(errno(libc::EDESTADDRREQ, "not made from a received datagram"));
+                }
             }
         }
-        sent += self.submit_staged(&mut staged, &mut first_error);
-        match first_error {
-            Some(e) if sent == 0 => Err(e),
-            _ => Ok(sent),
+        self.batch_end(&mut batch)
+    }
+
+    /// One datagram of a batch send to `to` (an IPv4 destination by
+    /// value, or any): staged, or sent as fragments after what was staged
+    /// before it; a failure kept as the batch's first error.
+    #[inline(always)]
+    fn batch_one(&self, b: &mut Batch, buf: SendBuf, to: Result<SocketAddrV4, SocketAddr>) {
+        let (buf, addr) = match to {
+            Ok(d) => match self.prepare_v4(buf, d, &mut b.last4) {
+                Ok(Ok(pkt)) => {
+                    b.staged.push(pkt);
+                    if b.staged.is_full() {
+                        b.sent += self.submit_staged(&mut b.staged, &mut b.first_error);
+                    }
+                    return;
+                }
+                Ok(Err(buf)) => (buf, SocketAddr::V4(d)),
+                Err(e) => {
+                    b.first_error.get_or_insert(e);
+                    return;
+                }
+            },
+            Err(addr) => (buf, addr),
+        };
+        let step = self.destination(addr).and_then(|dst| {
+            let path = match b.last {
+                Some((ip, p)) if ip == dst.ip() => p,
+                _ => {
+                    let p = self.path_to(dst)?;
+                    b.last = Some((dst.ip(), p));
+                    p
+                }
+            };
+            match self.prepare(buf, dst, (path.port, path.peer == Some(dst), path.route))? {
+                Prepared::Packet(pkt) => b.staged.push(pkt),
+                Prepared::TooLong(buf, (port, _, route)) => {
+                    // After what was staged before it, in order.
+                    b.sent += self.submit_staged(&mut b.staged, &mut b.first_error);
+                    self.send_long(buf, dst, route, port)?;
+                    b.sent += 1;
+                }
+            }
+            Ok(())
+        });
+        if let Err(e) = step {
+            b.first_error.get_or_insert(e);
+        }
+        if b.staged.is_full() {
+            b.sent += self.submit_staged(&mut b.staged, &mut b.first_error);
+        }
+    }
+
+    /// Hands over what is left of a batch send; how many went, or the
+    /// first error when none did.
+    #[inline(always)]
+    fn batch_end(&self, b: &mut Batch) -> io::Result<usize> {
+        b.sent += self.submit_staged(&mut b.staged, &mut b.first_error);
+        match b.first_error.take() {
+            Some(e) if b.sent == 0 => Err(e),
+            _ => Ok(b.sent),
         }
     }
 
@@ -529,6 +568,22 @@ enum Prepared {
     Packet(TxPacket),
     /// Longer than the path MTU: to be fragmented.
     TooLong(SendBuf, (u16, bool, crate::route::Route)),
+}
+
+/// A batch send under way: what is staged, what went, the first error,
+/// and the paths of its last destinations.
+struct Batch {
+    staged: Staged,
+    sent: usize,
+    first_error: Option<io::Error>,
+    last: Option<(IpAddr, Path)>,
+    last4: Option<(Ipv4Addr, Path, Ipv4Addr)>,
+}
+
+impl Batch {
+    fn new() -> Batch {
+        Batch { staged: Staged::new(), sent: 0, first_error: None, last: None, last4: None }
+    }
 }
 
 /// Packets of a batch send on their way to the transmit path.
