@@ -499,17 +499,24 @@ impl<'a> Iterator for SegmentIter<'a> {
 
     #[inline]
     fn next(&mut self) -> Option<&'a [u8]> {
-        if self.left == 0 || self.next.is_null() {
+        if self.left == 0 {
             return None;
         }
         self.left -= 1;
-        // SAFETY: segments of a chain we borrow stay valid for 'a.
+        // SAFETY: `next` is not null while segments are left (the head is
+        // a valid mbuf; a chain shorter than its `nb_segs` ends the walk),
+        // and the segments of a chain we borrow stay valid for 'a.
         unsafe {
             let m = &*self.next;
             // The last segment's `next` is not read: it lies in the mbuf's
             // second cache line, which receiving a one-segment datagram
             // and answering it never touch otherwise.
-            self.next = if self.left > 0 { m.next } else { std::ptr::null_mut() };
+            if self.left > 0 {
+                self.next = m.next;
+                if self.next.is_null() {
+                    self.left = 0;
+                }
+            }
             Some(std::slice::from_raw_parts((m.buf_addr as *const u8).add(m.data_off as usize), m.data_len as usize))
         }
     }
