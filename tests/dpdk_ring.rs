@@ -253,3 +253,34 @@ fn retain_with_keeps_what_it_is_given_back_in_order() {
     drop(taken);
     assert_eq!(pool.in_use(), 0);
 }
+
+/// A pool reuses the mbufs that pass its per-lcore caches in the order
+/// asked: the last freed first (the `stack` driver, the default: warm
+/// lines for the reader thread's and other lcores' frees), or the first
+/// freed first (DPDK's ring). Without a cache every free and allocation
+/// goes to that store.
+#[test]
+fn pools_reuse_free_mbufs_in_the_order_asked() {
+    use spate::dpdk::PoolOrder;
+    let _serial = device_lock();
+    shared_eal(Memory::Auto);
+    for order in [PoolOrder::Lifo, PoolOrder::Fifo] {
+        let mut cfg = MempoolConfig::new(&unique("order"), 8);
+        assert_eq!(cfg.order, PoolOrder::Lifo, "the default");
+        (cfg.order, cfg.cache_size) = (order, 0);
+        let pool = Mempool::new(&cfg).unwrap();
+        assert_eq!(pool.order(), order, "this machine's DPDK has both drivers");
+        let mut all: Vec<_> = (0..8).map(|_| pool.alloc().unwrap()).collect();
+        assert!(pool.alloc().is_none(), "all 8 out");
+        let (first, second) = (all.remove(0), all.remove(0));
+        let (a, b) = (first.as_ptr(), second.as_ptr());
+        drop(first);
+        drop(second);
+        let again = pool.alloc().unwrap();
+        let want = if order == PoolOrder::Lifo { b } else { a };
+        assert_eq!(again.as_ptr(), want, "{order:?}: the mbuf freed {}", if want == b { "last" } else { "first" });
+        drop(again);
+        drop(all);
+        assert_eq!(pool.in_use(), 0);
+    }
+}

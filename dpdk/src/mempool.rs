@@ -24,6 +24,30 @@ pub struct MempoolConfig {
     pub data_room: u16,
     /// NUMA socket, or `None` for any.
     pub socket: Option<u32>,
+    /// In which order free mbufs beyond the per-lcore caches are reused.
+    pub order: PoolOrder,
+}
+
+/// In which order a pool reuses the mbufs its per-lcore caches pass on:
+/// mbufs one thread frees and another allocates (a reader thread's,
+/// another lcore's) go through this store.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PoolOrder {
+    /// The last freed first (DPDK's `stack` mempool driver): reused while
+    /// their lines may still be in a cache.
+    Lifo,
+    /// The first freed first (DPDK's default ring): with many free mbufs,
+    /// each has gone cold by the time it comes back.
+    Fifo,
+}
+
+impl PoolOrder {
+    fn ops_name(self) -> &'static CStr {
+        match self {
+            PoolOrder::Lifo => c"stack",
+            PoolOrder::Fifo => c"ring_mp_mc",
+        }
+    }
 }
 
 impl MempoolConfig {
@@ -36,6 +60,7 @@ impl MempoolConfig {
             cache_size: 256.min(size / 2),
             data_room: sys::RTE_MBUF_DEFAULT_BUF_SIZE as u16,
             socket: None,
+            order: PoolOrder::Lifo,
         }
     }
 }
@@ -49,6 +74,7 @@ pub struct Mempool {
     raw: NonNull<sys::rte_mempool>,
     name: String,
     size: u32,
+    order: PoolOrder,
     /// The EAL stays up while the pool (and so its mbufs) can be used.
     eal: Option<crate::eal::EalRef>,
 }
@@ -76,11 +102,39 @@ impl Mempool {
         }
         let cname = CString::new(cfg.name.as_str()).map_err(|_| fail(libc::EINVAL, Some("NUL in name")))?;
         let socket = cfg.socket.map(|s| s as i32).unwrap_or(sys::SOCKET_ID_ANY);
-        // SAFETY: the EAL runs; the name is a valid C string copied by DPDK.
-        let raw =
-            unsafe { sys::rte_pktmbuf_pool_create(cname.as_ptr(), cfg.size, cfg.cache_size, 0, cfg.data_room, socket) };
-        let raw = NonNull::new(raw).ok_or_else(|| fail(rte_errno(), None))?;
-        Ok(Mempool { raw, name: cfg.name.clone(), size: cfg.size, eal: Some(eal) })
+        let create = |order: PoolOrder| {
+            // SAFETY: the EAL runs; the names are valid C strings DPDK copies.
+            let raw = unsafe {
+                sys::rte_pktmbuf_pool_create_by_ops(
+                    cname.as_ptr(),
+                    cfg.size,
+                    cfg.cache_size,
+                    0,
+                    cfg.data_room,
+                    socket,
+                    order.ops_name().as_ptr(),
+                )
+            };
+            NonNull::new(raw).ok_or_else(rte_errno)
+        };
+        let (raw, order) = match create(cfg.order) {
+            // No such driver (librte_mempool_stack not loaded): the ring.
+            Err(libc::EINVAL) if cfg.order == PoolOrder::Lifo => {
+                log::warn!(
+                    "mempool {}: no `stack` mempool driver; free mbufs are reused first freed, first reused",
+                    cfg.name
+                );
+                (create(PoolOrder::Fifo).map_err(|e| fail(e, None))?, PoolOrder::Fifo)
+            }
+            r => (r.map_err(|e| fail(e, None))?, cfg.order),
+        };
+        Ok(Mempool { raw, name: cfg.name.clone(), size: cfg.size, order, eal: Some(eal) })
+    }
+
+    /// In which order free mbufs are reused (what the pool was made with,
+    /// or [`PoolOrder::Fifo`] where the `stack` driver was missing).
+    pub fn order(&self) -> PoolOrder {
+        self.order
     }
 
     /// One mbuf, or `None` when the pool is exhausted.
