@@ -213,8 +213,11 @@ impl Worker<'_> {
     /// the next callback's direct one. Returns how many went.
     fn transmit_local(&mut self, local: &mut LocalTx) -> usize {
         let n = local.frames.len() + local.queue.len();
-        match self.direct {
-            Some(d) => self.transmit_frames(d, &mut local.frames, std::mem::take(&mut local.datagrams)),
+        match &self.direct {
+            Some(d) => {
+                let (iface, v4) = (d.iface, d.next_hop.is_ipv4());
+                self.transmit_frames(iface, v4, &mut local.frames, std::mem::take(&mut local.datagrams));
+            }
             // None are finished without a direct neighbour.
             None => debug_assert!(local.frames.is_empty(), "frames without a neighbour"),
         }

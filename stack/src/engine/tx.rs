@@ -89,18 +89,20 @@ impl Worker<'_> {
         (ifc.vlan.is_none() && ifc.tunnel.is_none()).then(|| (Direct::new(iface, ifc.mac, hop, mac), until))
     }
 
-    /// Sends the frames the callback finished for neighbour `d`, of which
-    /// `datagrams` are UDP datagrams (the rest fragments after a
-    /// datagram's first), and counts them as `transmit_all` would.
-    pub(super) fn transmit_frames(&mut self, d: Direct, frames: &mut Vec<Mbuf>, datagrams: u64) {
+    /// Sends the frames the callback finished for its direct neighbour on
+    /// interface `iface` (IPv4 or not), of which `datagrams` are UDP
+    /// datagrams (the rest fragments after a datagram's first), and counts
+    /// them as `transmit_all` would.
+    #[inline]
+    pub(super) fn transmit_frames(&mut self, iface: u16, v4: bool, frames: &mut Vec<Mbuf>, datagrams: u64) {
         if frames.is_empty() {
             return;
         }
         let n = frames.len() as u64;
         for m in frames.drain(..) {
-            self.queue_tx(d.iface as usize, m);
+            self.queue_tx(iface as usize, m);
         }
-        if d.next_hop.is_ipv4() {
+        if v4 {
             self.add(Counter::UdpOutDatagrams, datagrams);
             self.add(Counter::IpOutRequests, n);
         } else {

@@ -8,6 +8,8 @@ use std::net::{IpAddr, Ipv4Addr, SocketAddr, SocketAddrV4, ToSocketAddrs};
 use std::sync::atomic::Ordering;
 use std::time::Instant as StdInstant;
 
+use arrayvec::ArrayVec;
+
 use super::{UdpSocket, errno};
 use crate::datagram::SendBuf;
 use crate::hdr::{MAX_HEADERS, MAX_UDP_PAYLOAD_V4, MAX_UDP_PAYLOAD_V6, Udp4, UdpHeaders, push_udp_ip, push_udp_ipv4};
@@ -341,32 +343,37 @@ impl UdpSocket {
         &self,
         mut buf: SendBuf,
         d: SocketAddrV4,
-        last: &mut Option<(Ipv4Addr, Path, Ipv4Addr)>,
+        last: &mut Option<Path4>,
     ) -> io::Result<Result<TxPacket, SendBuf>> {
         self.v4_destination(d)?;
-        let (path, src_ip) = match *last {
-            Some((ip, p, s)) if ip == *d.ip() => (p, s),
+        let path = match *last {
+            Some(p) if p.dst == *d.ip() => p,
             _ => {
                 let p = self.path_to(SocketAddr::V4(d))?;
-                let IpAddr::V4(s) = p.route.src else { return Ok(Err(buf)) };
-                *last = Some((*d.ip(), p, s));
-                (p, s)
+                let (IpAddr::V4(src), IpAddr::V4(next_hop)) = (p.route.src, p.route.next_hop) else {
+                    return Ok(Err(buf));
+                };
+                let peer = match p.peer {
+                    Some(SocketAddr::V4(a)) => Some(a),
+                    _ => None,
+                };
+                let (iface, mtu) = (p.route.iface, p.route.mtu);
+                *last = Some(Path4 { dst: *d.ip(), src, port: p.port, peer, iface, mtu, next_hop });
+                last.expect("just set")
             }
         };
-        if buf.len() + udp::HEADER_LEN + ipv4::HEADER_LEN > path.route.mtu as usize {
+        if buf.len() + udp::HEADER_LEN + ipv4::HEADER_LEN > path.mtu as usize {
             return Ok(Err(buf));
         }
-        let src = SocketAddrV4::new(src_ip, path.port);
-        let connected = matches!(path.peer, Some(SocketAddr::V4(p)) if p == d);
+        let src = SocketAddrV4::new(path.src, path.port);
         // As `prepare`: connected sockets count IDs, others send 0.
-        let ident = if connected { self.core.ident.fetch_add(1, Ordering::Relaxed) as u16 } else { 0 };
+        let ident = if path.peer == Some(d) { self.core.ident.fetch_add(1, Ordering::Relaxed) as u16 } else { 0 };
         buf.mbuf.set_ol_flags(0);
         let known = buf.reply_checksum_v4(src, d);
-        let offload = self.shared().ifaces[path.route.iface as usize].tx_checksum;
+        let offload = self.shared().ifaces[path.iface as usize].tx_checksum;
         push_udp_ipv4(&mut buf.mbuf, src, d, Udp4::datagram(ident), known, offload)
             .map_err(|e| io::Error::new(io::ErrorKind::InvalidInput, e))?;
-        let route = path.route;
-        Ok(Ok(TxPacket { mbuf: buf.mbuf, iface: route.iface, next_hop: route.next_hop, datagram: true }))
+        Ok(Ok(TxPacket { mbuf: buf.mbuf, iface: path.iface, next_hop: IpAddr::V4(path.next_hop), datagram: true }))
     }
 
     /// The packet for one send to `dst` by `route`: headers written in
@@ -517,7 +524,7 @@ impl UdpSocket {
     /// how many went, keeping the first error of those that did not.
     fn submit_staged(&self, staged: &mut Staged, first_error: &mut Option<io::Error>) -> usize {
         let shared = self.shared();
-        let n = staged.len;
+        let n = staged.len();
         if n == 0 {
             return 0;
         }
@@ -562,6 +569,20 @@ struct Path {
     route: crate::route::Route,
 }
 
+/// What a batch's datagrams to one IPv4 destination share, compact (a
+/// [`Path`] is four times its size, and was copied for every batch).
+#[derive(Clone, Copy)]
+struct Path4 {
+    dst: Ipv4Addr,
+    src: Ipv4Addr,
+    port: u16,
+    /// The connected peer, when it is an IPv4 one.
+    peer: Option<SocketAddrV4>,
+    iface: u16,
+    mtu: u16,
+    next_hop: Ipv4Addr,
+}
+
 /// What [`UdpSocket::prepare`] made of a send.
 enum Prepared {
     /// Headers written: ready for the transmit path.
@@ -577,7 +598,7 @@ struct Batch {
     sent: usize,
     first_error: Option<io::Error>,
     last: Option<(IpAddr, Path)>,
-    last4: Option<(Ipv4Addr, Path, Ipv4Addr)>,
+    last4: Option<Path4>,
 }
 
 impl Batch {
@@ -588,8 +609,7 @@ impl Batch {
 
 /// Packets of a batch send on their way to the transmit path.
 struct Staged {
-    slots: [Option<TxPacket>; STAGED],
-    len: usize,
+    slots: ArrayVec<TxPacket, STAGED>,
 }
 
 /// Packets a batch send stages before it hands them over.
@@ -597,22 +617,25 @@ const STAGED: usize = 8;
 
 impl Staged {
     fn new() -> Staged {
-        Staged { slots: [const { None }; STAGED], len: 0 }
+        Staged { slots: ArrayVec::new() }
     }
 
     #[inline]
     fn push(&mut self, pkt: TxPacket) {
-        self.slots[self.len] = Some(pkt);
-        self.len += 1;
+        // Never full here: a full stage is handed over first.
+        let _ = self.slots.try_push(pkt);
+    }
+
+    fn len(&self) -> usize {
+        self.slots.len()
     }
 
     fn is_full(&self) -> bool {
-        self.len == STAGED
+        self.slots.is_full()
     }
 
     /// Takes the staged packets out, oldest first.
-    fn drain(&mut self) -> impl Iterator<Item = TxPacket> + '_ {
-        let n = std::mem::take(&mut self.len);
-        self.slots[..n].iter_mut().filter_map(Option::take)
+    fn drain(&mut self) -> arrayvec::Drain<'_, TxPacket, STAGED> {
+        self.slots.drain(..)
     }
 }
