@@ -255,7 +255,7 @@ fn retain_with_keeps_what_it_is_given_back_in_order() {
 }
 
 /// A pool reuses the mbufs that pass its per-lcore caches in the order
-/// asked: the last freed first (the `stack` driver, the default: warm
+/// asked: the last freed first (the `lf_stack` driver, the default: warm
 /// lines for the reader thread's and other lcores' frees), or the first
 /// freed first (DPDK's ring). Without a cache every free and allocation
 /// goes to that store.
@@ -283,4 +283,34 @@ fn pools_reuse_free_mbufs_in_the_order_asked() {
         drop(all);
         assert_eq!(pool.in_use(), 0);
     }
+}
+
+/// `Mbuf::truncate` keeps the first bytes of a chain whatever segment the
+/// cut falls in, and frees the segments after it: inside the first, at a
+/// segment's end, inside a later one, and past the end (nothing).
+#[test]
+fn truncate_cuts_a_chain_anywhere_and_frees_the_rest() {
+    let _serial = device_lock();
+    shared_eal(Memory::Auto);
+    let pool = Mempool::new(&MempoolConfig::new(&unique("trunc"), 63)).unwrap();
+    let chain = || {
+        let mut head = pool.try_alloc().unwrap();
+        head.append(4).unwrap().copy_from_slice(b"abcd");
+        for part in [&b"efg"[..], b"hijkl"] {
+            let mut seg = pool.try_alloc().unwrap();
+            seg.append(part.len()).unwrap().copy_from_slice(part);
+            head.chain(seg).unwrap();
+        }
+        head
+    };
+    let all = b"abcdefghijkl";
+    for (len, segs) in [(2, 1), (4, 1), (5, 2), (7, 2), (9, 3), (12, 3), (20, 3), (0, 1)] {
+        let mut m = chain();
+        m.truncate(len);
+        let kept = len.min(all.len());
+        let got: Vec<u8> = m.segment_data().flatten().copied().collect();
+        assert_eq!((&got[..], m.pkt_len(), m.segments()), (&all[..kept], kept, segs), "truncate({len})");
+        assert_eq!(pool.in_use(), segs as u32, "truncate({len}): the segments after the cut are freed");
+    }
+    assert_eq!(pool.in_use(), 0);
 }

@@ -1,3 +1,5 @@
+#include <string.h>
+
 #include "shim.h"
 
 uint16_t spate_rx_burst(uint16_t port, uint16_t queue, struct rte_mbuf **pkts, uint16_t n)
@@ -65,6 +67,21 @@ unsigned int spate_mempool_cache_size(const struct rte_mempool *mp)
 
 uint16_t spate_pktmbuf_data_room_size(struct rte_mempool *mp)
 { return rte_pktmbuf_data_room_size(mp); }
+
+/* Whether a mempool driver of this name registered itself (drivers are
+ * plugins: the EAL loads those it finds). */
+int spate_mempool_ops_registered(const char *name)
+{
+	for (unsigned int i = 0; i < rte_mempool_ops_table.num_ops; i++)
+		if (strcmp(rte_mempool_ops_table.ops[i].name, name) == 0)
+			return 1;
+	return 0;
+}
+
+/* The driver DPDK gives packet pools: --mbuf-pool-ops-name, the platform's
+ * hardware pool, or the default ring. */
+const char *spate_best_mempool_ops(void)
+{ return rte_mbuf_best_mempool_ops(); }
 
 unsigned int spate_ring_dequeue_burst(struct rte_ring *r, struct rte_mbuf **mbufs, unsigned int n)
 { return rte_ring_dequeue_burst(r, (void **)mbufs, n, NULL); }

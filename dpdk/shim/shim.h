@@ -16,6 +16,7 @@
 #include <rte_lcore.h>
 #include <rte_mbuf.h>
 #include <rte_mempool.h>
+#include <rte_mbuf_pool_ops.h>
 #include <rte_ring.h>
 #include <rte_version.h>
 
@@ -43,6 +44,8 @@ void spate_set_errno(int value);
 uint64_t spate_rdtsc(void);
 unsigned int spate_mempool_cache_size(const struct rte_mempool *mp);
 uint16_t spate_pktmbuf_data_room_size(struct rte_mempool *mp);
+int spate_mempool_ops_registered(const char *name);
+const char *spate_best_mempool_ops(void);
 unsigned int spate_ring_dequeue_burst(struct rte_ring *r, struct rte_mbuf **mbufs, unsigned int n);
 unsigned int spate_ring_enqueue_burst(struct rte_ring *r, struct rte_mbuf **mbufs, unsigned int n);
 unsigned int spate_ring_count(const struct rte_ring *r);

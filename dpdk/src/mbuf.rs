@@ -289,6 +289,49 @@ impl Mbuf {
         Ok(())
     }
 
+    /// Keeps the first `len` bytes of the packet, whatever segments they
+    /// lie in: the segment the cut falls in becomes the last, and the
+    /// segments after it are freed. No effect when the packet is not
+    /// longer.
+    pub fn truncate(&mut self, len: usize) {
+        let total = self.pkt_len();
+        if len >= total {
+            return;
+        }
+        if self.is_contiguous() {
+            let m = self.raw_mut();
+            m.data_len = len as u16;
+            m.pkt_len = len as u32;
+            return;
+        }
+        // SAFETY: the segments are our chain's; the walk stops at the
+        // segment holding byte `len` (or the first one for `len == 0`),
+        // which exists because `len < pkt_len`. The cut-off tail becomes
+        // an Mbuf of its own with consistent header fields, freed on drop.
+        unsafe {
+            let head = self.0.as_ptr();
+            let (mut seg, mut before, mut segs) = (head, 0usize, 1u16);
+            while before + ((*seg).data_len as usize) < len && !(*seg).next.is_null() {
+                before += (*seg).data_len as usize;
+                seg = (*seg).next;
+                segs += 1;
+            }
+            let had = (*seg).data_len as usize;
+            let keep = (len - before).min(had);
+            (*seg).data_len = keep as u16;
+            let rest = (*seg).next;
+            (*seg).next = std::ptr::null_mut();
+            let rest_segs = (*head).nb_segs.saturating_sub(segs);
+            (*head).nb_segs = segs;
+            (*head).pkt_len = (before + keep) as u32;
+            if !rest.is_null() {
+                (*rest).nb_segs = rest_segs.max(1);
+                (*rest).pkt_len = total.saturating_sub(before + had) as u32;
+                drop(Mbuf::from_raw(rest));
+            }
+        }
+    }
+
     /// Bytes of buffer behind the packet (every segment's buffer length):
     /// what it costs in memory.
     #[inline]

@@ -8,8 +8,9 @@ use crate::error::{Error, Result, rte_errno, strerror};
 use crate::mbuf::Mbuf;
 use crate::sys;
 
-/// DPDK's limit on mempool names (RTE_MEMPOOL_NAMESIZE minus the "MP_" prefix).
-pub const MAX_NAME_LEN: usize = 25;
+/// The longest mempool name every driver takes: the stack drivers name
+/// their stack `MP_<name>`, and a stack's name holds 27 bytes.
+pub const MAX_NAME_LEN: usize = 24;
 
 /// How to size a pool.
 #[derive(Debug, Clone)]
@@ -33,20 +34,45 @@ pub struct MempoolConfig {
 /// another lcore's) go through this store.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum PoolOrder {
-    /// The last freed first (DPDK's `stack` mempool driver): reused while
-    /// their lines may still be in a cache.
+    /// The last freed first (DPDK's lock-free stack mempool driver,
+    /// `lf_stack`): reused while their lines may still be in a cache.
+    /// Asked for, it is given where DPDK would give the default ring: not
+    /// over a driver the platform or `--mbuf-pool-ops-name` chose, nor
+    /// where the driver is not installed (librte_mempool_stack).
     Lifo,
     /// The first freed first (DPDK's default ring): with many free mbufs,
-    /// each has gone cold by the time it comes back.
+    /// each has gone cold by the time it comes back. Asked for, the pool
+    /// takes the driver DPDK picks.
     Fifo,
+    /// Whatever order the driver the platform or the EAL's
+    /// `--mbuf-pool-ops-name` chose keeps (a hardware pool's).
+    Driver,
 }
 
-impl PoolOrder {
-    fn ops_name(self) -> &'static CStr {
-        match self {
-            PoolOrder::Lifo => c"stack",
-            PoolOrder::Fifo => c"ring_mp_mc",
-        }
+/// DPDK's default packet pool driver, and the LIFO one spate prefers: its
+/// lock-free stack (the `stack` driver takes a spinlock, and a thread
+/// descheduled holding it would stall every other).
+const RING_DRIVER: &CStr = c"ring_mp_mc";
+const STACK_DRIVER: &CStr = c"lf_stack";
+
+/// The driver a pool asked for `order` gets, and the order that gives.
+fn driver_for(order: PoolOrder, pool: &str) -> (&'static CStr, PoolOrder) {
+    // SAFETY: DPDK returns a static, NUL-terminated name.
+    let best = unsafe { CStr::from_ptr(sys::spate_best_mempool_ops()) };
+    if best != RING_DRIVER {
+        return (best, PoolOrder::Driver);
+    }
+    // SAFETY: reads the table of registered drivers.
+    if order == PoolOrder::Lifo && unsafe { sys::spate_mempool_ops_registered(STACK_DRIVER.as_ptr()) } == 0 {
+        log::warn!(
+            "mempool {pool}: no `lf_stack` mempool driver (librte_mempool_stack); free mbufs are reused first freed, \
+             first reused"
+        );
+        return (RING_DRIVER, PoolOrder::Fifo);
+    }
+    match order {
+        PoolOrder::Lifo => (STACK_DRIVER, PoolOrder::Lifo),
+        _ => (RING_DRIVER, PoolOrder::Fifo),
     }
 }
 
@@ -95,44 +121,34 @@ impl Mempool {
             text: why.map(str::to_string).unwrap_or_else(|| strerror(errno)),
         };
         if cfg.name.is_empty() || cfg.name.len() > MAX_NAME_LEN {
-            return Err(fail(libc::ENAMETOOLONG, Some("name must be 1 to 25 bytes")));
+            return Err(fail(libc::ENAMETOOLONG, Some("name must be 1 to 24 bytes")));
         }
-        if cfg.size == 0 || cfg.cache_size > 512 || cfg.cache_size > cfg.size {
-            return Err(fail(libc::EINVAL, Some("size must be > 0 and cache_size <= min(512, size)")));
+        // DPDK refuses a cache whose flush threshold (1.5 times its size)
+        // passes the pool's size.
+        if cfg.size == 0 || cfg.cache_size > 512 || cfg.cache_size as u64 * 3 / 2 > cfg.size as u64 {
+            return Err(fail(libc::EINVAL, Some("size must be > 0 and cache_size <= min(512, size / 1.5)")));
         }
         let cname = CString::new(cfg.name.as_str()).map_err(|_| fail(libc::EINVAL, Some("NUL in name")))?;
         let socket = cfg.socket.map(|s| s as i32).unwrap_or(sys::SOCKET_ID_ANY);
-        let create = |order: PoolOrder| {
-            // SAFETY: the EAL runs; the names are valid C strings DPDK copies.
-            let raw = unsafe {
-                sys::rte_pktmbuf_pool_create_by_ops(
-                    cname.as_ptr(),
-                    cfg.size,
-                    cfg.cache_size,
-                    0,
-                    cfg.data_room,
-                    socket,
-                    order.ops_name().as_ptr(),
-                )
-            };
-            NonNull::new(raw).ok_or_else(rte_errno)
+        let (driver, order) = driver_for(cfg.order, &cfg.name);
+        // SAFETY: the EAL runs; the names are valid C strings DPDK copies.
+        let raw = unsafe {
+            sys::rte_pktmbuf_pool_create_by_ops(
+                cname.as_ptr(),
+                cfg.size,
+                cfg.cache_size,
+                0,
+                cfg.data_room,
+                socket,
+                driver.as_ptr(),
+            )
         };
-        let (raw, order) = match create(cfg.order) {
-            // No such driver (librte_mempool_stack not loaded): the ring.
-            Err(libc::EINVAL) if cfg.order == PoolOrder::Lifo => {
-                log::warn!(
-                    "mempool {}: no `stack` mempool driver; free mbufs are reused first freed, first reused",
-                    cfg.name
-                );
-                (create(PoolOrder::Fifo).map_err(|e| fail(e, None))?, PoolOrder::Fifo)
-            }
-            r => (r.map_err(|e| fail(e, None))?, cfg.order),
-        };
+        let raw = NonNull::new(raw).ok_or_else(|| fail(rte_errno(), None))?;
         Ok(Mempool { raw, name: cfg.name.clone(), size: cfg.size, order, eal: Some(eal) })
     }
 
-    /// In which order free mbufs are reused (what the pool was made with,
-    /// or [`PoolOrder::Fifo`] where the `stack` driver was missing).
+    /// In which order free mbufs are reused: what the pool asked for, or
+    /// what it was given instead (see [`PoolOrder`]).
     pub fn order(&self) -> PoolOrder {
         self.order
     }

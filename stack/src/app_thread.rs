@@ -1,7 +1,8 @@
 //! Application threads as the EAL sees them. A thread that receives or
 //! sends through a socket frees and allocates mbufs; unknown to the EAL it
 //! has no mempool cache, and every free and every allocation goes to the
-//! pool's shared ring. The first socket call on such a thread registers it
+//! pool's shared store (a stack or a ring, under the pool's lock or
+//! atomics). The first socket call on such a thread registers it
 //! with the EAL (`rte_thread_register`), which gives it an lcore id and so
 //! a cache; the id is given back when the thread exits. When the EAL has
 //! no id left the thread works on without a cache.

@@ -339,6 +339,23 @@ impl std::str::FromStr for RssMode {
     }
 }
 
+/// In which order the packet pool reuses the free mbufs that pass its
+/// per-lcore caches: those a reader thread frees for the lcore to
+/// allocate, or one lcore for another.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum MempoolOrder {
+    /// The last freed first (DPDK's lock-free stack mempool driver,
+    /// `lf_stack`), while their lines may still be in a cache; where DPDK
+    /// would give its default ring (not over a driver the platform or
+    /// `--mbuf-pool-ops-name` chose) and the driver is installed.
+    #[default]
+    Lifo,
+    /// The driver DPDK picks (its ring by default: first freed, first
+    /// reused).
+    Fifo,
+}
+
 /// Everything a stack needs.
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields, default)]
@@ -355,6 +372,9 @@ pub struct StackConfig {
     pub mempool_size: u32,
     /// Per-lcore mempool cache.
     pub mempool_cache: u32,
+    /// In which order the packet pool reuses the free mbufs its per-lcore
+    /// caches pass on.
+    pub mempool_order: MempoolOrder,
     /// RX descriptors per queue.
     pub rx_desc: u16,
     /// TX descriptors per queue.
@@ -437,6 +457,7 @@ impl Default for StackConfig {
             gateways: Vec::new(),
             mempool_size: 16383,
             mempool_cache: 256,
+            mempool_order: MempoolOrder::Lifo,
             rx_desc: 1024,
             tx_desc: 1024,
             rcvbuf: 212_992,

@@ -446,14 +446,11 @@ impl SendBuf {
         self.len() == 0
     }
 
-    /// Shortens the payload to `len` bytes (no effect if it is shorter).
+    /// Shortens the payload to `len` bytes (no effect if it is shorter),
+    /// across segments for a buffer made from a reassembled datagram.
     pub fn truncate(&mut self, len: usize) {
         self.request = 0;
-        let cut = self.len().saturating_sub(len);
-        if cut > 0 {
-            // Within one segment here: SendBufs from alloc_send_buf are contiguous.
-            let _ = self.mbuf.trim(cut);
-        }
+        self.mbuf.truncate(len);
     }
 
     /// Appends bytes; fails when the mbuf has no room.

@@ -214,17 +214,23 @@ fn push_udp_ip_any(m: &mut Mbuf, h: &UdpHeaders, iface: &Interface) -> Result<()
 pub fn push_ethernet(m: &mut Mbuf, iface: &Interface, dst: MacAddr, ethertype: u16) -> Result<(), &'static str> {
     if iface.vlan.is_none() {
         // Untagged, the common case: one 14-byte write.
-        let mut h = [0u8; ethernet::HEADER_LEN];
-        h[..6].copy_from_slice(&dst.0);
-        h[6..12].copy_from_slice(&iface.mac.0);
-        h[12..].copy_from_slice(&ethertype.to_be_bytes());
-        return push_untagged(m, &h);
+        return push_untagged(m, &untagged_header(dst, iface.mac, ethertype));
     }
     let repr = ethernet::Repr { src: iface.mac, dst, ethertype, vlan: iface.vlan };
     let l2 = repr.buffer_len();
     repr.emit(m.prepend(l2).map_err(|_| "no headroom")?);
     set_offload_lengths(m, l2);
     Ok(())
+}
+
+/// An untagged Ethernet header, as bytes.
+#[inline(always)]
+pub fn untagged_header(dst: MacAddr, src: MacAddr, ethertype: u16) -> [u8; ethernet::HEADER_LEN] {
+    let mut h = [0u8; ethernet::HEADER_LEN];
+    h[..6].copy_from_slice(&dst.0);
+    h[6..12].copy_from_slice(&src.0);
+    h[12..].copy_from_slice(&ethertype.to_be_bytes());
+    h
 }
 
 /// Writes an untagged Ethernet header made beforehand and completes the

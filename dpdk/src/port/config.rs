@@ -284,6 +284,18 @@ impl Port {
         self.shared.state.lock().expect("port state lock").tx_offloads
     }
 
+    /// Whether the port checks IPv4 and UDP checksums on receive, as it
+    /// was configured (the pair, as `configure` asks for it).
+    pub fn rx_checksum(&self) -> bool {
+        self.rx_offloads() & RX_CKSUM == RX_CKSUM
+    }
+
+    /// Whether the port computes IPv4 and UDP checksums on transmit, as
+    /// it was configured.
+    pub fn tx_checksum(&self) -> bool {
+        self.tx_offloads() & TX_CKSUM == TX_CKSUM
+    }
+
     /// Whether RSS is in effect.
     pub fn rss_enabled(&self) -> bool {
         self.shared.state.lock().expect("port state lock").rss

@@ -119,6 +119,10 @@ impl Stack {
         let id = NEXT_STACK.fetch_add(1, Ordering::Relaxed);
         let mut pool_cfg = MempoolConfig::new(&format!("spate{}_{id}", std::process::id() % 100_000), cfg.mempool_size);
         pool_cfg.cache_size = cfg.mempool_cache.min(cfg.mempool_size / 2);
+        pool_cfg.order = match cfg.mempool_order {
+            crate::config::MempoolOrder::Lifo => spate_dpdk::PoolOrder::Lifo,
+            crate::config::MempoolOrder::Fifo => spate_dpdk::PoolOrder::Fifo,
+        };
         let pool = Arc::new(Mempool::new(&pool_cfg)?);
 
         let mut ports = Vec::new();
@@ -167,12 +171,6 @@ impl Stack {
             let mac = soft_mac.unwrap_or(MacAddr(port.mac()?));
             let mac = if mac == MacAddr::ZERO { mac_from_device(&spec.device).unwrap_or(mac) } else { mac };
             let mtu = port.mtu().unwrap_or(1500).min(spec.mtu.unwrap_or(u16::MAX));
-            let rx_flags = port.rx_offloads();
-            let tx_flags = port.tx_offloads();
-            let rx_sum =
-                (spate_dpdk::sys::RTE_ETH_RX_OFFLOAD_IPV4_CKSUM | spate_dpdk::sys::RTE_ETH_RX_OFFLOAD_UDP_CKSUM) as u64;
-            let tx_sum =
-                (spate_dpdk::sys::RTE_ETH_TX_OFFLOAD_IPV4_CKSUM | spate_dpdk::sys::RTE_ETH_TX_OFFLOAD_UDP_CKSUM) as u64;
             let mut ifc = Interface::new(
                 index as u16,
                 port.id(),
@@ -183,8 +181,7 @@ impl Stack {
                 &spec.ipv4,
                 &spec.ipv6,
             );
-            ifc.rx_checksum = rx_flags & rx_sum == rx_sum;
-            ifc.tx_checksum = tx_flags & tx_sum == tx_sum;
+            (ifc.rx_checksum, ifc.tx_checksum) = (port.rx_checksum(), port.tx_checksum());
             ifaces.push(ifc);
             for (w, q) in queues.iter_mut().enumerate() {
                 if w < plan.rx_queues as usize {

@@ -8,7 +8,7 @@ use std::net::IpAddr;
 
 use spate_dpdk::{Burst, Mbuf, RingConsumer, RingProducer, RxQueue, TxQueue};
 
-use crate::hdr::push_untagged;
+use crate::hdr::{ethertype_for, push_untagged, untagged_header};
 use crate::rss::{FlowHash, Reta};
 use crate::wire::{MacAddr, ethernet};
 
@@ -68,12 +68,7 @@ impl Direct {
     /// The neighbour `mac` at `next_hop` on interface `iface` (of MAC
     /// `own`), frames of `next_hop`'s family.
     pub fn new(iface: u16, own: MacAddr, next_hop: IpAddr, mac: MacAddr) -> Direct {
-        let mut header = [0u8; ethernet::HEADER_LEN];
-        header[..6].copy_from_slice(&mac.0);
-        header[6..12].copy_from_slice(&own.0);
-        let ethertype = if next_hop.is_ipv4() { ethernet::ethertype::IPV4 } else { ethernet::ethertype::IPV6 };
-        header[12..].copy_from_slice(&ethertype.to_be_bytes());
-        Direct { iface, next_hop, mac, header }
+        Direct { iface, next_hop, mac, header: untagged_header(mac, own, ethertype_for(&next_hop)) }
     }
 
     /// The frame of `pkt`, its Ethernet header written, and whether it
@@ -94,7 +89,7 @@ impl LocalTx {
     /// Whether `n` more packets fit, however they are taken.
     #[inline]
     pub fn has_room(&self, n: usize) -> bool {
-        self.queue.len() + n <= LOCAL_TX_CAPACITY && self.frames.len() + n <= LOCAL_TX_CAPACITY
+        self.queue.len() + self.frames.len() + n <= LOCAL_TX_CAPACITY
     }
 
     /// Takes a packet the callback sent: its frame finished when it goes
@@ -102,8 +97,11 @@ impl LocalTx {
     /// it back when there is no room.
     #[inline(always)]
     pub fn take(&mut self, pkt: TxPacket) -> Result<(), TxPacket> {
+        if !self.has_room(1) {
+            return Err(pkt);
+        }
         let pkt = match &self.direct {
-            Some(d) if self.frames.len() < LOCAL_TX_CAPACITY => match d.finish(pkt) {
+            Some(d) => match d.finish(pkt) {
                 Ok((frame, datagram)) => {
                     self.frames.push(frame);
                     self.datagrams += datagram as u64;
@@ -113,15 +111,12 @@ impl LocalTx {
             },
             _ => pkt,
         };
-        if self.queue.len() < LOCAL_TX_CAPACITY {
-            self.queue.push(pkt);
-            return Ok(());
-        }
-        Err(pkt)
+        self.queue.push(pkt);
+        Ok(())
     }
 }
 
-/// Room in the lcore-local send queue per loop iteration.
+/// Packets and frames a callback may send per loop iteration, together.
 pub(crate) const LOCAL_TX_CAPACITY: usize = 4096;
 
 /// Frames a ring between two lcores holds.

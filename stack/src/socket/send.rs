@@ -254,8 +254,10 @@ impl UdpSocket {
     /// each to its address: a service's replies, the destination read
     /// from the request's headers in the buffer's headroom instead of
     /// passed as a `SocketAddr`. A buffer not made from a received
-    /// datagram fails on its own with `EDESTADDRREQ`. Returns how many were
-    /// sent, or, when none could be, the first error.
+    /// datagram fails on its own with `EDESTADDRREQ`; one made from a
+    /// coalesced datagram (UDP GRO) goes back as one datagram, as
+    /// `send_batch_to` would send it. Returns how many were sent, or, when
+    /// none could be, the first error.
     pub fn send_replies<I>(&self, bufs: I) -> io::Result<usize>
     where
         I: IntoIterator<Item = SendBuf>,
@@ -623,6 +625,7 @@ impl Staged {
     #[inline]
     fn push(&mut self, pkt: TxPacket) {
         // Never full here: a full stage is handed over first.
+        debug_assert!(!self.slots.is_full(), "a full stage is handed over first");
         let _ = self.slots.try_push(pkt);
     }
 
