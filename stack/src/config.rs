@@ -735,6 +735,9 @@ mod tests {
         c.validate().unwrap();
         assert_eq!(c.ports[0].ipv4[0].to_string(), "198.18.0.2/24");
         assert!(StackConfig::from_toml("bogus = 1").is_err(), "unknown keys are errors");
+        assert_eq!(c.mempool_order, MempoolOrder::Lifo, "the default");
+        assert_eq!(StackConfig::from_toml("mempool_order = \"fifo\"").unwrap().mempool_order, MempoolOrder::Fifo);
+        assert!(StackConfig::from_toml("mempool_order = \"random\"").is_err());
         let off_link = StackConfig { gateways: vec!["10.0.0.1".parse().unwrap()], ..c.clone() };
         assert!(off_link.validate().unwrap_err().to_string().contains("not on any configured prefix"));
         let no_ports = StackConfig { ports: vec![], ..c };
