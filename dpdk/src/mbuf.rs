@@ -195,6 +195,16 @@ impl Mbuf {
         unsafe { std::slice::from_raw_parts(m.buf_addr as *const u8, m.data_off as usize) }
     }
 
+    /// The bytes before the data in the first segment, to write: spate
+    /// keeps a received datagram's arrival there, over its Ethernet header.
+    #[inline]
+    pub fn headroom_bytes_mut(&mut self) -> &mut [u8] {
+        let m = self.raw();
+        // SAFETY: buf_addr .. buf_addr + data_off lies inside the buffer,
+        // which this mbuf owns alone (`&mut self`).
+        unsafe { std::slice::from_raw_parts_mut(m.buf_addr as *mut u8, m.data_off as usize) }
+    }
+
     /// Free bytes after the data of the last segment.
     pub fn tailroom(&self) -> usize {
         // SAFETY: last_segment returns a valid segment of our chain.

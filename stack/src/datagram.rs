@@ -39,12 +39,21 @@ pub struct Datagram {
 
 /// The bit of `Datagram::headers` that says "mapped".
 const MAPPED: u16 = 1 << 15;
+/// The bit of `Datagram::headers` that says a receive timestamp is in the
+/// headroom (see [`Datagram::arrive`]).
+const STAMPED: u16 = 1 << 14;
+/// The bits of `Datagram::headers` that hold the header span.
+const SPAN: u16 = STAMPED - 1;
+/// Bytes of the receive timestamp, just before the IP header.
+const STAMP_LEN: usize = 8;
 
 impl Datagram {
     /// Wraps an mbuf whose data is exactly the UDP payload, with the IP
-    /// header `headers` bytes before it.
+    /// header `headers` bytes before it, received on interface `iface`
+    /// (kept in the mbuf's port field, which nothing reads again).
     #[inline]
-    pub(crate) fn new(mbuf: Mbuf, headers: u16, mapped: bool) -> Datagram {
+    pub(crate) fn new(mut mbuf: Mbuf, headers: u16, mapped: bool, iface: u16) -> Datagram {
+        mbuf.set_port(iface);
         let truesize = truesize_of(mbuf.buf_len()) as u32;
         Datagram { mbuf, truesize, headers: headers | if mapped { MAPPED } else { 0 }, gso: 0 }
     }
@@ -125,7 +134,7 @@ impl Datagram {
     #[inline]
     fn headers(&self) -> (&[u8], &[u8]) {
         let room = self.mbuf.headroom_bytes();
-        let ip = &room[room.len() - (self.headers & !MAPPED) as usize..];
+        let ip = &room[room.len() - (self.headers & SPAN) as usize..];
         (ip, &room[room.len() - udp::HEADER_LEN..])
     }
 
@@ -181,6 +190,78 @@ impl Datagram {
         self.addr(false)
     }
 
+    /// Notes the receive time, `CLOCK_REALTIME` nanoseconds, in the 8
+    /// bytes before the IP header (the Ethernet header's, which nothing
+    /// reads again, in a cache line the receive path has just read).
+    #[inline]
+    pub(crate) fn stamp(&mut self, ns: u64) {
+        let span = (self.headers & SPAN) as usize;
+        let room = self.mbuf.headroom_bytes_mut();
+        let Some(at) = room.len().checked_sub(span + STAMP_LEN) else { return };
+        room[at..at + STAMP_LEN].copy_from_slice(&ns.to_ne_bytes());
+        self.headers |= STAMPED;
+    }
+
+    /// The index of the interface it arrived on (see
+    /// [`Stack::interfaces`](crate::Stack::interfaces)): `IP_PKTINFO`'s
+    /// `ipi_ifindex` and `IPV6_PKTINFO`'s, in spate's numbering.
+    #[inline]
+    pub fn iface(&self) -> u16 {
+        self.mbuf.port()
+    }
+
+    /// When the polling lcore received it: the TSC read at the start of
+    /// the loop iteration whose burst held it, as `CLOCK_REALTIME`
+    /// (`SO_TIMESTAMPNS`). `None` unless some socket of the stack asked for
+    /// timestamps ([`UdpSocket::set_recv_timestamps`](crate::UdpSocket::set_recv_timestamps))
+    /// when it arrived.
+    #[inline]
+    pub fn timestamp(&self) -> Option<std::time::SystemTime> {
+        if self.headers & STAMPED == 0 {
+            return None;
+        }
+        let room = self.mbuf.headroom_bytes();
+        let at = room.len() - (self.headers & SPAN) as usize - STAMP_LEN;
+        let ns = u64::from_ne_bytes(room[at..at + STAMP_LEN].try_into().expect("8 bytes"));
+        Some(std::time::UNIX_EPOCH + std::time::Duration::from_nanos(ns))
+    }
+
+    /// The IPv4 TOS byte or the IPv6 traffic class, as received: DSCP in
+    /// the top six bits, ECN in the low two (`IP_RECVTOS`,
+    /// `IPV6_RECVTCLASS`).
+    #[inline]
+    pub fn tos(&self) -> u8 {
+        let (ip, _) = self.headers();
+        if ip[0] >> 4 == 4 { ip[1] } else { crate::wire::ipv6::traffic_class(ip) }
+    }
+
+    /// The ECN codepoint it arrived with.
+    #[inline]
+    pub fn ecn(&self) -> Ecn {
+        Ecn::from_bits(self.tos())
+    }
+
+    /// The TTL or hop limit, as received (`IP_RECVTTL`,
+    /// `IPV6_RECVHOPLIMIT`).
+    #[inline]
+    pub fn ttl(&self) -> u8 {
+        let (ip, _) = self.headers();
+        if ip[0] >> 4 == 4 { ip[8] } else { ip[7] }
+    }
+
+    /// Everything the datagram says of itself besides its payload.
+    pub fn meta(&self) -> RecvMeta {
+        RecvMeta {
+            src: self.src(),
+            dst: self.dst(),
+            iface: self.iface(),
+            tos: self.tos(),
+            ttl: self.ttl(),
+            timestamp: self.timestamp(),
+            gso_size: self.gso_size(),
+        }
+    }
+
     /// Turns the datagram into a send buffer holding the same payload, for
     /// answering without a copy.
     ///
@@ -193,8 +274,8 @@ impl Datagram {
         // A coalesced datagram's checksum was its first segment's; an IPv4
         // one without a checksum has none to keep.
         let keeps = self.gso == 0 && self.mbuf.is_contiguous() && get_u16(self.headers().1, 6) != 0;
-        let request = if keeps { self.headers & !MAPPED } else { 0 };
-        SendBuf { mbuf: self.mbuf, request, reply: self.headers & !MAPPED }
+        let request = if keeps { self.headers & SPAN } else { 0 };
+        SendBuf { mbuf: self.mbuf, request, reply: self.headers & SPAN }
     }
 
     /// The mbuf, for code that works with DPDK directly.
@@ -202,6 +283,80 @@ impl Datagram {
     pub fn into_mbuf(self) -> Mbuf {
         self.mbuf
     }
+}
+
+/// What Linux's control messages tell of a received datagram, in one
+/// value: [`Datagram::meta`], [`UdpSocket::recv_msg`](crate::UdpSocket::recv_msg).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RecvMeta {
+    /// The sender (IPv4-mapped on an IPv6 socket).
+    pub src: SocketAddr,
+    /// The address and port it was sent to (`IP_PKTINFO`'s `ipi_addr`,
+    /// `IPV6_PKTINFO`'s `ipi6_addr`): one of the stack's addresses, or a
+    /// broadcast one.
+    pub dst: SocketAddr,
+    /// The interface it arrived on (an index of
+    /// [`Stack::interfaces`](crate::Stack::interfaces)).
+    pub iface: u16,
+    /// TOS or traffic class: DSCP and ECN.
+    pub tos: u8,
+    /// TTL or hop limit.
+    pub ttl: u8,
+    /// The receive timestamp (`SO_TIMESTAMPNS`), when asked for.
+    pub timestamp: Option<std::time::SystemTime>,
+    /// The segment size of a coalesced datagram (UDP GRO's `UDP_GRO`
+    /// control message).
+    pub gso_size: Option<usize>,
+}
+
+impl RecvMeta {
+    /// The ECN codepoint of [`tos`](Self::tos).
+    pub fn ecn(&self) -> Ecn {
+        Ecn::from_bits(self.tos)
+    }
+}
+
+/// An ECN codepoint: the low two bits of the TOS byte or traffic class
+/// (RFC 3168).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+#[repr(u8)]
+pub enum Ecn {
+    /// Not ECN-capable transport.
+    #[default]
+    NotEct = 0,
+    /// ECN-capable transport, ECT(1).
+    Ect1 = 1,
+    /// ECN-capable transport, ECT(0).
+    Ect0 = 2,
+    /// Congestion experienced.
+    Ce = 3,
+}
+
+impl Ecn {
+    /// The codepoint in the low two bits of `tos`.
+    pub const fn from_bits(tos: u8) -> Ecn {
+        match tos & 3 {
+            0 => Ecn::NotEct,
+            1 => Ecn::Ect1,
+            2 => Ecn::Ect0,
+            _ => Ecn::Ce,
+        }
+    }
+}
+
+/// What one send says besides its payload and destination (the control
+/// messages of Linux's `sendmsg`): [`UdpSocket::send_msg_to`](crate::UdpSocket::send_msg_to).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct SendMeta {
+    /// The source address (`IP_PKTINFO`'s `ipi_spec_dst`, `IPV6_PKTINFO`):
+    /// one of the stack's addresses, of the destination's family (an
+    /// IPv4-mapped one for an IPv4 destination of an IPv6 socket). `None`:
+    /// the socket's bound address, or the route's.
+    pub src_ip: Option<IpAddr>,
+    /// The ECN codepoint, in place of the low two bits of the socket's
+    /// TOS or traffic class (`IP_TOS`/`IPV6_TCLASS` as a control message,
+    /// how QUIC marks its packets).
+    pub ecn: Option<Ecn>,
 }
 
 impl Truesize for Datagram {

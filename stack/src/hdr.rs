@@ -34,6 +34,8 @@ pub struct UdpHeaders {
     pub dont_frag: bool,
     /// TTL or hop limit.
     pub ttl: u8,
+    /// IPv4 TOS or IPv6 traffic class (DSCP and ECN).
+    pub tos: u8,
     /// Leave the UDP checksum zero (IPv4 only: tunnels do, RFC 7348).
     pub zero_checksum: bool,
     /// The UDP checksum, when known already (a reply keeping its
@@ -45,7 +47,8 @@ pub struct UdpHeaders {
 #[inline]
 pub fn push_udp_ip(m: &mut Mbuf, h: &UdpHeaders, iface: &Interface) -> Result<(), &'static str> {
     if let (SocketAddr::V4(s), SocketAddr::V4(d)) = (h.src, h.dst) {
-        let v4 = Udp4 { ident: h.ident, dont_frag: h.dont_frag, ttl: h.ttl, zero_checksum: h.zero_checksum };
+        let v4 =
+            Udp4 { ident: h.ident, dont_frag: h.dont_frag, ttl: h.ttl, tos: h.tos, zero_checksum: h.zero_checksum };
         return push_udp_ipv4(m, s, d, v4, h.known_checksum, iface.tx_checksum);
     }
     push_udp_ip_any(m, h, iface)
@@ -61,15 +64,18 @@ pub struct Udp4 {
     pub dont_frag: bool,
     /// TTL.
     pub ttl: u8,
+    /// TOS (DSCP and ECN).
+    pub tos: u8,
     /// Leave the UDP checksum zero.
     pub zero_checksum: bool,
 }
 
 impl Udp4 {
-    /// A socket's datagram: DF set (the path MTU is discovered), TTL 64,
-    /// a UDP checksum.
-    pub const fn datagram(ident: u16) -> Udp4 {
-        Udp4 { ident, dont_frag: true, ttl: 64, zero_checksum: false }
+    /// A socket's datagram: DF set (the path MTU is discovered), the
+    /// socket's TTL and TOS, a UDP checksum.
+    #[inline(always)]
+    pub const fn datagram(ident: u16, ttl: u8, tos: u8) -> Udp4 {
+        Udp4 { ident, dont_frag: true, ttl, tos, zero_checksum: false }
     }
 }
 
@@ -111,10 +117,12 @@ pub fn push_udp_ipv4(
     let ip_check = if offload {
         0
     } else {
-        !checksum::fold(0x4500 + total as u64 + h.ident as u64 + frag as u64 + ttl_proto as u64 + addrs)
+        let ver_tos = 0x4500 | h.tos as u64;
+        !checksum::fold(ver_tos + total as u64 + h.ident as u64 + frag as u64 + ttl_proto as u64 + addrs)
     };
     let mut hdr = [0u8; ipv4::HEADER_LEN + udp::HEADER_LEN];
     hdr[0] = 0x45;
+    hdr[1] = h.tos;
     hdr[2..4].copy_from_slice(&total.to_be_bytes());
     hdr[4..6].copy_from_slice(&h.ident.to_be_bytes());
     hdr[6..8].copy_from_slice(&frag.to_be_bytes());
@@ -178,7 +186,7 @@ fn push_udp_ip_any(m: &mut Mbuf, h: &UdpHeaders, iface: &Interface) -> Result<()
                 protocol: ip_proto::UDP,
                 payload_len: udp_len as u16,
                 ttl: h.ttl,
-                tos: 0,
+                tos: h.tos,
                 ident: h.ident,
                 dont_frag: h.dont_frag,
                 more_frags: false,
@@ -198,7 +206,9 @@ fn push_udp_ip_any(m: &mut Mbuf, h: &UdpHeaders, iface: &Interface) -> Result<()
                 payload_len: udp_len as u16,
                 hop_limit: h.ttl,
             };
-            ip.emit(m.prepend(ipv6::HEADER_LEN).map_err(|_| "no headroom")?);
+            let hdr = m.prepend(ipv6::HEADER_LEN).map_err(|_| "no headroom")?;
+            ip.emit(hdr);
+            ipv6::set_traffic_class(hdr, h.tos);
             if offload {
                 m.set_ol_flags(m.ol_flags() | tx_flags::IPV6 | tx_flags::UDP_CKSUM);
             }

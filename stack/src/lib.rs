@@ -45,7 +45,7 @@ mod time;
 pub mod wire;
 
 pub use config::{Cidr, MbufBudget, PortSpec, StackConfig, StaticNeighbor};
-pub use datagram::{Datagram, DatagramBatch, SendBuf, Staged};
+pub use datagram::{Datagram, DatagramBatch, Ecn, RecvMeta, SendBuf, SendMeta, Staged};
 pub use engine::LcoreCtx;
 pub use error::{Error, Result};
 pub use iface::{Interface, Tunnel};

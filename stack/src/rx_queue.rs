@@ -423,6 +423,28 @@ impl<T: Truesize> RxQueue<T> {
         }
     }
 
+    /// Calls `f` with the oldest datagram of the reader list (a producer
+    /// list spliced across when it is empty) and leaves it there; waits as
+    /// `wait` says.
+    pub fn peek<R>(&self, wait: Wait, f: impl FnOnce(&T) -> R) -> Option<R> {
+        loop {
+            if !self.looks_empty() {
+                let mut r = lock(&self.readers.reader);
+                if r.list.is_empty() && self.splice(&mut r, &mut Vec::new(), 0).is_some() {
+                    // The spliced list is the reader's now: say so, or
+                    // the queue would look empty.
+                    self.readers.queued.store(r.list.len(), Ordering::Release);
+                }
+                if let Some(item) = r.list.front() {
+                    return Some(f(item));
+                }
+            }
+            if !self.wait(wait) {
+                return None;
+            }
+        }
+    }
+
     /// Takes up to `max` datagrams into `out` (no allocation while `out`
     /// has room); waits as `wait` says for the first one.
     #[inline]

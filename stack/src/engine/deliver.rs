@@ -105,6 +105,16 @@ impl Runs {
         r
     }
 
+    /// Notes `ns` as the receive time of every staged datagram.
+    #[cold]
+    pub(super) fn stamp(&mut self, ns: u64) {
+        for run in &mut self.runs[..self.used] {
+            for d in &mut run.datagrams {
+                d.stamp(ns);
+            }
+        }
+    }
+
     /// The staged datagram at `at` (from [`push`](Self::push)).
     pub(super) fn get_mut(&mut self, (r, i): (usize, usize)) -> &mut Datagram {
         &mut self.runs[r].datagrams[i]

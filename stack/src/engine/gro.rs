@@ -84,7 +84,7 @@ impl Worker<'_> {
                 Err(m) => m,
             };
         }
-        let d = Datagram::new(m, header_span(at.l3, at.l4), mapped);
+        let d = Datagram::new(m, header_span(at.l3, at.l4), mapped, iface);
         let pos = self.stage(index, iface, at.src.is_ipv4(), d);
         self.gro_open(coalesce, index, flow, payload, pos);
         None

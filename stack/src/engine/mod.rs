@@ -37,6 +37,7 @@ use crate::time::Instant;
 
 mod deliver;
 mod gro;
+mod group;
 mod icmp;
 mod memo;
 mod poll;
@@ -128,6 +129,11 @@ pub(crate) struct Worker<'s> {
     /// Whether this burst runs the GRO stage (a tunnel or a GRO socket
     /// exists): read once per burst.
     gro_active: bool,
+    /// While some socket asks for receive timestamps: this iteration's
+    /// start as `CLOCK_REALTIME` nanoseconds, read once per burst.
+    stamp: Option<u64>,
+    /// The sockets a group datagram reaches (kept for its capacity).
+    group_matches: Vec<u32>,
     /// Frames taken from the ports so far (a GRO train grows only from one
     /// frame to the very next).
     frame_no: u64,
@@ -184,6 +190,8 @@ impl<'s> Worker<'s> {
             ready: Vec::with_capacity(64),
             ready_bits: 0,
             gro_active: false,
+            stamp: None,
+            group_matches: Vec::with_capacity(64),
             frame_no: 0,
             train: Default::default(),
             decapsulated: None,
@@ -229,5 +237,14 @@ impl<'s> Worker<'s> {
     #[inline(always)]
     fn stage(&mut self, index: u32, iface: u16, v4: bool, d: Datagram) -> (usize, usize) {
         self.runs.push(index, iface, v4, d)
+    }
+
+    /// Stamps the datagrams staged so far with the iteration's time, while
+    /// some socket asks for timestamps: one test per burst otherwise.
+    #[inline(always)]
+    fn stamp_staged(&mut self) {
+        if let Some(ns) = self.stamp {
+            self.runs.stamp(ns);
+        }
     }
 }

@@ -87,6 +87,10 @@ impl Worker<'_> {
         // before it was published. The no-gro-stage build (the benchmark's
         // baseline) has no stage at all.
         self.gro_active = !cfg!(feature = "no-gro-stage") && self.shared.gro_users.load(Ordering::Acquire) != 0;
+        self.stamp = match self.shared.stamp_users.load(Ordering::Relaxed) {
+            0 => None,
+            _ => Some(self.now.0.wrapping_add(self.shared.realtime_offset.load(Ordering::Relaxed))),
+        };
         if self.memo.sync(self.shared.neigh.generation()) {
             // The table changed: the callback's frames wait for a new
             // look-up too.
@@ -157,6 +161,7 @@ impl Worker<'_> {
                 self.add(Counter::Ip6InDelivers, fast6);
             }
         }
+        self.stamp_staged();
     }
 
     /// The burst's frames with the GRO stage: a tunnel's inner frame is its
@@ -300,6 +305,9 @@ impl Worker<'_> {
         }
         self.shared.pmtu.prune();
         self.shared.log_link_changes(&mut self.link_seen);
+        if self.shared.stamp_users.load(Ordering::Relaxed) != 0 {
+            self.shared.refresh_realtime();
+        }
         let expired = self.shared.neigh.poll(self.now);
         self.add(Counter::NeighFailed, expired.failed);
         self.add(Counter::NeighQueueDrops, expired.dropped.len() as u64);

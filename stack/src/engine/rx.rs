@@ -258,7 +258,7 @@ impl Worker<'_> {
         if (padding > 0 && m.trim(padding).is_err()) || m.adj(l4 + udp::HEADER_LEN).is_err() {
             return Err(m);
         }
-        let d = Datagram::new(m, header_span(FAST_L3, l4), mapped);
+        let d = Datagram::new(m, header_span(FAST_L3, l4), mapped, ifx);
         self.stage(index, ifx, v4, d);
         Ok(())
     }
@@ -511,6 +511,16 @@ impl Worker<'_> {
             lcore: self.idx as u32,
             rss_hash: m.rss_hash(),
         };
+        if at.group {
+            // Every socket that matches gets it.
+            return match self.deliver_group(iface, m, &at, &key, payload) {
+                Ok(()) => None,
+                Err(_unwanted) => {
+                    self.inc(c.ignored_multi);
+                    Some(Counter::RxIgnoredMulti)
+                }
+            };
+        }
         if let Some((index, b)) = self.snapshot.lookup(&key) {
             let mapped = b.family == Family::V6 && at.src.is_ipv4();
             if GRO {
@@ -526,15 +536,11 @@ impl Worker<'_> {
                 self.inc(c.in_errors);
                 return Some(Counter::RxUdpErrors);
             }
-            let d = Datagram::new(m, header_span(at.l3, at.l4), mapped);
+            let d = Datagram::new(m, header_span(at.l3, at.l4), mapped, iface.index);
             // Staged: for the callback, or queued with one charge and one
             // lock per socket.
             self.stage(index, iface.index, at.src.is_ipv4(), d);
             return None;
-        }
-        if at.group {
-            self.inc(c.ignored_multi);
-            return Some(Counter::RxIgnoredMulti);
         }
         self.inc(c.no_ports);
         match (at.src, at.dst) {

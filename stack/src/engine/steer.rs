@@ -106,6 +106,7 @@ impl Worker<'_> {
                     self.inc(c);
                 }
             }
+            self.stamp_staged();
         }
         for r in 0..rings {
             let mut burst: Burst<BURST> = Burst::new();

@@ -88,6 +88,7 @@ impl Worker<'_> {
             ident,
             dont_frag: false,
             ttl: 64,
+            tos: 0,
             zero_checksum: v4,
             known_checksum: None,
         };

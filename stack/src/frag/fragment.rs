@@ -38,6 +38,8 @@ pub struct Plan {
     pub ident: u32,
     /// TTL or hop limit.
     pub ttl: u8,
+    /// TOS or traffic class.
+    pub tos: u8,
     /// The port computes IPv4 header checksums.
     pub offload_ip_checksum: bool,
 }
@@ -97,7 +99,7 @@ where
                     protocol: ip_proto::UDP,
                     payload_len: take as u16,
                     ttl: plan.ttl,
-                    tos: 0,
+                    tos: plan.tos,
                     ident: plan.ident as u16,
                     dont_frag: false,
                     more_frags: more,
@@ -117,7 +119,9 @@ where
                     payload_len: (take + ipv6::FRAGMENT_HEADER_LEN) as u16,
                     hop_limit: plan.ttl,
                 };
-                ip.emit(m.prepend(ipv6::HEADER_LEN).map_err(|_| FragError::TooLong)?);
+                let hdr = m.prepend(ipv6::HEADER_LEN).map_err(|_| FragError::TooLong)?;
+                ip.emit(hdr);
+                ipv6::set_traffic_class(hdr, plan.tos);
                 m.set_ol_flags(0);
             }
             _ => return Err(FragError::TooLong),

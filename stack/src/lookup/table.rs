@@ -364,6 +364,39 @@ impl<S> Snapshot<S> {
         }
     }
 
+    /// Every socket a broadcast or multicast datagram reaches, as Linux's
+    /// `__udp4_lib_mcast_deliver` finds them: each bound to the port and
+    /// to the destination address or the wildcard (a socket that connect
+    /// gave a local address has one), connected to the sender or to
+    /// nobody, on the arriving interface or any, of a family
+    /// that takes the datagram; every member of a reuseport group. Their
+    /// binding indices go into `out` (cleared first), in table order.
+    pub fn group_matches(&self, k: &FlowKey, out: &mut Vec<u32>) {
+        out.clear();
+        let info = match self.ports[k.dst_port as usize] {
+            0 => return,
+            p => &self.port_info[p as usize - 1],
+        };
+        let specific = match info.specific {
+            true => self.addr_port.get(hash_addr_port(&self.secret, k.dst, k.dst_port), &(k.dst, k.dst_port)),
+            false => None,
+        };
+        for ((lo, hi), wildcard) in
+            specific.map(|r| (r, false)).into_iter().chain([((info.wild_lo, info.wild_hi), true)])
+        {
+            for i in lo..hi {
+                if compute_score(&self.matchers[i as usize], k, wildcard) >= 0 {
+                    out.push(i);
+                }
+            }
+        }
+    }
+
+    /// The binding at `index` (from [`group_matches`](Self::group_matches)).
+    pub fn binding(&self, index: u32) -> &Binding<S> {
+        &self.bindings[index as usize]
+    }
+
     /// The lookup without its shortcuts: connected sockets, then those
     /// bound to the destination address, then the wildcard-bound ones.
     #[inline]

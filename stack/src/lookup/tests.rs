@@ -511,3 +511,44 @@ fn shortcuts_answer_as_the_walk_does() {
     }
     assert!(shortcuts > 1000, "the tables take datagrams: {shortcuts}");
 }
+
+/// A broadcast reaches every socket that matches it, as Linux's
+/// `__udp4_lib_mcast_deliver` finds them: both members of a reuseport
+/// group on the wildcard, a dual-stack IPv6 socket; not a socket bound to
+/// the unicast address, a connected one (connect fixed its local address,
+/// as Linux's sets `inet_rcv_saddr`, to the sender too), one on another
+/// interface, an IPv6-only one, another port.
+#[test]
+fn group_matches_every_socket_that_matches() {
+    let t = SocketTable::new(SECRET);
+    let mut on_iface_1 = rp(b(6, "0.0.0.0:9"));
+    on_iface_1.iface = Some(1);
+    let mut v6only = rp(b(8, "[::]:9"));
+    v6only.v6only = true;
+    for x in [
+        rp(b(1, "0.0.0.0:9")),
+        rp(b(2, "0.0.0.0:9")),
+        rp(b(3, "198.18.0.2:9")),
+        rp(connected(b(4, "0.0.0.0:9"), "198.18.0.2:9", "198.18.0.1:4000")),
+        rp(connected(b(5, "0.0.0.0:9"), "198.18.0.2:9", "198.18.0.7:4000")),
+        on_iface_1,
+        rp(b(7, "[::]:9")),
+        v6only,
+        b(9, "0.0.0.0:10"),
+    ] {
+        t.bind(x).unwrap();
+    }
+    let snap = t.snapshot();
+    let mut out = Vec::new();
+    let ids = |out: &Vec<u32>| {
+        let mut v: Vec<u64> = out.iter().map(|&i| snap.binding(i).id).collect();
+        v.sort();
+        v
+    };
+    snap.group_matches(&key("198.18.0.1:4000", "198.18.0.255:9"), &mut out);
+    assert_eq!(ids(&out), [1, 2, 7]);
+    snap.group_matches(&key("198.18.0.1:4000", "255.255.255.255:9"), &mut out);
+    assert_eq!(ids(&out), [1, 2, 7]);
+    snap.group_matches(&key("198.18.0.1:4000", "255.255.255.255:11"), &mut out);
+    assert!(out.is_empty(), "no socket on the port");
+}

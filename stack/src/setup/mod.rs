@@ -274,6 +274,8 @@ impl Stack {
             next_socket_id: AtomicU64::new(1),
             next_tx_worker: AtomicUsize::new(0),
             gro_users: CachePadded::new(AtomicUsize::new(0)),
+            stamp_users: CachePadded::new(AtomicUsize::new(0)),
+            realtime_offset: CachePadded::new(AtomicU64::new(0)),
             rcv_mem: Arc::new(crate::rx_queue::MemCap::new(budget.udp_mem_bytes, cfg.udp_rmem_min)),
             pmtu: crate::frag::pmtu::PathMtu::new(
                 std::time::Duration::from_secs(cfg.pmtu_expiry_secs),
@@ -297,6 +299,15 @@ impl Stack {
                 shared.neigh.add_permanent((index as u16, n.ip), n.mac);
             }
         }
+        // Broadcast addresses are neighbours at the broadcast MAC, for good
+        // (Linux's NUD_NOARP entries): a send there asks nobody.
+        for iface in shared.ifaces.iter().filter(|i| !i.ipv4.is_empty()) {
+            let limited = std::net::Ipv4Addr::BROADCAST;
+            for b in iface.ipv4_broadcast.iter().chain(std::iter::once(&limited)) {
+                shared.neigh.add_permanent((iface.index, IpAddr::V4(*b)), MacAddr::BROADCAST);
+            }
+        }
+        shared.refresh_realtime();
         tunnels::register_endpoints(&shared)?;
         Ok(Stack { shared: Arc::new(shared) })
     }

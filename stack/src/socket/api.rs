@@ -7,7 +7,7 @@ use std::sync::atomic::{AtomicBool, AtomicI32, AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant as StdInstant};
 
-use super::{State, UdpSocket, errno};
+use super::{Inner, IpOptions, State, UdpSocket, errno};
 use crate::addr::{mapped, normalize};
 use crate::datagram::{Datagram, DatagramBatch};
 use crate::lookup::{BindError, Binding, Family};
@@ -123,18 +123,30 @@ impl SocketBuilder {
             BindError::NoPorts => errno(libc::EAGAIN, "no ephemeral port free"),
         })?;
         let tx_worker = shared.next_tx_worker.fetch_add(1, Ordering::Relaxed) % shared.workers;
+        let state = State {
+            local,
+            peer: None,
+            explicit_ip: !local.ip().is_unspecified(),
+            last_route: None,
+            ip: IpOptions::DEFAULT,
+        };
         Ok(UdpSocket {
             stack: self.stack.clone(),
-            core,
+            core: core.clone(),
             family,
             v6only: self.v6only,
-            state: Mutex::new(State { local, peer: None, explicit_ip: !local.ip().is_unspecified(), last_route: None }),
-            nonblocking: AtomicBool::new(false),
-            read_timeout: AtomicU64::new(0),
-            write_timeout: Mutex::new(None),
             tx_worker,
-            gso_size: AtomicU32::new(0),
-            dont_fragment: AtomicBool::new(false),
+            inner: Arc::new(Inner {
+                stack: self.stack.clone(),
+                core,
+                state: Mutex::new(state),
+                nonblocking: AtomicBool::new(false),
+                read_timeout: AtomicU64::new(0),
+                write_timeout: Mutex::new(None),
+                gso_size: AtomicU32::new(0),
+                dont_fragment: AtomicBool::new(false),
+                timestamps: AtomicBool::new(false),
+            }),
         })
     }
 }
@@ -167,7 +179,7 @@ impl UdpSocket {
         self.state().peer.map(|p| self.present(p)).ok_or_else(|| errno(libc::ENOTCONN, "not connected"))
     }
 
-    fn present(&self, a: SocketAddr) -> SocketAddr {
+    pub(super) fn present(&self, a: SocketAddr) -> SocketAddr {
         if self.family == Family::V6 { mapped(a) } else { a }
     }
 
@@ -209,9 +221,14 @@ impl UdpSocket {
         let addr = addr.to_socket_addrs()?.next().ok_or_else(|| errno(libc::EINVAL, "no address"))?;
         let dst = self.destination(addr)?;
         let shared = self.shared();
-        let mut st = self.state.lock().unwrap_or_else(|p| p.into_inner());
+        let mut st = self.inner.state.lock().unwrap_or_else(|p| p.into_inner());
         let bound_ip = Some(st.local.ip()).filter(|ip| !ip.is_unspecified() && ip.is_ipv4() == dst.is_ipv4());
         let route = shared.route(&dst.ip(), bound_ip.as_ref()).ok_or_else(|| errno(libc::ENETUNREACH, "no route"))?;
+        if let IpAddr::V4(d) = dst.ip() {
+            if !st.ip.broadcast && (d.is_broadcast() || shared.ifaces[route.iface as usize].is_ipv4_broadcast(d)) {
+                return Err(errno(libc::EACCES, "a broadcast address, and SO_BROADCAST is off"));
+            }
+        }
         let mut local = st.local;
         if local.ip().is_unspecified() || local.is_ipv4() != dst.is_ipv4() {
             local.set_ip(route.src);
@@ -237,7 +254,7 @@ impl UdpSocket {
 
     /// Undoes `connect` (Linux's connect to `AF_UNSPEC`).
     pub fn disconnect(&self) -> io::Result<()> {
-        let mut st = self.state.lock().unwrap_or_else(|p| p.into_inner());
+        let mut st = self.inner.state.lock().unwrap_or_else(|p| p.into_inner());
         if !st.explicit_ip {
             let any =
                 if self.family == Family::V4 { IpAddr::from([0u8; 4]) } else { IpAddr::V6(Ipv6Addr::UNSPECIFIED) };
@@ -250,7 +267,7 @@ impl UdpSocket {
 
     /// Moves the blocking mode.
     pub fn set_nonblocking(&self, on: bool) -> io::Result<()> {
-        self.nonblocking.store(on, Ordering::Relaxed);
+        self.inner.nonblocking.store(on, Ordering::Relaxed);
         Ok(())
     }
 
@@ -261,13 +278,13 @@ impl UdpSocket {
             return Err(io::Error::new(io::ErrorKind::InvalidInput, "cannot set a 0 duration timeout"));
         }
         let nanos = t.map(|d| d.as_nanos().min(u64::MAX as u128) as u64).unwrap_or(0);
-        self.read_timeout.store(nanos, Ordering::Relaxed);
+        self.inner.read_timeout.store(nanos, Ordering::Relaxed);
         Ok(())
     }
 
     /// The receive timeout.
     pub fn read_timeout(&self) -> io::Result<Option<Duration>> {
-        Ok(match self.read_timeout.load(Ordering::Relaxed) {
+        Ok(match self.inner.read_timeout.load(Ordering::Relaxed) {
             0 => None,
             n => Some(Duration::from_nanos(n)),
         })
@@ -281,13 +298,13 @@ impl UdpSocket {
         if t == Some(Duration::ZERO) {
             return Err(io::Error::new(io::ErrorKind::InvalidInput, "cannot set a 0 duration timeout"));
         }
-        *self.write_timeout.lock().unwrap_or_else(|p| p.into_inner()) = t;
+        *self.inner.write_timeout.lock().unwrap_or_else(|p| p.into_inner()) = t;
         Ok(())
     }
 
     /// The send timeout.
     pub fn write_timeout(&self) -> io::Result<Option<Duration>> {
-        Ok(*self.write_timeout.lock().unwrap_or_else(|p| p.into_inner()))
+        Ok(*self.inner.write_timeout.lock().unwrap_or_else(|p| p.into_inner()))
     }
 
     /// Sets the receive buffer in bytes.
@@ -357,17 +374,17 @@ impl UdpSocket {
     }
 
     #[inline]
-    fn wait_mode(&self) -> Wait {
-        if self.nonblocking.load(Ordering::Relaxed) {
+    pub(super) fn wait_mode(&self) -> Wait {
+        if self.inner.nonblocking.load(Ordering::Relaxed) {
             return Wait::No;
         }
-        match self.read_timeout.load(Ordering::Relaxed) {
+        match self.inner.read_timeout.load(Ordering::Relaxed) {
             0 => Wait::Forever,
             n => Wait::Until(StdInstant::now() + Duration::from_nanos(n)),
         }
     }
 
-    fn no_data(&self) -> io::Error {
+    pub(super) fn no_data(&self) -> io::Error {
         // A timeout reports WouldBlock, as std does on Unix.
         io::Error::from_raw_os_error(libc::EAGAIN)
     }
@@ -394,7 +411,8 @@ impl UdpSocket {
     pub fn recv_datagram(&self) -> io::Result<Datagram> {
         crate::app_thread::enter();
         self.pending_error()?;
-        self.core
+        self.inner
+            .core
             .queue
             .pop(self.wait_mode())
             .ok_or_else(|| self.pending_error().err().unwrap_or_else(|| self.no_data()))
@@ -424,16 +442,20 @@ impl UdpSocket {
     }
 }
 
-impl Drop for UdpSocket {
+impl Drop for Inner {
     fn drop(&mut self) {
-        let port = self.state().local.port();
-        self.shared().sockets.unbind(self.core.id, port);
+        let shared = &self.stack.shared;
+        let port = self.state.lock().unwrap_or_else(|p| p.into_inner()).local.port();
+        shared.sockets.unbind(self.core.id, port);
         self.core.epoch.store(u64::MAX, Ordering::Release);
         self.core.queue.close();
         // After the unbind: no snapshot that still holds this socket is
-        // read with the GRO stage off because of it.
+        // read with the GRO stage or the timestamps off because of it.
         if self.core.gro.swap(false, Ordering::AcqRel) {
-            self.shared().gro_users.fetch_sub(1, Ordering::AcqRel);
+            shared.gro_users.fetch_sub(1, Ordering::AcqRel);
+        }
+        if self.timestamps.swap(false, Ordering::AcqRel) {
+            shared.stamp_users.fetch_sub(1, Ordering::AcqRel);
         }
     }
 }

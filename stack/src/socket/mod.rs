@@ -14,6 +14,7 @@ use crate::lookup::Family;
 use crate::shared::{Shared, SocketCore, Stack};
 
 mod api;
+mod options;
 mod send;
 
 pub use api::SocketBuilder;
@@ -28,8 +29,41 @@ struct State {
     /// The route of the last send: (destination, local address it was
     /// looked up for, route before the path MTU). The routing table and
     /// the interfaces do not change while the stack lives, so the pair
-    /// decides the route; a reply stream looks it up once.
+    /// decides the route; a reply stream looks it up once. A route to a
+    /// broadcast address is kept only while the socket may send there.
     last_route: Option<(IpAddr, IpAddr, crate::route::Route)>,
+    /// What the IP header of a send carries besides addresses.
+    ip: IpOptions,
+}
+
+/// A socket's IP-level send options, per family (an IPv6 socket sends
+/// IPv4-mapped destinations with the IPv4 ones, as Linux does).
+#[derive(Debug, Clone, Copy)]
+struct IpOptions {
+    /// `IP_TTL`.
+    ttl: u8,
+    /// `IPV6_UNICAST_HOPS`.
+    hops: u8,
+    /// `IP_TOS` (DSCP and ECN).
+    tos: u8,
+    /// `IPV6_TCLASS`.
+    tclass: u8,
+    /// `SO_BROADCAST`.
+    broadcast: bool,
+}
+
+/// Linux's default TTL and hop limit (`net.ipv4.ip_default_ttl`,
+/// `net.ipv6.conf.*.hop_limit`).
+pub(crate) const DEFAULT_TTL: u8 = 64;
+
+impl IpOptions {
+    const DEFAULT: IpOptions = IpOptions { ttl: DEFAULT_TTL, hops: DEFAULT_TTL, tos: 0, tclass: 0, broadcast: false };
+
+    /// (TTL or hop limit, TOS or traffic class) for a datagram of the family.
+    #[inline(always)]
+    fn for_family(&self, v4: bool) -> (u8, u8) {
+        if v4 { (self.ttl, self.tos) } else { (self.hops, self.tclass) }
+    }
 }
 
 /// A UDP socket on a spate [`Stack`].
@@ -39,22 +73,39 @@ struct State {
 /// (`AddrInUse`, `ConnectionRefused`, `WouldBlock`...). Received datagrams
 /// can also be taken in batches as [`Datagram`](crate::Datagram)s that own their mbufs, and
 /// payloads can be sent from a [`SendBuf`](crate::SendBuf) filled in place, without copies.
+///
+/// [`try_clone`](Self::try_clone) gives a second handle to the same
+/// socket (as `dup` does): options, binding and queue are shared, and the
+/// socket closes when the last handle is dropped.
 #[derive(Debug)]
 pub struct UdpSocket {
+    inner: Arc<Inner>,
+    // What never changes, copied into each handle: the send path reads
+    // it without going through `inner`.
     stack: Stack,
     core: Arc<SocketCore>,
     family: Family,
     v6only: bool,
+    tx_worker: usize,
+}
+
+/// The socket the handles share: what changes, and what closes it when
+/// the last handle goes.
+#[derive(Debug)]
+struct Inner {
+    stack: Stack,
+    core: Arc<SocketCore>,
     state: Mutex<State>,
     nonblocking: AtomicBool,
     /// Nanoseconds; 0 for none.
     read_timeout: AtomicU64,
     write_timeout: Mutex<Option<Duration>>,
-    tx_worker: usize,
     /// `UDP_SEGMENT`: 0 for none.
     gso_size: AtomicU32,
     /// Fail sends larger than the path MTU instead of fragmenting them.
     dont_fragment: AtomicBool,
+    /// `SO_TIMESTAMPNS`: receive timestamps asked for.
+    timestamps: AtomicBool,
 }
 
 pub(crate) fn errno(code: i32, what: &'static str) -> io::Error {
@@ -68,6 +119,10 @@ impl UdpSocket {
     }
 
     fn state(&self) -> State {
-        *self.state.lock().unwrap_or_else(|p| p.into_inner())
+        *self.lock_state()
+    }
+
+    fn lock_state(&self) -> std::sync::MutexGuard<'_, State> {
+        self.inner.state.lock().unwrap_or_else(|p| p.into_inner())
     }
 }

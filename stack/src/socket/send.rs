@@ -10,8 +10,8 @@ use std::time::Instant as StdInstant;
 
 use arrayvec::ArrayVec;
 
-use super::{UdpSocket, errno};
-use crate::datagram::SendBuf;
+use super::{DEFAULT_TTL, UdpSocket, errno};
+use crate::datagram::{SendBuf, SendMeta};
 use crate::hdr::{MAX_HEADERS, MAX_UDP_PAYLOAD_V4, MAX_UDP_PAYLOAD_V6, Udp4, UdpHeaders, push_udp_ip, push_udp_ipv4};
 use crate::lookup::Family;
 use crate::shared::{LOCAL_TX, TxPacket};
@@ -48,34 +48,79 @@ impl UdpSocket {
     pub fn send_to(&self, buf: &[u8], addr: impl ToSocketAddrs) -> io::Result<usize> {
         let addr = addr.to_socket_addrs()?.next().ok_or_else(|| errno(libc::EINVAL, "no address"))?;
         let dst = self.destination(addr)?;
+        self.send_with(buf, dst, None)
+    }
+
+    /// Sends `buf` to `addr` with what `meta` asks of this datagram: its
+    /// source address, its ECN codepoint (Linux's `sendmsg` with
+    /// `IP_PKTINFO`/`IPV6_PKTINFO` and `IP_TOS`/`IPV6_TCLASS` control
+    /// messages). A source the stack does not own is `EADDRNOTAVAIL`
+    /// (where Linux says `EINVAL`); one of the other family than the
+    /// destination, `EINVAL`. Segments as `send_to` does when the socket
+    /// has a segment size. Returns `buf.len()`.
+    pub fn send_msg_to(&self, buf: &[u8], addr: impl ToSocketAddrs, meta: &SendMeta) -> io::Result<usize> {
+        let addr = addr.to_socket_addrs()?.next().ok_or_else(|| errno(libc::EINVAL, "no address"))?;
+        let dst = self.destination(addr)?;
+        self.send_with(buf, dst, Some(meta))
+    }
+
+    /// `send_to` and `send_msg_to` once the destination is checked.
+    fn send_with(&self, buf: &[u8], dst: SocketAddr, meta: Option<&SendMeta>) -> io::Result<usize> {
         if let Some(seg) = self.segment_size()?.filter(|s| buf.len() > *s as usize) {
-            return self.send_segments(buf, seg as usize, dst);
+            return self.send_segments(buf, seg as usize, dst, meta);
         }
-        self.send_slice(buf, dst)
+        self.send_slice(buf, dst, meta)
     }
 
     /// Sends `buf` as one datagram: copied into one mbuf, or, when it is
     /// longer than one holds, straight into IP fragments.
-    fn send_slice(&self, buf: &[u8], dst: SocketAddr) -> io::Result<usize> {
+    fn send_slice(&self, buf: &[u8], dst: SocketAddr, meta: Option<&SendMeta>) -> io::Result<usize> {
         if buf.len() > self.shared().pool.data_room() as usize - MAX_HEADERS {
             crate::app_thread::enter();
             self.pending_error()?;
-            let (port, _, route) = self.port_and_route(dst)?;
-            self.send_fragments(std::iter::once(buf), buf.len(), dst, route, port)?;
+            let path = self.path_for(dst, meta)?;
+            self.send_fragments(std::iter::once(buf), buf.len(), dst, &path)?;
             return Ok(buf.len());
         }
         let sb = self.copy_in(buf)?;
-        self.send_prepared(sb, dst)?;
+        match meta {
+            None => self.send_prepared(sb, dst)?,
+            Some(_) => {
+                self.pending_error()?;
+                let path = self.path_for(dst, meta)?;
+                self.send_on(sb, dst, path)?;
+            }
+        }
         Ok(buf.len())
+    }
+
+    /// The path of one send: the socket's, or what `meta` makes of it.
+    fn path_for(&self, dst: SocketAddr, meta: Option<&SendMeta>) -> io::Result<Path> {
+        let Some(meta) = meta else { return self.path_to(dst) };
+        let src = match meta.src_ip {
+            None => None,
+            Some(ip) => {
+                let ip = crate::addr::normalize(SocketAddr::new(ip, 0)).ip();
+                if ip.is_ipv4() != dst.is_ipv4() {
+                    return Err(errno(libc::EINVAL, "source and destination of different families"));
+                }
+                if !self.shared().is_local(&ip) {
+                    return Err(errno(libc::EADDRNOTAVAIL, "the source is not an address of this stack"));
+                }
+                Some(ip)
+            }
+        };
+        let mut path = self.path_from(dst, src)?;
+        if let Some(ecn) = meta.ecn {
+            path.tos = (path.tos & !3) | ecn as u8;
+        }
+        Ok(path)
     }
 
     /// Sends `buf` to the connected peer.
     pub fn send(&self, buf: &[u8]) -> io::Result<usize> {
         let peer = self.state().peer.ok_or_else(|| errno(libc::EDESTADDRREQ, "not connected"))?;
-        if let Some(seg) = self.segment_size()?.filter(|s| buf.len() > *s as usize) {
-            return self.send_segments(buf, seg as usize, peer);
-        }
-        self.send_slice(buf, peer)
+        self.send_with(buf, peer, None)
     }
 
     /// Sends `buf` to `addr` as datagrams of `segment` bytes each (the last
@@ -88,7 +133,7 @@ impl UdpSocket {
     pub fn send_to_segmented(&self, buf: &[u8], segment: usize, addr: impl ToSocketAddrs) -> io::Result<usize> {
         let addr = addr.to_socket_addrs()?.next().ok_or_else(|| errno(libc::EINVAL, "no address"))?;
         let dst = self.destination(addr)?;
-        self.send_segments(buf, segment, dst)
+        self.send_segments(buf, segment, dst, None)
     }
 
     /// Sets a segment size for every later `send` and `send_to` longer than
@@ -97,19 +142,19 @@ impl UdpSocket {
         if segment == Some(0) {
             return Err(errno(libc::EINVAL, "segment size 0"));
         }
-        self.gso_size.store(segment.unwrap_or(0) as u32, Ordering::Relaxed);
+        self.inner.gso_size.store(segment.unwrap_or(0) as u32, Ordering::Relaxed);
         Ok(())
     }
 
     /// The segment size set with [`set_segment_size`](Self::set_segment_size).
     pub fn segment_size(&self) -> io::Result<Option<u16>> {
-        Ok(match self.gso_size.load(Ordering::Relaxed) {
+        Ok(match self.inner.gso_size.load(Ordering::Relaxed) {
             0 => None,
             n => Some(n as u16),
         })
     }
 
-    fn send_segments(&self, buf: &[u8], segment: usize, dst: SocketAddr) -> io::Result<usize> {
+    fn send_segments(&self, buf: &[u8], segment: usize, dst: SocketAddr, meta: Option<&SendMeta>) -> io::Result<usize> {
         crate::app_thread::enter();
         self.pending_error()?;
         if segment == 0 {
@@ -117,7 +162,8 @@ impl UdpSocket {
         }
         let shared = self.shared();
         let v4 = dst.is_ipv4();
-        let (port, connected, route) = self.port_and_route(dst)?;
+        let path = self.path_for(dst, meta)?;
+        let (port, connected, route) = (path.port, path.peer == Some(dst), path.route);
         let ip_hdr = if v4 { ipv4::HEADER_LEN } else { ipv6::HEADER_LEN };
         let max_payload = if v4 { MAX_UDP_PAYLOAD_V4 } else { MAX_UDP_PAYLOAD_V6 };
         if segment + udp::HEADER_LEN + ip_hdr > route.mtu as usize {
@@ -144,8 +190,9 @@ impl UdpSocket {
             let room = m.append(chunk.len()).map_err(|_| errno(libc::EMSGSIZE, "segment longer than one mbuf"))?;
             room.copy_from_slice(chunk);
             let ident = if connected { first_ident.wrapping_add(i as u16) } else { 0 };
+            let (ttl, tos) = (path.ttl, path.tos);
             let headers =
-                UdpHeaders { src, dst, ident, dont_frag: true, ttl: 64, zero_checksum: false, known_checksum: None };
+                UdpHeaders { src, dst, ident, dont_frag: true, ttl, tos, zero_checksum: false, known_checksum: None };
             push_udp_ip(&mut m, &headers, iface).map_err(|e| io::Error::new(io::ErrorKind::InvalidInput, e))?;
             self.submit(TxPacket { mbuf: m, iface: route.iface, next_hop: route.next_hop, datagram: true }, v4)?;
         }
@@ -174,45 +221,58 @@ impl UdpSocket {
     /// The socket's local port and connected peer, and the route to
     /// `dst`'s address from its bound address (the last send's when it went
     /// to the same address from the same one), under one lock; the path MTU
-    /// applied. All of it depends on `dst`'s address alone, not its port.
-    /// Inlined: out of line, its result goes through memory on every send.
+    /// applied; the socket's TTL and TOS for the family. All of it depends
+    /// on `dst`'s address alone, not its port. Inlined: out of line, its
+    /// result goes through memory on every send.
     #[inline(always)]
     fn path_to(&self, dst: SocketAddr) -> io::Result<Path> {
+        self.path_from(dst, None)
+    }
+
+    /// [`path_to`](Self::path_to) from source address `src` (one of the
+    /// stack's, of `dst`'s family) instead of the bound one.
+    #[inline(always)]
+    fn path_from(&self, dst: SocketAddr, src: Option<IpAddr>) -> io::Result<Path> {
         let shared = self.shared();
-        let mut st = self.state.lock().unwrap_or_else(|p| p.into_inner());
+        let mut st = self.lock_state();
+        let local = src.unwrap_or(st.local.ip());
         let mut route = match st.last_route {
-            Some((d, l, r)) if d == dst.ip() && l == st.local.ip() => r,
+            Some((d, l, r)) if d == dst.ip() && l == local => r,
             _ => {
-                let bound_ip = Some(st.local.ip()).filter(|ip| !ip.is_unspecified() && ip.is_ipv4() == dst.is_ipv4());
+                let bound_ip = Some(local).filter(|ip| !ip.is_unspecified() && ip.is_ipv4() == dst.is_ipv4());
                 let Some(r) = shared.routes.lookup(&shared.ifaces, &dst.ip(), bound_ip.as_ref()) else {
                     let c = if dst.is_ipv4() { Counter::IpOutNoRoutes } else { Counter::Ip6OutNoRoutes };
                     shared.stats.shared().add_shared(c, 1);
                     return Err(errno(libc::ENETUNREACH, "no route"));
                 };
-                st.last_route = Some((dst.ip(), st.local.ip(), r));
+                if let IpAddr::V4(d) = dst.ip() {
+                    if !st.ip.broadcast && (d.is_broadcast() || shared.ifaces[r.iface as usize].is_ipv4_broadcast(d)) {
+                        return Err(errno(libc::EACCES, "a broadcast address, and SO_BROADCAST is off"));
+                    }
+                }
+                st.last_route = Some((dst.ip(), local, r));
                 r
             }
         };
         if let Some(mtu) = shared.pmtu.get(&dst.ip()) {
             route.mtu = route.mtu.min(mtu);
         }
-        Ok(Path { port: st.local.port(), peer: st.peer, route })
-    }
-
-    /// [`path_to`](Self::path_to) as the other send paths take it: the
-    /// local port, whether `dst` is the connected peer, the route.
-    #[inline(always)]
-    fn port_and_route(&self, dst: SocketAddr) -> io::Result<(u16, bool, crate::route::Route)> {
-        let p = self.path_to(dst)?;
-        Ok((p.port, p.peer == Some(dst), p.route))
+        let (ttl, tos) = st.ip.for_family(dst.is_ipv4());
+        Ok(Path { port: st.local.port(), peer: st.peer, route, ttl, tos })
     }
 
     fn send_prepared(&self, buf: SendBuf, dst: SocketAddr) -> io::Result<()> {
         self.pending_error()?;
-        let route = self.port_and_route(dst)?;
-        match self.prepare(buf, dst, route)? {
+        let path = self.path_to(dst)?;
+        self.send_on(buf, dst, path)
+    }
+
+    /// Sends a filled buffer to `dst` by `path`.
+    #[inline(always)]
+    fn send_on(&self, buf: SendBuf, dst: SocketAddr, path: Path) -> io::Result<()> {
+        match self.prepare(buf, dst, path)? {
             Prepared::Packet(pkt) => self.submit(pkt, dst.is_ipv4()),
-            Prepared::TooLong(buf, (port, _, route)) => self.send_long(buf, dst, route, port),
+            Prepared::TooLong(buf, path) => self.send_long(buf, dst, &path),
         }
     }
 
@@ -258,6 +318,7 @@ impl UdpSocket {
     /// coalesced datagram (UDP GRO) goes back as one datagram, as
     /// `send_batch_to` would send it. Returns how many were sent, or, when
     /// none could be, the first error.
+    #[inline(always)]
     pub fn send_replies<I>(&self, bufs: I) -> io::Result<usize>
     where
         I: IntoIterator<Item = SendBuf>,
@@ -306,12 +367,12 @@ impl UdpSocket {
                     p
                 }
             };
-            match self.prepare(buf, dst, (path.port, path.peer == Some(dst), path.route))? {
+            match self.prepare(buf, dst, path)? {
                 Prepared::Packet(pkt) => b.staged.push(pkt),
-                Prepared::TooLong(buf, (port, _, route)) => {
+                Prepared::TooLong(buf, path) => {
                     // After what was staged before it, in order.
                     b.sent += self.submit_staged(&mut b.staged, &mut b.first_error);
-                    self.send_long(buf, dst, route, port)?;
+                    self.send_long(buf, dst, &path)?;
                     b.sent += 1;
                 }
             }
@@ -359,8 +420,22 @@ impl UdpSocket {
                     Some(SocketAddr::V4(a)) => Some(a),
                     _ => None,
                 };
-                let (iface, mtu) = (p.route.iface, p.route.mtu);
-                *last = Some(Path4 { dst: *d.ip(), src, port: p.port, peer, iface, mtu, next_hop });
+                let (iface, mtu, ttl, tos) = (p.route.iface, p.route.mtu, p.ttl, p.tos);
+                let offload = self.shared().ifaces[iface as usize].tx_checksum;
+                let plain = ttl == DEFAULT_TTL && tos == 0;
+                *last = Some(Path4 {
+                    dst: *d.ip(),
+                    src,
+                    port: p.port,
+                    peer,
+                    iface,
+                    mtu,
+                    next_hop,
+                    ttl,
+                    tos,
+                    offload,
+                    plain,
+                });
                 last.expect("just set")
             }
         };
@@ -372,9 +447,16 @@ impl UdpSocket {
         let ident = if path.peer == Some(d) { self.core.ident.fetch_add(1, Ordering::Relaxed) as u16 } else { 0 };
         buf.mbuf.set_ol_flags(0);
         let known = buf.reply_checksum_v4(src, d);
-        let offload = self.shared().ifaces[path.iface as usize].tx_checksum;
-        push_udp_ipv4(&mut buf.mbuf, src, d, Udp4::datagram(ident), known, offload)
-            .map_err(|e| io::Error::new(io::ErrorKind::InvalidInput, e))?;
+        let offload = path.offload;
+        // Two copies of the header writer: with Linux's defaults, the TTL
+        // and TOS are constants folded into the header and its checksum
+        // (the common case, 20 instructions less per datagram).
+        let pushed = if path.plain {
+            push_udp_ipv4(&mut buf.mbuf, src, d, Udp4::datagram(ident, DEFAULT_TTL, 0), known, offload)
+        } else {
+            push_udp_ipv4(&mut buf.mbuf, src, d, Udp4::datagram(ident, path.ttl, path.tos), known, offload)
+        };
+        pushed.map_err(|e| io::Error::new(io::ErrorKind::InvalidInput, e))?;
         Ok(Ok(TxPacket { mbuf: buf.mbuf, iface: path.iface, next_hop: IpAddr::V4(path.next_hop), datagram: true }))
     }
 
@@ -382,25 +464,22 @@ impl UdpSocket {
     /// front of the payload. A datagram longer than the path comes back,
     /// to go as fragments.
     #[inline(always)]
-    fn prepare(
-        &self,
-        mut buf: SendBuf,
-        dst: SocketAddr,
-        (port, connected, route): (u16, bool, crate::route::Route),
-    ) -> io::Result<Prepared> {
+    fn prepare(&self, mut buf: SendBuf, dst: SocketAddr, path: Path) -> io::Result<Prepared> {
         let shared = self.shared();
         let v4 = dst.is_ipv4();
         let ip_hdr = if v4 { ipv4::HEADER_LEN } else { ipv6::HEADER_LEN };
+        let (route, connected) = (path.route, path.peer == Some(dst));
         if buf.len() + udp::HEADER_LEN + ip_hdr > route.mtu as usize {
-            return Ok(Prepared::TooLong(buf, (port, connected, route)));
+            return Ok(Prepared::TooLong(buf, path));
         }
-        let src = SocketAddr::new(route.src, port);
+        let src = SocketAddr::new(route.src, path.port);
         // Linux: connected sockets count on their own; unconnected
         // datagrams that may not be fragmented carry 0 (RFC 6864).
         let ident = if v4 && connected { self.core.ident.fetch_add(1, Ordering::Relaxed) as u16 } else { 0 };
         buf.mbuf.set_ol_flags(0);
         let known_checksum = buf.reply_checksum(&src, &dst);
-        let headers = UdpHeaders { src, dst, ident, dont_frag: true, ttl: 64, zero_checksum: false, known_checksum };
+        let (ttl, tos) = (path.ttl, path.tos);
+        let headers = UdpHeaders { src, dst, ident, dont_frag: true, ttl, tos, zero_checksum: false, known_checksum };
         let iface = &shared.ifaces[route.iface as usize];
         push_udp_ip(&mut buf.mbuf, &headers, iface).map_err(|e| io::Error::new(io::ErrorKind::InvalidInput, e))?;
         Ok(Prepared::Packet(TxPacket { mbuf: buf.mbuf, iface: route.iface, next_hop: route.next_hop, datagram: true }))
@@ -409,9 +488,9 @@ impl UdpSocket {
     /// Sends a datagram longer than the path as fragments, copied out of
     /// its buffer.
     #[cold]
-    fn send_long(&self, buf: SendBuf, dst: SocketAddr, route: crate::route::Route, port: u16) -> io::Result<()> {
+    fn send_long(&self, buf: SendBuf, dst: SocketAddr, path: &Path) -> io::Result<()> {
         let len = buf.len();
-        self.send_fragments(buf.mbuf.segment_data(), len, dst, route, port)
+        self.send_fragments(buf.mbuf.segment_data(), len, dst, path)
     }
 
     /// Sends a datagram larger than the path MTU as IP fragments (unless
@@ -423,9 +502,9 @@ impl UdpSocket {
         parts: impl Iterator<Item = &'a [u8]> + Clone,
         len: usize,
         dst: SocketAddr,
-        route: crate::route::Route,
-        local_port: u16,
+        path: &Path,
     ) -> io::Result<()> {
+        let (route, local_port) = (path.route, path.port);
         let shared = self.shared();
         let v4 = dst.is_ipv4();
         let (fails, oks, creates) = if v4 {
@@ -437,7 +516,7 @@ impl UdpSocket {
         if len > max {
             return Err(errno(libc::EMSGSIZE, "longer than one IP datagram"));
         }
-        if self.dont_fragment.load(Ordering::Relaxed) {
+        if self.inner.dont_fragment.load(Ordering::Relaxed) {
             shared.stats.shared().add_shared(fails, 1);
             return Err(errno(libc::EMSGSIZE, "larger than the path MTU and don't-fragment is set"));
         }
@@ -452,7 +531,8 @@ impl UdpSocket {
             dst,
             mtu: route.mtu as usize,
             ident,
-            ttl: 64,
+            ttl: path.ttl,
+            tos: path.tos,
             offload_ip_checksum: iface.tx_checksum,
         };
         let mut out: spate_dpdk::Burst<{ crate::frag::fragment::MAX_FRAGMENTS }> = spate_dpdk::Burst::new();
@@ -480,13 +560,13 @@ impl UdpSocket {
     /// fragmented, smaller ones go with DF set so routers report the path
     /// MTU (`IP_PMTUDISC_WANT`).
     pub fn set_dont_fragment(&self, on: bool) -> io::Result<()> {
-        self.dont_fragment.store(on, Ordering::Relaxed);
+        self.inner.dont_fragment.store(on, Ordering::Relaxed);
         Ok(())
     }
 
     /// Whether don't-fragment is asked for.
     pub fn dont_fragment(&self) -> io::Result<bool> {
-        Ok(self.dont_fragment.load(Ordering::Relaxed))
+        Ok(self.inner.dont_fragment.load(Ordering::Relaxed))
     }
 
     /// Hands a packet to the transmit path: the lcore's own queue when
@@ -507,12 +587,12 @@ impl UdpSocket {
             Ok(()) => return Ok(()),
             Err(p) => p,
         };
-        if self.nonblocking.load(Ordering::Relaxed) || !shared.is_running() {
+        if self.inner.nonblocking.load(Ordering::Relaxed) || !shared.is_running() {
             return Err(self.sndbuf_error(v4));
         }
         // Backpressure: sleep until the lcore drains the inbox (it wakes
         // waiting senders), the timeout passes or the stack stops.
-        let timeout = *self.write_timeout.lock().unwrap_or_else(|p| p.into_inner());
+        let timeout = *self.inner.write_timeout.lock().unwrap_or_else(|p| p.into_inner());
         let deadline = timeout.map(|t| StdInstant::now() + t);
         match inbox.push_wait(pkt, deadline, || shared.is_running() && !shared.should_stop()) {
             Ok(()) => Ok(()),
@@ -569,6 +649,10 @@ struct Path {
     port: u16,
     peer: Option<SocketAddr>,
     route: crate::route::Route,
+    /// TTL or hop limit.
+    ttl: u8,
+    /// TOS or traffic class.
+    tos: u8,
 }
 
 /// What a batch's datagrams to one IPv4 destination share, compact (a
@@ -583,6 +667,12 @@ struct Path4 {
     iface: u16,
     mtu: u16,
     next_hop: Ipv4Addr,
+    ttl: u8,
+    tos: u8,
+    /// The interface computes the checksums.
+    offload: bool,
+    /// TTL and TOS are Linux's defaults.
+    plain: bool,
 }
 
 /// What [`UdpSocket::prepare`] made of a send.
@@ -590,7 +680,7 @@ enum Prepared {
     /// Headers written: ready for the transmit path.
     Packet(TxPacket),
     /// Longer than the path MTU: to be fragmented.
-    TooLong(SendBuf, (u16, bool, crate::route::Route)),
+    TooLong(SendBuf, Path),
 }
 
 /// A batch send under way: what is staged, what went, the first error,

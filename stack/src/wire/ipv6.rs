@@ -168,6 +168,20 @@ impl Repr {
     }
 }
 
+/// Writes the traffic class (DSCP and ECN) into a fixed header, beside
+/// the version and the flow label's first bits.
+#[inline]
+pub fn set_traffic_class(buf: &mut [u8], tclass: u8) {
+    buf[0] = 0x60 | tclass >> 4;
+    buf[1] = (buf[1] & 0x0f) | tclass << 4;
+}
+
+/// The traffic class of a fixed header.
+#[inline]
+pub fn traffic_class(buf: &[u8]) -> u8 {
+    buf[0] << 4 | buf[1] >> 4
+}
+
 /// A fragment header's contents.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct FragmentHeader {

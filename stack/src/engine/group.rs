@@ -1,0 +1,84 @@
+//! Broadcast and multicast delivery: a datagram sent to a group address
+//! reaches every socket that matches it (Linux's
+//! `__udp4_lib_mcast_deliver`), each in an mbuf of its own: the received
+//! one for the last socket, copies for the others. Mbufs have one owner
+//! and the receive path writes in place (the arrival in the headroom, a
+//! reply in the request's mbuf), so sockets cannot share one.
+
+use spate_dpdk::Mbuf;
+
+use super::Worker;
+use super::rx::UdpInFrame;
+use crate::datagram::{Datagram, header_span};
+use crate::iface::Interface;
+use crate::lookup::{Family, FlowKey};
+use crate::stats::Counter;
+use crate::wire::udp;
+
+impl Worker<'_> {
+    /// Stages `m`, a datagram to a group address, for every socket it
+    /// reaches; returns `false` (and gives `m` back) when none matches.
+    #[cold]
+    #[inline(never)]
+    pub(super) fn deliver_group(
+        &mut self,
+        iface: &Interface,
+        m: Mbuf,
+        at: &UdpInFrame,
+        key: &FlowKey,
+        payload: usize,
+    ) -> Result<(), Mbuf> {
+        let mut matches = std::mem::take(&mut self.group_matches);
+        self.snapshot.group_matches(key, &mut matches);
+        // A tunnel's endpoint takes no group traffic.
+        matches.retain(|&i| self.snapshot.binding(i).sock.tunnel.is_none());
+        let Some((&last, rest)) = matches.split_last() else {
+            self.group_matches = matches;
+            return Err(m);
+        };
+        let v4 = at.src.is_ipv4();
+        for &index in rest {
+            match copy_packet(&self.shared.pool, &m) {
+                Some(c) => self.stage_group(iface, c, at, index, payload),
+                None => {
+                    // Linux counts a failed clone as the socket's drop.
+                    self.inc(if v4 { Counter::UdpRcvbufErrors } else { Counter::Udp6RcvbufErrors });
+                    self.inc(if v4 { Counter::UdpInErrors } else { Counter::Udp6InErrors });
+                }
+            }
+        }
+        self.stage_group(iface, m, at, last, payload);
+        self.group_matches = matches;
+        Ok(())
+    }
+
+    /// Stages one socket's copy: only the payload left in the mbuf, the
+    /// headers in its headroom.
+    fn stage_group(&mut self, iface: &Interface, mut m: Mbuf, at: &UdpInFrame, index: u32, payload: usize) {
+        let v4 = at.src.is_ipv4();
+        let after = m.pkt_len() - (at.l4 + udp::HEADER_LEN + payload);
+        if m.adj(at.l4 + udp::HEADER_LEN).is_err() || (after > 0 && m.trim(after).is_err()) {
+            self.inc(if v4 { Counter::UdpInErrors } else { Counter::Udp6InErrors });
+            return;
+        }
+        let mapped = self.snapshot.binding(index).family == Family::V6 && v4;
+        let d = Datagram::new(m, header_span(at.l3, at.l4), mapped, iface.index);
+        self.stage(index, iface.index, v4, d);
+    }
+}
+
+/// A copy of the packet in `m` (every segment, from the data's start), in
+/// mbufs from `pool`: the same offsets, so the copy is cut as the
+/// original is. `None` when the pool is out of mbufs.
+fn copy_packet(pool: &spate_dpdk::Mempool, m: &Mbuf) -> Option<Mbuf> {
+    let mut head: Option<Mbuf> = None;
+    for seg in m.segment_data() {
+        let mut c = pool.alloc()?;
+        c.append(seg.len()).ok()?.copy_from_slice(seg);
+        match head.as_mut() {
+            None => head = Some(c),
+            Some(h) => h.chain(c).ok()?,
+        }
+    }
+    head
+}

@@ -1,0 +1,271 @@
+//! Per-datagram metadata and broadcast against the Linux kernel.
+//!
+//! A stack made in the test process drives `vA` (net_af_packet) in its
+//! namespace; the kernel has `vB` in a peer namespace, where
+//! `tests/peers/meta.py` reads what spate sent with `IP_RECVTOS`,
+//! `IP_RECVTTL`, `IP_PKTINFO` and their IPv6 forms, sees each frame's
+//! Ethernet destination, and sends with `IP_TOS`, `IP_TTL`,
+//! `IPV6_TCLASS`, `IPV6_UNICAST_HOPS` and `SO_BROADCAST`.
+//!
+//! - Sending: the TTL, hop limit, TOS and traffic class a socket sets, the
+//!   ECN codepoint and source address one send asks for, are what the
+//!   kernel reads; broadcasts need `SO_BROADCAST` (`EACCES` without) and
+//!   go to ff:ff:ff:ff:ff:ff; bad values get Linux's errors.
+//! - Receiving: the destination address, interface, TOS and ECN, TTL and
+//!   hop limit the kernel sent with are what spate reads; receive
+//!   timestamps are monotonic and within a millisecond of the kernel's
+//!   send time; a broadcast reaches every wildcard-bound socket (both
+//!   members of a reuseport group included) and not the socket bound to
+//!   the unicast address; `peek` leaves the datagram queued;
+//!   `try_clone`'s handles share one socket.
+
+use std::collections::HashMap;
+use std::io::ErrorKind;
+use std::net::{IpAddr, SocketAddr};
+use std::time::{Duration, UNIX_EPOCH};
+
+use spate::dpdk::Memory;
+use spate::{Ecn, PortSpec, SendMeta, Stack, StackConfig, UdpSocket};
+use spate_testkit::process::Proc;
+use spate_testkit::{Netns, device_lock, kernel_peer, shared_eal, veth};
+
+const PEER: &str = include_str!("peers/meta.py");
+
+/// spate's namespace (vA, spate's MAC, no kernel IPv6) and the kernel's
+/// (vB: 198.18.0.1/24, fd00::1/64); a stack on vA with 198.18.0.2/24,
+/// 198.18.0.3/24 and fd00::2/64, polling.
+fn setup(what: &str) -> (Netns, Netns, Stack, spate::Running) {
+    shared_eal(Memory::Hugepages);
+    let spate_ns = Netns::new(what);
+    let kernel = Netns::new("peer");
+    veth(&spate_ns, "vA", &kernel, "vB");
+    spate_ns.must(&["ip", "link", "set", "vA", "address", "02:53:50:41:54:45"]);
+    spate_ns.disable_ipv6("vA");
+    kernel_peer(&kernel, "vB");
+    let port = PortSpec::new("net_af_packet0,iface=vA")
+        .addr("198.18.0.2/24")
+        .and_then(|p| p.addr("198.18.0.3/24"))
+        .and_then(|p| p.addr("fd00::2/64"))
+        .unwrap();
+    let cfg = StackConfig {
+        lcores: "1".into(),
+        ports: vec![port],
+        stop_on_signal: false,
+        mempool_size: 4095,
+        ..StackConfig::default()
+    };
+    let stack = spate_ns.run(move || Stack::new(cfg).unwrap());
+    let running = stack.spawn_polling().unwrap();
+    (spate_ns, kernel, stack, running)
+}
+
+/// Starts meta.py in `ns` with `args`.
+fn peer(ns: &Netns, label: &str, args: &[&str]) -> Proc {
+    let mut full = vec!["-c".to_string(), PEER.to_string()];
+    full.extend(args.iter().map(|a| a.to_string()));
+    ns.spawn(label, "/usr/bin/python3", &full, Duration::from_secs(60)).unwrap()
+}
+
+/// The JSON lines meta.py printed, as flat string maps.
+fn records(p: &Proc) -> Vec<HashMap<String, String>> {
+    p.output()
+        .lines()
+        .filter(|l| l.starts_with('{'))
+        .map(|l| {
+            let v: serde_json::Value = serde_json::from_str(l).unwrap_or_else(|e| panic!("{l}: {e}"));
+            v.as_object()
+                .unwrap()
+                .iter()
+                .map(|(k, v)| (k.clone(), v.as_str().map(String::from).unwrap_or_else(|| v.to_string())))
+                .collect()
+        })
+        .collect()
+}
+
+/// A payload unique in its last 16 bytes (where meta.py matches frames).
+fn payload(tag: &str) -> Vec<u8> {
+    format!("spate datagram {tag:.>16}").into_bytes()
+}
+
+fn kind_of(r: std::io::Result<usize>) -> ErrorKind {
+    r.expect_err("must fail").kind()
+}
+
+#[test]
+fn what_a_socket_sets_is_what_the_kernel_reads() {
+    let _serial = device_lock();
+    let (_spate_ns, kernel, stack, running) = setup("metatx");
+    let mut rx = peer(&kernel, "meta-recv", &["recv", "vB", "6000", "9", "30"]);
+    assert!(rx.wait_for_output("\"ready\"", Duration::from_secs(10)), "{}", rx.output());
+    let k4: SocketAddr = "198.18.0.1:6000".parse().unwrap();
+    let k6: SocketAddr = "[fd00::1]:6000".parse().unwrap();
+
+    let s4 = UdpSocket::bind(&stack, "0.0.0.0:5000").unwrap();
+    assert_eq!((s4.ttl().unwrap(), s4.tos().unwrap()), (64, 0), "Linux's defaults");
+    // Bad values, as Linux refuses them (a TOS over a byte spate refuses
+    // where Linux keeps its low byte).
+    assert_eq!(s4.set_ttl(0).unwrap_err().kind(), ErrorKind::InvalidInput);
+    assert_eq!(s4.set_ttl(256).unwrap_err().kind(), ErrorKind::InvalidInput);
+    assert_eq!(s4.set_tos(256).unwrap_err().kind(), ErrorKind::InvalidInput);
+    let e = s4.set_tclass_v6(0).unwrap_err();
+    assert!(e.to_string().contains("Protocol not available"), "ENOPROTOOPT: {e}");
+    s4.set_ttl(7).unwrap();
+    s4.set_tos(0xb8 | 2).unwrap(); // EF, ECT(0)
+    s4.send_to(&payload("ttl7-tos"), k4).unwrap();
+    // One send's ECN and source address.
+    let ce = SendMeta { ecn: Some(Ecn::Ce), ..SendMeta::default() };
+    s4.send_msg_to(&payload("ecn-ce"), k4, &ce).unwrap();
+    let from3 = SendMeta { src_ip: Some("198.18.0.3".parse().unwrap()), ..SendMeta::default() };
+    s4.send_msg_to(&payload("from-3"), k4, &from3).unwrap();
+    let stranger = SendMeta { src_ip: Some("198.18.0.9".parse().unwrap()), ..SendMeta::default() };
+    assert_eq!(kind_of(s4.send_msg_to(&payload("x"), k4, &stranger)), ErrorKind::AddrNotAvailable);
+    let other_family = SendMeta { src_ip: Some("fd00::2".parse().unwrap()), ..SendMeta::default() };
+    assert_eq!(kind_of(s4.send_msg_to(&payload("x"), k4, &other_family)), ErrorKind::InvalidInput);
+
+    // Broadcast: refused without SO_BROADCAST, at the Ethernet broadcast
+    // address with it.
+    let subnet: SocketAddr = "198.18.0.255:6000".parse().unwrap();
+    let limited: SocketAddr = "255.255.255.255:6000".parse().unwrap();
+    assert_eq!(kind_of(s4.send_to(&payload("x"), subnet)), ErrorKind::PermissionDenied);
+    assert_eq!(kind_of(s4.send_to(&payload("x"), limited)), ErrorKind::PermissionDenied);
+    let c = UdpSocket::bind(&stack, "0.0.0.0:0").unwrap();
+    assert_eq!(c.connect(subnet).unwrap_err().kind(), ErrorKind::PermissionDenied);
+    s4.set_broadcast(true).unwrap();
+    s4.send_to(&payload("bcast-subnet"), subnet).unwrap();
+    s4.send_to(&payload("bcast-all"), limited).unwrap();
+    s4.set_broadcast(false).unwrap();
+    assert_eq!(kind_of(s4.send_to(&payload("x"), subnet)), ErrorKind::PermissionDenied, "off again");
+
+    // IPv6: hop limit and traffic class; the IPv4 options for its
+    // IPv4-mapped sends.
+    let s6 = UdpSocket::bind(&stack, "[::]:5001").unwrap();
+    assert_eq!(s6.set_unicast_hops_v6(256).unwrap_err().kind(), ErrorKind::InvalidInput);
+    assert_eq!(s6.set_tclass_v6(256).unwrap_err().kind(), ErrorKind::InvalidInput);
+    s6.set_unicast_hops_v6(9).unwrap();
+    s6.set_tclass_v6(0x28 | 1).unwrap(); // AF11, ECT(1)
+    s6.set_ttl(11).unwrap();
+    s6.send_to(&payload("v6-hops9"), k6).unwrap();
+    s6.send_to(&payload("mapped-ttl11"), "[::ffff:198.18.0.1]:6000").unwrap();
+    let ect0 = SendMeta { ecn: Some(Ecn::Ect0), src_ip: Some("fd00::2".parse().unwrap()) };
+    s6.send_msg_to(&payload("v6-ect0"), k6, &ect0).unwrap();
+    // A clone shares the options.
+    let s6b = s6.try_clone().unwrap();
+    assert_eq!((s6b.unicast_hops_v6().unwrap(), s6b.tclass_v6().unwrap()), (9, 0x29));
+    s6b.send_to(&payload("v6-clone"), k6).unwrap();
+
+    assert!(rx.wait_for_output("\"done\"", Duration::from_secs(40)), "{}", rx.output());
+    running.stop();
+    let got: HashMap<String, HashMap<String, String>> = records(&rx)
+        .into_iter()
+        .filter_map(|r| r.get("payload").map(|p| (p[p.len() - 16..].trim_start_matches('.').to_string(), r.clone())))
+        .collect();
+    let expect = |tag: &str, src: &str, dst: &str, tos: u8, ttl: u8, mac: &str| {
+        let r = got.get(tag).unwrap_or_else(|| panic!("{tag} never reached the kernel: {}", rx.output()));
+        let want = [("src", src), ("dst", dst), ("tos", &tos.to_string()), ("ttl", &ttl.to_string()), ("mac", mac)];
+        for (k, v) in want {
+            assert_eq!(r.get(k).map(String::as_str), Some(v), "{tag}: {k} in {r:?}");
+        }
+    };
+    let kmac = kernel_mac(&kernel);
+    expect("ttl7-tos", "198.18.0.2", "198.18.0.1", 0xba, 7, &kmac);
+    expect("ecn-ce", "198.18.0.2", "198.18.0.1", 0xbb, 7, &kmac);
+    expect("from-3", "198.18.0.3", "198.18.0.1", 0xba, 7, &kmac);
+    expect("bcast-subnet", "198.18.0.2", "198.18.0.255", 0xba, 7, "ff:ff:ff:ff:ff:ff");
+    expect("bcast-all", "198.18.0.2", "255.255.255.255", 0xba, 7, "ff:ff:ff:ff:ff:ff");
+    expect("v6-hops9", "fd00::2", "fd00::1", 0x29, 9, &kmac);
+    expect("mapped-ttl11", "198.18.0.2", "198.18.0.1", 0, 11, &kmac);
+    expect("v6-ect0", "fd00::2", "fd00::1", 0x2a, 9, &kmac);
+    expect("v6-clone", "fd00::2", "fd00::1", 0x29, 9, &kmac);
+    assert_eq!(got.len(), 9, "nothing else: {got:?}");
+}
+
+/// The kernel side's MAC.
+fn kernel_mac(ns: &Netns) -> String {
+    ns.must(&["cat", "/sys/class/net/vB/address"]).trim().to_string()
+}
+
+#[test]
+fn what_the_kernel_sends_is_what_spate_reads() {
+    let _serial = device_lock();
+    let (_spate_ns, kernel, stack, running) = setup("metarx");
+    // Port 7000: a reuseport pair on the wildcard, a socket on the
+    // unicast address (reuseport too, as Linux needs to share the port),
+    // an IPv6-only one.
+    let a = UdpSocket::builder(&stack).reuseport(true).bind("0.0.0.0:7000").unwrap();
+    let b = UdpSocket::builder(&stack).reuseport(true).bind("0.0.0.0:7000").unwrap();
+    let unicast = UdpSocket::builder(&stack).reuseport(true).bind("198.18.0.2:7000").unwrap();
+    let v6 = UdpSocket::builder(&stack).only_v6(true).bind("[::]:7000").unwrap();
+    for s in [&a, &b, &unicast, &v6] {
+        s.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+    }
+    unicast.set_recv_timestamps(true).unwrap();
+    let jobs = r#"[
+        {"dst": "198.18.0.2", "port": 7000, "tos": 138, "ttl": 33, "count": 20, "gap_ms": 3, "tag": "u4"},
+        {"dst": "fd00::2", "port": 7000, "tos": 139, "ttl": 44, "count": 2, "tag": "u6"},
+        {"dst": "198.18.0.255", "port": 7000, "tos": 3, "ttl": 1, "broadcast": true, "tag": "bs"},
+        {"dst": "255.255.255.255", "port": 7000, "tos": 1, "ttl": 2, "broadcast": true, "tag": "ba"}
+    ]"#;
+    let mut tx = peer(&kernel, "meta-send", &["send", "vB", jobs]);
+    assert!(tx.wait_for_output("\"done\"", Duration::from_secs(30)), "{}", tx.output());
+    let sent: HashMap<String, u64> =
+        records(&tx).into_iter().filter_map(|r| Some((r.get("sent")?.clone(), r.get("ns")?.parse().ok()?))).collect();
+    let tag = |p: &[u8]| String::from_utf8_lossy(&p[p.len() - 16..]).trim_start_matches('.').to_string();
+
+    // Unicast IPv4, the first read peeked, through a clone.
+    let mut buf = [0u8; 256];
+    let (n, from) = unicast.peek_from(&mut buf).unwrap();
+    assert_eq!((tag(&buf[..n]).as_str(), from.ip()), ("u4-0000", "198.18.0.1".parse::<IpAddr>().unwrap()));
+    let clone = unicast.try_clone().unwrap();
+    let mut last = None;
+    for i in 0..20 {
+        let (n, meta) = clone.recv_msg(&mut buf).unwrap();
+        let t = tag(&buf[..n]);
+        assert_eq!(t, format!("u4-{i:04}"), "in order, the peeked one first");
+        assert_eq!(meta.dst, "198.18.0.2:7000".parse::<SocketAddr>().unwrap());
+        assert_eq!((meta.tos, meta.ecn(), meta.ttl, meta.iface), (138, Ecn::Ect0, 33, 0));
+        assert_eq!(meta.src.ip(), "198.18.0.1".parse::<IpAddr>().unwrap());
+        let ts = meta.timestamp.expect("timestamps asked for").duration_since(UNIX_EPOCH).unwrap().as_nanos() as i64;
+        let kernel_ns = *sent.get(&String::from_utf8_lossy(&buf[..n]).to_string()).expect("sent") as i64;
+        assert!(
+            (ts - kernel_ns).abs() < 1_000_000,
+            "{t}: received {ts}, sent {kernel_ns}: {} ns apart",
+            ts - kernel_ns
+        );
+        if let Some(prev) = last {
+            assert!(ts > prev, "{t}: timestamps move forward");
+        }
+        last = Some(ts);
+    }
+    drop(clone);
+    // The original handle still has the socket.
+    assert_eq!(unicast.local_addr().unwrap(), "198.18.0.2:7000".parse::<SocketAddr>().unwrap());
+
+    // IPv6: traffic class and hop limit; no timestamp asked for.
+    for i in 0..2 {
+        let (n, meta) = v6.recv_msg(&mut buf).unwrap();
+        assert_eq!(tag(&buf[..n]), format!("u6-{i:04}"));
+        assert_eq!(meta.dst, "[fd00::2]:7000".parse::<SocketAddr>().unwrap());
+        assert_eq!((meta.tos, meta.ecn(), meta.ttl, meta.timestamp), (139, Ecn::Ce, 44, None));
+    }
+
+    // Both broadcasts reach both wildcard sockets; the unicast one none.
+    for s in [&a, &b] {
+        let mut seen = Vec::new();
+        for _ in 0..2 {
+            let (n, meta) = s.recv_msg(&mut buf).unwrap();
+            seen.push((tag(&buf[..n]), meta.dst.ip().to_string(), meta.tos, meta.ttl));
+        }
+        seen.sort();
+        assert_eq!(
+            seen,
+            [("ba-0000".into(), "255.255.255.255".into(), 1, 2), ("bs-0000".into(), "198.18.0.255".into(), 3, 1)]
+        );
+    }
+    unicast.set_nonblocking(true).unwrap();
+    assert_eq!(unicast.recv(&mut buf).unwrap_err().kind(), ErrorKind::WouldBlock, "no broadcast for it");
+    running.stop();
+    let c = stack.counters();
+    // Each socket's copy of a broadcast counts, as on Linux.
+    assert_eq!(c[spate::Counter::UdpInDatagrams], 20 + 4, "{}", c.render_nonzero());
+    assert_eq!(c[spate::Counter::Udp6InDatagrams], 2, "{}", c.render_nonzero());
+}
