@@ -269,3 +269,138 @@ fn what_the_kernel_sends_is_what_spate_reads() {
     assert_eq!(c[spate::Counter::UdpInDatagrams], 20 + 4, "{}", c.render_nonzero());
     assert_eq!(c[spate::Counter::Udp6InDatagrams], 2, "{}", c.render_nonzero());
 }
+
+/// Whether the kernel's pings to `target` are answered.
+fn pings(ns: &Netns, target: &str) -> bool {
+    ns.exec(&["ping", "-c", "2", "-i", "0.2", "-W", "1", target]).status.success()
+}
+
+/// Waits (bounded) until `f` holds.
+fn eventually(what: &str, mut f: impl FnMut() -> bool) {
+    let deadline = std::time::Instant::now() + Duration::from_secs(5);
+    while !f() {
+        assert!(std::time::Instant::now() < deadline, "{what}: not within 5 s");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+#[test]
+fn addresses_routes_and_neighbours_change_while_the_stack_runs() {
+    use spate::Cidr;
+    use spate::wire::MacAddr;
+    let _serial = device_lock();
+    let (_spate_ns, kernel, stack, running) = setup("live");
+    // The kernel takes entries from gratuitous ARP, so the announcement
+    // shows in its table.
+    kernel.must(&["sysctl", "-qw", "net.ipv4.conf.vB.arp_accept=1"]);
+    let spate_mac = stack.interfaces()[0].mac.to_string();
+    let cidr = |s: &str| s.parse::<Cidr>().unwrap();
+
+    // An address added: announced, answering ARP and ping at once, bound.
+    assert!(!pings(&kernel, "198.18.0.9"), "not ours yet");
+    let e = UdpSocket::bind(&stack, "198.18.0.9:7100").unwrap_err();
+    assert_eq!(e.kind(), ErrorKind::AddrNotAvailable);
+    kernel.must(&["ip", "neigh", "flush", "dev", "vB"]);
+    stack.add_address(0, cidr("198.18.0.9/24")).unwrap();
+    stack.add_address(0, cidr("fd00::9/64")).unwrap();
+    assert_eq!(stack.add_address(0, cidr("198.18.0.9/24")).unwrap_err().kind(), ErrorKind::AlreadyExists);
+    assert!(stack.add_address(7, cidr("198.18.0.10/24")).is_err(), "no interface 7");
+    eventually("the gratuitous ARP reached the kernel's table", || {
+        kernel.must(&["ip", "neigh", "show", "198.18.0.9"]).contains(&spate_mac)
+    });
+    assert!(pings(&kernel, "198.18.0.9"), "the added address answers");
+    assert!(pings(&kernel, "fd00::9"), "the added IPv6 address answers");
+    assert!(stack.interfaces()[0].ipv4.contains(&cidr("198.18.0.9/24")));
+    let s = UdpSocket::bind(&stack, "198.18.0.9:7100").unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(3))).unwrap();
+    let (tx, rx) = std::sync::mpsc::channel::<()>();
+    let kernel_side = kernel.thread(move || {
+        let k = std::net::UdpSocket::bind("198.18.0.1:7101").unwrap();
+        k.set_read_timeout(Some(Duration::from_secs(3))).unwrap();
+        k.send_to(b"to the new address", "198.18.0.9:7100").unwrap();
+        let mut buf = [0u8; 64];
+        let (n, from) = k.recv_from(&mut buf).unwrap();
+        // After the address is gone: the kernel (its ARP entry still
+        // there) sends again; nobody answers.
+        rx.recv_timeout(Duration::from_secs(10)).unwrap();
+        k.send_to(b"to the removed address", "198.18.0.9:7100").unwrap();
+        (buf[..n].to_vec(), from)
+    });
+    let (n, meta) = s.recv_msg(&mut [0u8; 64]).unwrap();
+    assert_eq!((n, meta.dst), (18, "198.18.0.9:7100".parse().unwrap()));
+    s.send_to(b"from the new address", meta.src).unwrap();
+
+    // Removed: no answers, no delivery, sends refused.
+    stack.remove_address(0, "198.18.0.9".parse().unwrap()).unwrap();
+    stack.remove_address(0, "fd00::9".parse().unwrap()).unwrap();
+    tx.send(()).unwrap();
+    let (reply, from) = kernel_side.join().unwrap();
+    assert_eq!((&reply[..], from), (&b"from the new address"[..], "198.18.0.9:7100".parse().unwrap()));
+    let e = stack.remove_address(0, "198.18.0.9".parse().unwrap()).unwrap_err();
+    assert_eq!(e.kind(), ErrorKind::AddrNotAvailable);
+    assert!(!pings(&kernel, "198.18.0.9"), "the removed address answers no more");
+    assert!(!pings(&kernel, "fd00::9"), "the removed IPv6 address answers no more");
+    s.set_read_timeout(Some(Duration::from_millis(500))).unwrap();
+    assert_eq!(s.recv(&mut [0u8; 64]).unwrap_err().kind(), ErrorKind::WouldBlock, "nothing for a removed address");
+    let e = s.send_to(b"x", "198.18.0.1:7101").unwrap_err();
+    assert_eq!(e.kind(), ErrorKind::InvalidInput, "EINVAL, as Linux: {e}");
+
+    // A route: unreachable without it, through the kernel with it.
+    kernel.must(&["ip", "addr", "add", "203.0.113.7/32", "dev", "lo"]);
+    let far = UdpSocket::bind(&stack, "0.0.0.0:0").unwrap();
+    let e = far.send_to(b"x", "203.0.113.7:6100").unwrap_err();
+    assert_eq!(e.kind(), ErrorKind::NetworkUnreachable);
+    let e = stack.add_route(cidr("203.0.113.0/24"), Some("192.0.2.1".parse().unwrap()), None).unwrap_err();
+    assert_eq!(e.kind(), ErrorKind::NetworkUnreachable, "a gateway on no link: {e}");
+    stack.add_route(cidr("203.0.113.0/24"), Some("198.18.0.1".parse().unwrap()), None).unwrap();
+    assert_eq!(stack.routes().len(), 1);
+    let got = kernel.thread(|| {
+        let k = std::net::UdpSocket::bind("203.0.113.7:6100").unwrap();
+        k.set_read_timeout(Some(Duration::from_secs(3))).unwrap();
+        let mut buf = [0u8; 64];
+        k.recv_from(&mut buf).map(|(n, from)| (buf[..n].to_vec(), from))
+    });
+    std::thread::sleep(Duration::from_millis(200));
+    far.send_to(b"through the route", "203.0.113.7:6100").unwrap();
+    let (routed, from) = got.join().unwrap().expect("the kernel got it through the route");
+    assert_eq!((&routed[..], from.ip()), (&b"through the route"[..], "198.18.0.2".parse::<IpAddr>().unwrap()));
+    stack.remove_route(cidr("203.0.113.0/24")).unwrap();
+    assert!(stack.remove_route(cidr("203.0.113.0/24")).unwrap_err().to_string().contains("No such process"));
+    assert_eq!(far.send_to(b"x", "203.0.113.7:6100").unwrap_err().kind(), ErrorKind::NetworkUnreachable);
+
+    // A static neighbour: its MAC, no ARP; removed: asked for again.
+    let mut sniff = peer(&kernel, "meta-sniff", &["sniff", "vB", "3"]);
+    assert!(sniff.wait_for_output("\"ready\"", Duration::from_secs(10)), "{}", sniff.output());
+    let nb: IpAddr = "198.18.0.77".parse().unwrap();
+    stack.add_neighbor(0, nb, MacAddr([2, 0, 0, 0, 0, 0x77])).unwrap();
+    assert!(stack.add_neighbor(0, nb, MacAddr([1, 0, 0, 0, 0, 0x77])).is_err(), "a multicast MAC");
+    far.send_to(&payload("static-nb"), "198.18.0.77:6200").unwrap();
+    std::thread::sleep(Duration::from_millis(300));
+    stack.remove_neighbor(0, nb).unwrap();
+    assert_eq!(stack.remove_neighbor(0, nb).unwrap_err().kind(), ErrorKind::NotFound);
+    far.send_to(&payload("asked-again"), "198.18.0.77:6200").unwrap();
+    assert!(sniff.wait_for_output("\"done\"", Duration::from_secs(10)), "{}", sniff.output());
+    let frames = records(&sniff);
+    let static_frame = frames.iter().find(|r| r.get("tail").is_some_and(|t| t.ends_with("static-nb")));
+    assert_eq!(static_frame.and_then(|r| r.get("dst")).map(String::as_str), Some("02:00:00:00:00:77"), "{frames:?}");
+    let asked: Vec<_> =
+        frames.iter().filter(|r| r.get("arp_target").map(String::as_str) == Some("198.18.0.77")).collect();
+    assert!(!asked.is_empty(), "an ARP request after the entry went: {frames:?}");
+    assert!(!frames.iter().any(|r| r.get("tail").is_some_and(|t| t.ends_with("asked-again"))), "it waits for ARP");
+    running.stop();
+    let c = stack.counters();
+    use spate::Counter;
+    assert_eq!(
+        (
+            c[Counter::ConfAddrAdds],
+            c[Counter::ConfAddrRemoves],
+            c[Counter::ConfRouteAdds],
+            c[Counter::ConfRouteRemoves]
+        ),
+        (2, 2, 1, 1),
+        "{}",
+        c.render_nonzero()
+    );
+    assert_eq!((c[Counter::ConfNeighAdds], c[Counter::ConfNeighRemoves]), (1, 1));
+    assert!(c[Counter::NeighQueued] >= 1, "{}", c.render_nonzero());
+}

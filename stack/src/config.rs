@@ -44,6 +44,21 @@ impl Cidr {
         }
     }
 
+    /// The prefix itself: the address with its host bits cleared.
+    pub fn network(&self) -> Cidr {
+        let addr = match self.addr {
+            IpAddr::V4(a) => {
+                let mask = if self.prefix_len == 0 { 0 } else { u32::MAX << (32 - self.prefix_len.min(32) as u32) };
+                IpAddr::V4(Ipv4Addr::from(u32::from(a) & mask))
+            }
+            IpAddr::V6(a) => {
+                let mask = if self.prefix_len == 0 { 0 } else { u128::MAX << (128 - self.prefix_len.min(128) as u32) };
+                IpAddr::V6(Ipv6Addr::from(u128::from(a) & mask))
+            }
+        };
+        Cidr { addr, prefix_len: self.prefix_len }
+    }
+
     /// The subnet-directed broadcast address (IPv4 prefixes up to /30).
     pub fn broadcast(&self) -> Option<Ipv4Addr> {
         match self.addr {

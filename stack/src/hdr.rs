@@ -45,13 +45,13 @@ pub struct UdpHeaders {
 
 /// Writes UDP and IP headers in front of the payload in `m`.
 #[inline]
-pub fn push_udp_ip(m: &mut Mbuf, h: &UdpHeaders, iface: &Interface) -> Result<(), &'static str> {
+pub fn push_udp_ip(m: &mut Mbuf, h: &UdpHeaders, offload: bool) -> Result<(), &'static str> {
     if let (SocketAddr::V4(s), SocketAddr::V4(d)) = (h.src, h.dst) {
         let v4 =
             Udp4 { ident: h.ident, dont_frag: h.dont_frag, ttl: h.ttl, tos: h.tos, zero_checksum: h.zero_checksum };
-        return push_udp_ipv4(m, s, d, v4, h.known_checksum, iface.tx_checksum);
+        return push_udp_ipv4(m, s, d, v4, h.known_checksum, offload);
     }
-    push_udp_ip_any(m, h, iface)
+    push_udp_ip_any(m, h, offload)
 }
 
 /// What an IPv4 datagram's headers carry besides its addresses (see
@@ -144,7 +144,7 @@ pub fn push_udp_ipv4(
 
 /// UDP and IP headers for any family pair (IPv6, and the IPv4 case's
 /// reference in the tests).
-fn push_udp_ip_any(m: &mut Mbuf, h: &UdpHeaders, iface: &Interface) -> Result<(), &'static str> {
+fn push_udp_ip_any(m: &mut Mbuf, h: &UdpHeaders, offload: bool) -> Result<(), &'static str> {
     let payload_len = m.pkt_len();
     let udp_len = payload_len + udp::HEADER_LEN;
     let (src, dst) = (h.src.ip(), h.dst.ip());
@@ -157,7 +157,6 @@ fn push_udp_ip_any(m: &mut Mbuf, h: &UdpHeaders, iface: &Interface) -> Result<()
         return Err("datagram too long");
     }
     let pseudo = udp::pseudo_header(&src, &dst, udp_len as u16);
-    let offload = iface.tx_checksum;
     let zero = h.zero_checksum && v4;
     let known = h.known_checksum.filter(|_| !offload && !zero);
     let data_sum = if offload || zero || known.is_some() { 0 } else { checksum::sum_segments(m.segment_data()) };

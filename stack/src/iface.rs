@@ -6,7 +6,9 @@ use crate::config::{Cidr, is_link_local};
 use crate::wire::{MacAddr, ipv6};
 
 /// One interface as the stack sees it: a port, or the inner side of a
-/// tunnel. Immutable once the stack is built.
+/// tunnel. Its addresses may change while the stack runs (each change
+/// publishes a new copy, see `Stack::add_address`); the rest is fixed
+/// when the stack is built.
 #[derive(Debug, Clone)]
 pub struct Interface {
     /// Index among the stack's interfaces (ports first, then tunnels).
@@ -172,5 +174,62 @@ impl Interface {
     /// The link-local IPv6 address.
     pub fn link_local(&self) -> Ipv6Addr {
         ipv6::link_local_from_mac(&self.mac)
+    }
+
+    /// Adds an address (the link-local one first, with the interface's
+    /// first IPv6 address); false when it has it already.
+    pub fn add_address(&mut self, c: Cidr) -> bool {
+        match c.addr {
+            IpAddr::V4(a) => {
+                if self.ipv4_addrs.contains(&a) {
+                    return false;
+                }
+                self.ipv4.push(c);
+            }
+            IpAddr::V6(a) => {
+                if self.ipv6_addrs.contains(&a) {
+                    return false;
+                }
+                if self.ipv6.is_empty() && !is_link_local(&a) {
+                    self.ipv6.push(Cidr { addr: IpAddr::V6(self.link_local()), prefix_len: 64 });
+                }
+                self.ipv6.push(c);
+            }
+        }
+        self.derive();
+        true
+    }
+
+    /// Removes an address; false when it has no such address.
+    pub fn remove_address(&mut self, ip: &IpAddr) -> bool {
+        let list = if ip.is_ipv4() { &mut self.ipv4 } else { &mut self.ipv6 };
+        let before = list.len();
+        list.retain(|c| c.addr != *ip);
+        if list.len() == before {
+            return false;
+        }
+        self.derive();
+        true
+    }
+
+    /// The address lists the receive path compares, from the prefixes.
+    fn derive(&mut self) {
+        self.ipv4_addrs = self
+            .ipv4
+            .iter()
+            .filter_map(|c| match c.addr {
+                IpAddr::V4(a) => Some(a),
+                _ => None,
+            })
+            .collect();
+        self.ipv4_broadcast = self.ipv4.iter().filter_map(|c| c.broadcast()).collect();
+        self.ipv6_addrs = self
+            .ipv6
+            .iter()
+            .filter_map(|c| match c.addr {
+                IpAddr::V6(a) => Some(a),
+                _ => None,
+            })
+            .collect();
     }
 }

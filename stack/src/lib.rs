@@ -49,6 +49,7 @@ pub use datagram::{Datagram, DatagramBatch, Ecn, RecvMeta, SendBuf, SendMeta, St
 pub use engine::LcoreCtx;
 pub use error::{Error, Result};
 pub use iface::{Interface, Tunnel};
+pub use route::StaticRoute;
 pub use setup::Running;
 pub use shared::Stack;
 pub use socket::{GSO_MAX_SEGMENTS, SocketBuilder, UdpSocket};

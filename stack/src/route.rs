@@ -1,9 +1,11 @@
-//! Routes: the on-link prefixes of each interface and one default gateway
-//! per family. Fixed when the stack is built, so lookups take no lock.
+//! Routes: the on-link prefixes of each interface, static routes and one
+//! default gateway per family. Looked up without a lock: the table is part
+//! of the stack's published network state (`shared::Net`), replaced whole
+//! when it changes.
 
 use std::net::IpAddr;
 
-use crate::config::is_link_local;
+use crate::config::{Cidr, is_link_local};
 use crate::iface::Interface;
 
 /// Where a packet to some destination goes.
@@ -17,6 +19,20 @@ pub struct Route {
     pub src: IpAddr,
     /// MTU of the interface.
     pub mtu: u16,
+    /// The interface computes IPv4/UDP checksums on transmit.
+    pub offload: bool,
+}
+
+/// A static route: destinations in `dst` go through gateway `via` (on
+/// the link of an interface), or straight out of interface `iface`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct StaticRoute {
+    /// The destinations.
+    pub dst: Cidr,
+    /// The gateway, when not on-link.
+    pub via: Option<IpAddr>,
+    /// The interface it leaves by.
+    pub iface: u16,
 }
 
 /// The routing table.
@@ -24,6 +40,8 @@ pub struct Route {
 pub struct Routes {
     gateway_v4: Option<(IpAddr, u16)>,
     gateway_v6: Option<(IpAddr, u16)>,
+    /// Static routes, longest prefix first.
+    statics: Vec<StaticRoute>,
 }
 
 impl Routes {
@@ -31,47 +49,139 @@ impl Routes {
     pub fn new(ifaces: &[Interface], gateways: &[IpAddr]) -> Routes {
         let mut r = Routes::default();
         for g in gateways {
-            let iface = ifaces
-                .iter()
-                .find(|i| i.on_link(g))
-                .or_else(|| ifaces.iter().find(|i| g.is_ipv6() && !i.ipv6.is_empty()))
-                .map(|i| i.index)
+            // (An IPv6 gateway off every link goes by the first interface
+            // with IPv6: configuration checked the rest.)
+            let iface = gateway_iface(ifaces, g)
+                .or_else(|| ifaces.iter().find(|i| g.is_ipv6() && !i.ipv6.is_empty()).map(|i| i.index))
                 .unwrap_or(0);
-            if g.is_ipv4() { r.gateway_v4 = Some((*g, iface)) } else { r.gateway_v6 = Some((*g, iface)) }
+            r.set_gateway(*g, iface);
         }
         r
     }
 
+    fn set_gateway(&mut self, g: IpAddr, iface: u16) {
+        if g.is_ipv4() { self.gateway_v4 = Some((g, iface)) } else { self.gateway_v6 = Some((g, iface)) }
+    }
+
+    /// The static routes and default gateways, as `StaticRoute`s (a
+    /// default gateway is the route to `0.0.0.0/0` or `::/0`).
+    pub fn list(&self) -> Vec<StaticRoute> {
+        let default = |g: Option<(IpAddr, u16)>, any: IpAddr| {
+            g.map(|(via, iface)| StaticRoute { dst: Cidr { addr: any, prefix_len: 0 }, via: Some(via), iface })
+        };
+        self.statics
+            .iter()
+            .copied()
+            .chain(default(self.gateway_v4, IpAddr::from([0u8; 4])))
+            .chain(default(self.gateway_v6, IpAddr::from([0u16; 8])))
+            .collect()
+    }
+
+    /// Adds a route to `dst` through `via` (which must be on the link of
+    /// an interface) or out of interface `iface`; a prefix of length 0 is
+    /// the family's default gateway. Err: the route exists, or names no
+    /// way out.
+    pub fn add(
+        &mut self,
+        ifaces: &[Interface],
+        dst: Cidr,
+        via: Option<IpAddr>,
+        iface: Option<u16>,
+    ) -> Result<(), RouteError> {
+        if via.is_some_and(|v| v.is_ipv4() != dst.addr.is_ipv4()) {
+            return Err(RouteError::Family);
+        }
+        let iface = match (via, iface) {
+            (Some(v), i) => {
+                let found = gateway_iface(ifaces, &v).ok_or(RouteError::GatewayNotOnLink)?;
+                if i.is_some_and(|i| i != found) {
+                    return Err(RouteError::GatewayNotOnLink);
+                }
+                found
+            }
+            (None, Some(i)) if (i as usize) < ifaces.len() => i,
+            (None, Some(_)) => return Err(RouteError::NoSuchInterface),
+            (None, None) => return Err(RouteError::NoWayOut),
+        };
+        let dst = dst.network();
+        if dst.prefix_len == 0 {
+            let Some(v) = via else { return Err(RouteError::NoWayOut) };
+            let current = if v.is_ipv4() { self.gateway_v4 } else { self.gateway_v6 };
+            if current.is_some() {
+                return Err(RouteError::Exists);
+            }
+            self.set_gateway(v, iface);
+            return Ok(());
+        }
+        if self.statics.iter().any(|r| r.dst == dst) {
+            return Err(RouteError::Exists);
+        }
+        self.statics.push(StaticRoute { dst, via, iface });
+        self.statics.sort_by_key(|r| std::cmp::Reverse(r.dst.prefix_len));
+        Ok(())
+    }
+
+    /// Removes the route to `dst` (the default gateway for a prefix of
+    /// length 0); false when there is none.
+    pub fn remove(&mut self, dst: Cidr) -> bool {
+        let dst = dst.network();
+        if dst.prefix_len == 0 {
+            let g = if dst.addr.is_ipv4() { &mut self.gateway_v4 } else { &mut self.gateway_v6 };
+            return g.take().is_some();
+        }
+        let before = self.statics.len();
+        self.statics.retain(|r| r.dst != dst);
+        self.statics.len() != before
+    }
+
     /// The route to `dst`, using `src` as the source when given (a socket
-    /// bound to a specific address).
+    /// bound to a specific address). The longest prefix wins; an
+    /// interface's own prefix wins a tie.
     pub fn lookup(&self, ifaces: &[Interface], dst: &IpAddr, src: Option<&IpAddr>) -> Option<Route> {
         if dst.is_unspecified() {
             return None;
         }
         if let IpAddr::V4(d) = dst {
             // The common case in one pass: an on-link IPv4 destination, the
-            // prefix that holds it giving the source.
+            // prefix that holds it giving the source (when no static route
+            // could be more specific).
             let d = u32::from(*d);
             for iface in ifaces {
                 if let Some(c) = iface.ipv4.iter().find(|c| c.contains_v4(d)) {
+                    if self.statics.first().is_some_and(|r| r.dst.prefix_len > c.prefix_len) {
+                        break;
+                    }
                     let src = match src {
                         Some(s) if !s.is_unspecified() => *s,
                         _ => c.addr,
                     };
-                    return Some(Route { iface: iface.index, next_hop: *dst, src, mtu: iface.mtu });
+                    return Some(route(iface, *dst, src));
                 }
             }
         }
-        let direct = ifaces.iter().find(|i| i.on_link(dst)).or_else(|| match dst {
+        // The interface prefix that holds `dst`, the longest (the first
+        // interface's of equal ones).
+        let direct = ifaces
+            .iter()
+            .flat_map(|i| i.ipv4.iter().chain(&i.ipv6).filter(|c| c.contains(dst)).map(move |c| (i, c.prefix_len)))
+            .min_by_key(|(_, len)| std::cmp::Reverse(*len));
+        let statik = self.statics.iter().find(|r| r.dst.contains(dst));
+        let via_static = match (direct, statik) {
+            (Some((_, on_link)), Some(r)) => r.dst.prefix_len > on_link,
+            (None, Some(_)) => true,
+            _ => false,
+        };
+        let direct = direct.map(|(i, _)| i).or_else(|| match dst {
             // Link-local destinations are on the first interface with IPv6
             // (spate has no scope ids yet).
             IpAddr::V6(a) if is_link_local(a) || a.is_multicast() => ifaces.iter().find(|i| !i.ipv6.is_empty()),
             IpAddr::V4(a) if a.is_broadcast() => ifaces.iter().find(|i| !i.ipv4.is_empty()),
             _ => None,
         });
-        let (iface, next_hop) = match direct {
-            Some(i) => (i, *dst),
-            None => {
+        let (iface, next_hop) = match (via_static, statik, direct) {
+            (true, Some(r), _) => (ifaces.get(r.iface as usize)?, r.via.unwrap_or(*dst)),
+            (_, _, Some(i)) => (i, *dst),
+            _ => {
                 let (gw, idx) = if dst.is_ipv4() { self.gateway_v4? } else { self.gateway_v6? };
                 (ifaces.get(idx as usize)?, gw)
             }
@@ -80,8 +190,41 @@ impl Routes {
             Some(s) if !s.is_unspecified() => *s,
             _ => iface.source_for(dst)?,
         };
-        Some(Route { iface: iface.index, next_hop, src, mtu: iface.mtu })
+        Some(route(iface, next_hop, src))
     }
+}
+
+fn route(iface: &Interface, next_hop: IpAddr, src: IpAddr) -> Route {
+    Route { iface: iface.index, next_hop, src, mtu: iface.mtu, offload: iface.tx_checksum }
+}
+
+/// The interface whose link gateway `g` is on (an IPv6 gateway may be
+/// link-local: the first interface with IPv6).
+fn gateway_iface(ifaces: &[Interface], g: &IpAddr) -> Option<u16> {
+    ifaces
+        .iter()
+        .find(|i| i.on_link(g))
+        .or_else(|| ifaces.iter().find(|i| g.is_ipv6() && !i.ipv6.is_empty() && is_link_local_ip(g)))
+        .map(|i| i.index)
+}
+
+fn is_link_local_ip(ip: &IpAddr) -> bool {
+    matches!(ip, IpAddr::V6(a) if is_link_local(a))
+}
+
+/// Why a route was refused.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RouteError {
+    /// The gateway is on no interface's link (or not on the one named).
+    GatewayNotOnLink,
+    /// No interface has that index.
+    NoSuchInterface,
+    /// Neither a gateway nor an interface (a default route needs a gateway).
+    NoWayOut,
+    /// The gateway's family is not the destination's.
+    Family,
+    /// A route to that prefix exists.
+    Exists,
 }
 
 #[cfg(test)]
@@ -131,5 +274,51 @@ mod tests {
         assert!(!i.accepts_ipv6(&"ff02::1:ff00:3".parse().unwrap()));
         assert!(i.accepts_mac(&MacAddr::BROADCAST));
         assert!(!i.accepts_mac(&MacAddr([2, 0, 0, 0, 0, 9])));
+    }
+}
+
+#[cfg(test)]
+mod static_tests {
+    use super::*;
+    use crate::wire::MacAddr;
+
+    fn ifaces() -> Vec<Interface> {
+        let mac = MacAddr([2, 0x53, 0x50, 0x41, 0x54, 0x45]);
+        vec![Interface::new(0, 0, "p".into(), mac, 1500, None, &["198.18.0.2/24".parse().unwrap()], &[])]
+    }
+
+    #[test]
+    fn the_longest_prefix_wins_and_routes_come_and_go() {
+        let ifs = ifaces();
+        let mut r = Routes::new(&ifs, &[]);
+        let far: IpAddr = "203.0.113.5".parse().unwrap();
+        assert!(r.lookup(&ifs, &far, None).is_none(), "no gateway yet");
+        let via: IpAddr = "198.18.0.1".parse().unwrap();
+        r.add(&ifs, "203.0.113.0/24".parse().unwrap(), Some(via), None).unwrap();
+        let got = r.lookup(&ifs, &far, None).unwrap();
+        assert_eq!((got.next_hop, got.src), (via, "198.18.0.2".parse().unwrap()));
+        assert_eq!(r.add(&ifs, "203.0.113.9/24".parse().unwrap(), Some(via), None), Err(RouteError::Exists));
+        assert_eq!(
+            r.add(&ifs, "192.0.2.0/24".parse().unwrap(), Some("192.0.2.1".parse().unwrap()), None),
+            Err(RouteError::GatewayNotOnLink)
+        );
+        // More specific than the interface's own /24: it wins.
+        r.add(&ifs, "198.18.0.128/25".parse().unwrap(), Some(via), None).unwrap();
+        assert_eq!(r.lookup(&ifs, &"198.18.0.200".parse().unwrap(), None).unwrap().next_hop, via);
+        assert_eq!(
+            r.lookup(&ifs, &"198.18.0.20".parse().unwrap(), None).unwrap().next_hop,
+            "198.18.0.20".parse::<IpAddr>().unwrap(),
+            "on-link below it"
+        );
+        // A default gateway, listed, and removed.
+        let default = Cidr { addr: IpAddr::from([0u8; 4]), prefix_len: 0 };
+        r.add(&ifs, default, Some(via), None).unwrap();
+        assert_eq!(r.lookup(&ifs, &"8.8.8.8".parse().unwrap(), None).unwrap().next_hop, via);
+        assert_eq!(r.list().len(), 3);
+        assert!(r.remove("203.0.113.0/24".parse().unwrap()));
+        assert!(!r.remove("203.0.113.0/24".parse().unwrap()));
+        assert_eq!(r.lookup(&ifs, &far, None).unwrap().next_hop, via, "the default gateway now");
+        assert!(r.remove(default));
+        assert!(r.lookup(&ifs, &far, None).is_none());
     }
 }

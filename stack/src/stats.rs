@@ -122,6 +122,12 @@ counters! {
     NeighFailed = kept "Neigh"."Failed": "Neighbours that did not answer.";
     NeighQueued = kept "Neigh"."Queued": "Packets queued while their neighbour was resolved.";
     NeighQueueDrops = drop "Neigh"."QueueDrops": "Packets dropped because their neighbour did not answer or the queue was full.";
+    ConfAddrAdds = kept "Conf"."AddrAdds": "Addresses added while the stack ran.";
+    ConfAddrRemoves = kept "Conf"."AddrRemoves": "Addresses removed while the stack ran.";
+    ConfRouteAdds = kept "Conf"."RouteAdds": "Routes added while the stack ran.";
+    ConfRouteRemoves = kept "Conf"."RouteRemoves": "Routes removed while the stack ran.";
+    ConfNeighAdds = kept "Conf"."NeighAdds": "Static neighbour entries added while the stack ran.";
+    ConfNeighRemoves = kept "Conf"."NeighRemoves": "Neighbour entries removed while the stack ran.";
 
     IpInReceives = kept "Ip"."InReceives": "IPv4 packets received.";
     IpInHdrErrors = kept "Ip"."InHdrErrors": "IPv4 packets with header errors.";

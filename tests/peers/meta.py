@@ -8,6 +8,11 @@
 #     Ethernet destination. Prints one JSON line per datagram, until COUNT
 #     came or SECS passed.
 #
+#   meta.py sniff DEV SECS
+#     Prints one JSON line per frame DEV receives for SECS: its Ethernet
+#     destination and type, an ARP request's target, an IPv4 UDP
+#     datagram's last 16 payload bytes.
+#
 #   meta.py send DEV JOBS
 #     Sends what JOBS (JSON) lists: [{"dst": "198.18.0.2", "port": 7000,
 #     "tos": 138, "ttl": 33, "count": 3, "gap_ms": 5, "tag": "u4"}, ...].
@@ -123,8 +128,32 @@ def send(dev, jobs):
     out(done=True)
 
 
+def sniff(dev, secs):
+    raw = socket.socket(socket.AF_PACKET, socket.SOCK_RAW, socket.htons(ETH_P_ALL))
+    raw.bind((dev, 0))
+    out(ready=True)
+    deadline = time.time() + secs
+    while time.time() < deadline:
+        r, _, _ = select.select([raw], [], [], 0.1)
+        if not r:
+            continue
+        frame, addr = raw.recvfrom(65535)
+        if addr[2] == socket.PACKET_OUTGOING:
+            continue
+        kind = struct.unpack("!H", frame[12:14])[0]
+        rec = {"dst": frame[0:6].hex(":"), "type": kind}
+        if kind == 0x0806 and frame[20:22] == b"\x00\x01":
+            rec["arp_target"] = socket.inet_ntop(socket.AF_INET, frame[38:42])
+        if kind == 0x0800 and frame[23] == 17:
+            rec["tail"] = frame[-16:].decode(errors="replace")
+        out(**rec)
+    out(done=True)
+
+
 # Under `python3 -c`, the arguments follow in sys.argv[1:].
 if sys.argv[1] == "recv":
     recv(sys.argv[2], int(sys.argv[3]), int(sys.argv[4]), float(sys.argv[5]))
+elif sys.argv[1] == "sniff":
+    sniff(sys.argv[2], float(sys.argv[3]))
 else:
     send(sys.argv[2], sys.argv[3])

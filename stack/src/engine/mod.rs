@@ -31,7 +31,7 @@ use spate_dpdk::{Burst, Mbuf, RxQueue, TxQueue};
 use crate::datagram::Datagram;
 use crate::frag::reassembly::{Limits, Reassembler};
 use crate::lookup::Snapshot;
-use crate::shared::{BURST, Direct, Shared, SocketCore, Stack, Steering, WorkerQueues};
+use crate::shared::{BURST, Direct, Net, Shared, SocketCore, Stack, Steering, WorkerQueues};
 use crate::stats::{Counter, CounterBlock};
 use crate::time::Instant;
 
@@ -114,6 +114,10 @@ pub(crate) struct Worker<'s> {
     rx: Vec<(u16, RxQueue)>,
     snapshot: Arc<Snapshot<Arc<SocketCore>>>,
     snap_gen: u64,
+    /// The interfaces' addresses and the routes, and their generation:
+    /// taken again when it moves.
+    net: Arc<Net>,
+    net_gen: u64,
     /// Datagrams that found a socket during this burst, by socket: lent to
     /// the callback, and what it leaves queued after it (or before the
     /// next burst is staged).
@@ -178,6 +182,8 @@ impl<'s> Worker<'s> {
             txbuf: (0..n_ifaces).map(|_| Burst::new()).collect(),
             snapshot: shared.sockets.snapshot(),
             snap_gen: shared.sockets.generation(),
+            net_gen: shared.net_generation(),
+            net: shared.net(),
             memo: NeighMemo::default(),
             icmp_limit: RateLimit::new(per_lcore, shared.cfg.icmp_burst as u64),
             now: shared.clock.now(),

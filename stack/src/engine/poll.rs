@@ -7,7 +7,7 @@ use std::sync::atomic::Ordering;
 use spate_dpdk::Burst;
 
 use super::{LcoreCtx, Worker};
-use crate::shared::{BURST, Direct, LOCAL_TX, LOCAL_TX_CAPACITY, LocalTx, PortSteering, TxPacket};
+use crate::shared::{BURST, Direct, LOCAL_TX, LOCAL_TX_CAPACITY, LocalTx, Net, PortSteering, TxPacket};
 use crate::stats::{Counter, add_single_writer};
 use crate::time::Instant;
 
@@ -91,6 +91,11 @@ impl Worker<'_> {
             0 => None,
             _ => Some(self.now.0.wrapping_add(self.shared.realtime_offset.load(Ordering::Relaxed))),
         };
+        let net_gen = self.shared.net_generation();
+        if net_gen != self.net_gen {
+            self.net = self.shared.net();
+            self.net_gen = net_gen;
+        }
         if self.memo.sync(self.shared.neigh.generation()) {
             // The table changed: the callback's frames wait for a new
             // look-up too.
@@ -135,18 +140,21 @@ impl Worker<'_> {
     #[inline(never)]
     pub(super) fn rx_run(&mut self, iface: u16, burst: &mut Burst<BURST>) {
         self.deliver_staged();
+        // The burst's view of the interfaces' addresses (the receive path
+        // holds it while it calls methods of the worker).
+        let net = self.net.clone();
         if self.gro_stage() {
-            self.rx_frames_gro(iface, burst);
+            self.rx_frames_gro(&net, iface, burst);
         } else {
             // The common case first (IPv4 UDP to a socket, not a
             // fragment); what it does not take goes the whole way.
             let (mut fast4, mut fast6) = (0, 0);
             for m in burst.drain() {
-                match self.rx_fast(iface, m) {
+                match self.rx_fast(&net, iface, m) {
                     Ok(true) => fast4 += 1,
                     Ok(false) => fast6 += 1,
                     Err(m) => {
-                        if let Some(outcome) = self.rx_frame::<false>(iface, m) {
+                        if let Some(outcome) = self.rx_frame::<false>(&net, iface, m) {
                             self.inc(outcome);
                         }
                     }
@@ -167,12 +175,12 @@ impl Worker<'_> {
     /// The burst's frames with the GRO stage: a tunnel's inner frame is its
     /// outer frame's next step, and trains end with the burst.
     #[inline(never)]
-    fn rx_frames_gro(&mut self, iface: u16, burst: &mut Burst<BURST>) {
+    fn rx_frames_gro(&mut self, net: &Net, iface: u16, burst: &mut Burst<BURST>) {
         for m in burst.drain() {
             self.frame_no += 1;
             let (mut ifc, mut m) = (iface, m);
             loop {
-                if let Some(outcome) = self.rx_frame::<true>(ifc, m) {
+                if let Some(outcome) = self.rx_frame::<true>(net, ifc, m) {
                     self.inc(outcome);
                 }
                 match self.decapsulated.take() {
@@ -307,6 +315,10 @@ impl Worker<'_> {
         self.shared.log_link_changes(&mut self.link_seen);
         if self.shared.stamp_users.load(Ordering::Relaxed) != 0 {
             self.shared.refresh_realtime();
+        }
+        if self.shared.announce_pending.swap(false, Ordering::AcqRel) {
+            let added = std::mem::take(&mut *self.shared.announce.lock().unwrap_or_else(|p| p.into_inner()));
+            self.announce_added(&added);
         }
         let expired = self.shared.neigh.poll(self.now);
         self.add(Counter::NeighFailed, expired.failed);

@@ -11,6 +11,7 @@ use crate::frag::reassembly;
 use crate::iface::Interface;
 use crate::lookup::{Family, FlowKey, Shortcut, ip_key};
 use crate::neigh;
+use crate::shared::Net;
 use crate::stats::Counter;
 use crate::wire::{WireError, arp, checksum, ethernet, ip_proto, ipv4, ipv6, udp};
 
@@ -84,8 +85,8 @@ impl Worker<'_> {
     /// (ICMP port unreachable included): nothing here is counted or
     /// changed before the datagram is known to be the common case.
     #[inline(always)]
-    pub(super) fn rx_fast(&mut self, ifx: u16, m: Mbuf) -> Result<bool, Mbuf> {
-        let iface: &Interface = &self.shared.ifaces[ifx as usize];
+    pub(super) fn rx_fast(&mut self, net: &Net, ifx: u16, m: Mbuf) -> Result<bool, Mbuf> {
+        let iface: &Interface = &self.shared.links[ifx as usize];
         let Some(h) = m.data().get(..ethernet::HEADER_LEN) else { return Err(m) };
         let mac = &iface.mac.0;
         let to_us = u32::from_ne_bytes([h[0], h[1], h[2], h[3]])
@@ -95,8 +96,8 @@ impl Worker<'_> {
             return Err(m);
         }
         match u16::from_be_bytes([h[12], h[13]]) {
-            ethernet::ethertype::IPV4 => self.rx_fast_v4(ifx, m).map(|()| true),
-            ethernet::ethertype::IPV6 => self.rx_fast_v6(ifx, m).map(|()| false),
+            ethernet::ethertype::IPV4 => self.rx_fast_v4(net, ifx, m).map(|()| true),
+            ethernet::ethertype::IPV6 => self.rx_fast_v6(net, ifx, m).map(|()| false),
             _ => Err(m),
         }
     }
@@ -104,8 +105,8 @@ impl Worker<'_> {
     /// [`rx_fast`](Self::rx_fast) for IPv4, the frame's Ethernet header
     /// already checked.
     #[inline(always)]
-    fn rx_fast_v4(&mut self, ifx: u16, m: Mbuf) -> Result<(), Mbuf> {
-        let iface: &Interface = &self.shared.ifaces[ifx as usize];
+    fn rx_fast_v4(&mut self, net: &Net, ifx: u16, m: Mbuf) -> Result<(), Mbuf> {
+        let iface: &Interface = &net.ifaces[ifx as usize];
         let d = m.data();
         // The headers as one fixed-size array: no bounds checks below.
         let Some(h) = d.get(..FAST_L4 + udp::HEADER_LEN) else { return Err(m) };
@@ -165,8 +166,8 @@ impl Worker<'_> {
     /// header UDP), to one of the interface's unicast addresses, the UDP
     /// checksum present and good (IPv6 has no datagram without one).
     #[inline(always)]
-    fn rx_fast_v6(&mut self, ifx: u16, m: Mbuf) -> Result<(), Mbuf> {
-        let iface: &Interface = &self.shared.ifaces[ifx as usize];
+    fn rx_fast_v6(&mut self, net: &Net, ifx: u16, m: Mbuf) -> Result<(), Mbuf> {
+        let iface: &Interface = &net.ifaces[ifx as usize];
         let d = m.data();
         let Some(h) = d.get(..FAST6_L4 + udp::HEADER_LEN) else { return Err(m) };
         let h: &[u8; FAST6_L4 + udp::HEADER_LEN] = h.try_into().expect("sliced to the size");
@@ -271,9 +272,8 @@ impl Worker<'_> {
     /// of the code), so the path without it is what it was before the
     /// stage existed.
     #[inline]
-    pub(super) fn rx_frame<const GRO: bool>(&mut self, ifx: u16, m: Mbuf) -> Option<Counter> {
-        let shared = self.shared;
-        let iface: &Interface = &shared.ifaces[ifx as usize];
+    pub(super) fn rx_frame<const GRO: bool>(&mut self, net: &Net, ifx: u16, m: Mbuf) -> Option<Counter> {
+        let iface: &Interface = &net.ifaces[ifx as usize];
         let data = m.data();
         let frame = ethernet::Frame::new_unchecked(data);
         if frame.check_len().is_err() {
@@ -627,13 +627,13 @@ impl Worker<'_> {
 
     /// A reassembled datagram another lcore handed over (its offsets in
     /// the hash field, as [`Worker::hand_datagram`] packed them).
-    pub(super) fn rx_handed_datagram(&mut self, mut m: Mbuf) -> Option<Counter> {
+    pub(super) fn rx_handed_datagram(&mut self, net: &Net, mut m: Mbuf) -> Option<Counter> {
         // The offsets, not a flow hash: taken out, so that a reuseport
         // group does not pick a member by them (the length in them would
         // spread one flow over the members).
         let packed = m.take_rss_hash().unwrap_or(0);
         let (l3, l4, len) = ((packed >> 27) as usize, (packed >> 16 & 0x7ff) as usize, (packed & 0xffff) as usize);
-        let iface = &self.shared.ifaces[self.shared.iface_of_port(m.port()) as usize];
+        let iface = &net.ifaces[self.shared.iface_of_port(m.port()) as usize];
         let data = m.data();
         let (src, dst): (IpAddr, IpAddr) = match data.get(l3).map(|v| v >> 4) {
             Some(4) if data.len() >= l3 + 20 => {
@@ -690,7 +690,7 @@ impl Worker<'_> {
         let v4 = at.src.is_ipv4();
         if self
             .shared
-            .ifaces
+            .links
             .iter()
             .any(|i| i.tunnel.is_some_and(|t| t.local_port == dst_port && t.remote.is_ipv4() == v4))
         {

@@ -101,8 +101,9 @@ impl Worker<'_> {
             total += n;
             // At most a burst staged at a time.
             self.deliver_staged();
+            let net = self.net.clone();
             for m in burst.drain() {
-                if let Some(c) = self.rx_handed_datagram(m) {
+                if let Some(c) = self.rx_handed_datagram(&net, m) {
                     self.inc(c);
                 }
             }
@@ -202,7 +203,7 @@ impl Worker<'_> {
 
     /// Hands what waits for port `i` to the lcore owning its TX queue.
     pub(super) fn hand_tx(&mut self, i: usize) {
-        let port = self.shared.ifaces[i].port_id;
+        let port = self.shared.links[i].port_id;
         let owner = self.shared.tx_owner(i, self.idx);
         let Some(s) = self.steer.as_mut() else {
             let n = self.txbuf[i].len() as u64;

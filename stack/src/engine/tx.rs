@@ -85,7 +85,7 @@ impl Worker<'_> {
         self.add(Counter::IpOutRequests, ip4);
         self.add(Counter::Ip6OutRequests, ip6);
         let (iface, hop, mac, until) = known?;
-        let ifc = &self.shared.ifaces[iface as usize];
+        let ifc = &self.shared.links[iface as usize];
         (ifc.vlan.is_none() && ifc.tunnel.is_none()).then(|| (Direct::new(iface, ifc.mac, hop, mac), until))
     }
 
@@ -122,7 +122,7 @@ impl Worker<'_> {
     /// Adds the Ethernet header and queues the frame for its port.
     #[inline]
     pub(super) fn send_frame(&mut self, iface: u16, mut m: Mbuf, dst: MacAddr, ethertype: u16) {
-        let ifc = &self.shared.ifaces[iface as usize];
+        let ifc = &self.shared.links[iface as usize];
         if push_ethernet(&mut m, ifc, dst, ethertype).is_err() {
             return;
         }
@@ -175,7 +175,7 @@ impl Worker<'_> {
 
     /// Sends an ARP request or neighbour solicitation.
     pub(super) fn solicit(&mut self, s: Solicit) {
-        let iface = &self.shared.ifaces[s.iface as usize];
+        let iface = &self.net.ifaces[s.iface as usize];
         match s.target {
             IpAddr::V4(t) => {
                 if let Some(req) = neigh_arp::request(iface, t, s.unicast) {
@@ -193,7 +193,8 @@ impl Worker<'_> {
     /// Gratuitous ARP and unsolicited neighbour advertisements for every
     /// address, so peers update their caches when spate (re)starts.
     pub(super) fn announce(&mut self) {
-        for iface in self.shared.ifaces.iter() {
+        let net = self.net.clone();
+        for iface in net.ifaces.iter() {
             for c in &iface.ipv4 {
                 if let IpAddr::V4(a) = c.addr {
                     self.send_arp(iface.index, neigh_arp::gratuitous(iface, a), MacAddr::BROADCAST);
@@ -205,6 +206,23 @@ impl Worker<'_> {
                 }
             }
         }
+    }
+
+    /// Announces addresses added while the stack runs, as `announce` does
+    /// at the start.
+    pub(super) fn announce_added(&mut self, added: &[(u16, IpAddr)]) {
+        let net = self.shared.net();
+        for &(i, ip) in added {
+            let Some(iface) = net.ifaces.get(i as usize) else { continue };
+            match ip {
+                IpAddr::V4(a) if iface.has_ipv4(a) => {
+                    self.send_arp(i, neigh_arp::gratuitous(iface, a), MacAddr::BROADCAST)
+                }
+                IpAddr::V6(a) if iface.has_ipv6(&a) => self.send_nd(i, nd::unsolicited_advert(iface, a)),
+                _ => {}
+            }
+        }
+        self.flush_all();
     }
 
     /// Sends an ARP packet in a fresh mbuf.

@@ -46,7 +46,7 @@ impl Worker<'_> {
         let vni = u32::from_be_bytes([0, data[start + 4], data[start + 5], data[start + 6]]);
         let Some((inner, t)) = self
             .shared
-            .ifaces
+            .links
             .iter()
             .find_map(|i| i.tunnel.filter(|t| t.vni == vni && t.local_port == port).map(|t| (i.index, t)))
         else {
@@ -92,9 +92,9 @@ impl Worker<'_> {
             zero_checksum: v4,
             known_checksum: None,
         };
-        let outer = &self.shared.ifaces[t.outer as usize];
+        let outer = &self.shared.links[t.outer as usize];
         m.set_ol_flags(0);
-        if push_udp_ip(&mut m, &headers, outer).is_err() {
+        if push_udp_ip(&mut m, &headers, outer.tx_checksum).is_err() {
             self.inc(Counter::TxNoMbuf);
             return;
         }

@@ -254,6 +254,20 @@ impl<P> NeighTable<P> {
         self.bump();
     }
 
+    /// Forgets `key`'s entry, configured or learnt (what waited for it is
+    /// freed with the next poll); false when there was none.
+    pub fn remove(&self, key: Key) -> bool {
+        let mut guard = self.lock();
+        let t = &mut *guard;
+        let Some(old) = t.map.remove(&key) else { return false };
+        t.order.retain(|k| *k != key);
+        t.waiting -= old.pending.len();
+        t.evicted.extend(old.pending);
+        drop(guard);
+        self.bump();
+        true
+    }
+
     /// Records that `key` is at `mac`; returns the packets that waited for it.
     pub fn learn(&self, now: Instant, key: Key, mac: MacAddr, how: Learn) -> Option<(MacAddr, VecDeque<P>)> {
         let mut guard = self.lock();

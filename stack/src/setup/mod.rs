@@ -23,6 +23,7 @@ use crate::time::Clock;
 use crate::wire::MacAddr;
 
 mod budget;
+mod live;
 mod ports;
 pub(crate) mod run;
 mod tunnels;
@@ -288,8 +289,11 @@ impl Stack {
             control: Control::new(queues),
             rng: Mutex::new(secrets.next()),
             ports,
-            routes,
-            ifaces,
+            net: Mutex::new(Arc::new(crate::shared::Net { ifaces: ifaces.clone(), routes })),
+            net_gen: CachePadded::new(AtomicU64::new(0)),
+            links: ifaces,
+            announce: Mutex::new(Vec::new()),
+            announce_pending: std::sync::atomic::AtomicBool::new(false),
             cfg,
             budget,
             pool,
@@ -301,7 +305,7 @@ impl Stack {
         }
         // Broadcast addresses are neighbours at the broadcast MAC, for good
         // (Linux's NUD_NOARP entries): a send there asks nobody.
-        for iface in shared.ifaces.iter().filter(|i| !i.ipv4.is_empty()) {
+        for iface in shared.links.iter().filter(|i| !i.ipv4.is_empty()) {
             let limited = std::net::Ipv4Addr::BROADCAST;
             for b in iface.ipv4_broadcast.iter().chain(std::iter::once(&limited)) {
                 shared.neigh.add_permanent((iface.index, IpAddr::V4(*b)), MacAddr::BROADCAST);
@@ -317,9 +321,9 @@ impl Stack {
         Self::new(StackConfig::from_file(path)?)
     }
 
-    /// The interfaces.
-    pub fn interfaces(&self) -> &[Interface] {
-        &self.shared.ifaces
+    /// The interfaces, with their addresses now.
+    pub fn interfaces(&self) -> Vec<Interface> {
+        self.shared.net().ifaces.clone()
     }
 
     /// The polling lcores' ids.

@@ -68,7 +68,7 @@ pub(super) fn inner_interface(
 /// each counted among the GRO stage's users for the stack's lifetime.
 pub(super) fn register_endpoints(shared: &Shared) -> Result<()> {
     let mut done: Vec<(bool, u16)> = Vec::new();
-    for t in shared.ifaces.iter().filter_map(|i| i.tunnel) {
+    for t in shared.links.iter().filter_map(|i| i.tunnel) {
         let v4 = t.remote.is_ipv4();
         if done.contains(&(v4, t.local_port)) {
             continue;

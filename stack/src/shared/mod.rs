@@ -68,6 +68,27 @@ pub struct LcoreLoad {
     pub reasm_peak: AtomicU64,
 }
 
+/// The interfaces (with their addresses) and the routes, as one value:
+/// readers hold a copy while they use it, a change publishes a new one
+/// (see [`Shared::net`]).
+#[derive(Debug, Clone)]
+pub struct Net {
+    /// The interfaces, by index.
+    pub ifaces: Vec<Interface>,
+    /// The routing table.
+    pub routes: Routes,
+}
+
+impl Net {
+    /// Whether `ip` is one of our addresses.
+    pub fn is_local(&self, ip: &IpAddr) -> bool {
+        self.ifaces.iter().any(|i| match ip {
+            IpAddr::V4(a) => i.has_ipv4(*a),
+            IpAddr::V6(a) => i.has_ipv6(a),
+        })
+    }
+}
+
 /// State shared by the lcores and the sockets.
 #[derive(Debug)]
 pub(crate) struct Shared {
@@ -75,8 +96,19 @@ pub(crate) struct Shared {
     pub cfg: StackConfig,
     /// The bounds on held mbufs, resolved against the pool.
     pub budget: crate::config::MbufBudget,
-    pub ifaces: Vec<Interface>,
-    pub routes: Routes,
+    /// The interfaces and routes now; replaced whole on a change.
+    pub(crate) net: Mutex<Arc<Net>>,
+    /// Moves when `net` is replaced: the lcores take the new copy at their
+    /// next loop iteration, sockets look their cached routes up again.
+    pub net_gen: CachePadded<AtomicU64>,
+    /// What interfaces never change once built (their MAC, MTU, VLAN,
+    /// offloads, tunnel), for code that reads nothing else.
+    pub links: Vec<Interface>,
+    /// Addresses added while the stack runs, for lcore 0 to announce
+    /// (gratuitous ARP, unsolicited neighbour advertisement) at its next
+    /// timer; `announce_pending` says there are some.
+    pub announce: Mutex<Vec<(u16, IpAddr)>>,
+    pub announce_pending: AtomicBool,
     pub neigh: NeighTable<TxPacket>,
     pub sockets: SocketTable<Arc<SocketCore>>,
     pub ip_id: IpIdGen,
@@ -169,18 +201,38 @@ impl Shared {
         idx % self.tx_queues.get(iface).copied().unwrap_or(1).max(1)
     }
 
+    /// The interfaces and routes now.
+    pub fn net(&self) -> Arc<Net> {
+        self.net.lock().unwrap_or_else(|p| p.into_inner()).clone()
+    }
+
+    /// The generation of [`net`](Self::net).
+    #[inline]
+    pub fn net_generation(&self) -> u64 {
+        self.net_gen.load(Ordering::Acquire)
+    }
+
+    /// Changes the interfaces or routes: `f` edits a copy, which is
+    /// published when it returns `Ok`.
+    pub fn change_net<T>(&self, f: impl FnOnce(&mut Net) -> std::io::Result<T>) -> std::io::Result<T> {
+        let mut cur = self.net.lock().unwrap_or_else(|p| p.into_inner());
+        let mut next = Net::clone(&cur);
+        let out = f(&mut next)?;
+        *cur = Arc::new(next);
+        self.net_gen.fetch_add(1, Ordering::AcqRel);
+        Ok(out)
+    }
+
     /// Whether `ip` is one of our addresses.
     pub fn is_local(&self, ip: &IpAddr) -> bool {
-        self.ifaces.iter().any(|i| match ip {
-            IpAddr::V4(a) => i.has_ipv4(*a),
-            IpAddr::V6(a) => i.has_ipv6(a),
-        })
+        self.net().is_local(ip)
     }
 
     /// The route to `dst`.
     #[inline]
     pub fn route(&self, dst: &IpAddr, src: Option<&IpAddr>) -> Option<Route> {
-        let mut r = self.routes.lookup(&self.ifaces, dst, src)?;
+        let net = self.net();
+        let mut r = net.routes.lookup(&net.ifaces, dst, src)?;
         if let Some(mtu) = self.pmtu.get(dst) {
             r.mtu = r.mtu.min(mtu);
         }

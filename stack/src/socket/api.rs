@@ -83,7 +83,7 @@ impl SocketBuilder {
             return Err(errno(libc::EADDRNOTAVAIL, "not an address of this stack"));
         }
         if let Some(i) = self.iface {
-            if i as usize >= shared.ifaces.len() {
+            if i as usize >= shared.links.len() {
                 return Err(errno(libc::ENODEV, "no such interface"));
             }
         }
@@ -128,6 +128,7 @@ impl SocketBuilder {
             peer: None,
             explicit_ip: !local.ip().is_unspecified(),
             last_route: None,
+            route_gen: 0,
             ip: IpOptions::DEFAULT,
         };
         Ok(UdpSocket {
@@ -223,9 +224,13 @@ impl UdpSocket {
         let shared = self.shared();
         let mut st = self.inner.state.lock().unwrap_or_else(|p| p.into_inner());
         let bound_ip = Some(st.local.ip()).filter(|ip| !ip.is_unspecified() && ip.is_ipv4() == dst.is_ipv4());
+        let net = shared.net();
+        if let Some(ip) = bound_ip.filter(|ip| !net.is_local(ip)) {
+            return Err(super::gone(&ip));
+        }
         let route = shared.route(&dst.ip(), bound_ip.as_ref()).ok_or_else(|| errno(libc::ENETUNREACH, "no route"))?;
         if let IpAddr::V4(d) = dst.ip() {
-            if !st.ip.broadcast && (d.is_broadcast() || shared.ifaces[route.iface as usize].is_ipv4_broadcast(d)) {
+            if !st.ip.broadcast && (d.is_broadcast() || net.ifaces[route.iface as usize].is_ipv4_broadcast(d)) {
                 return Err(errno(libc::EACCES, "a broadcast address, and SO_BROADCAST is off"));
             }
         }

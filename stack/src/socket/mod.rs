@@ -27,11 +27,14 @@ struct State {
     // Bound to a specific address by the user, not by connect.
     explicit_ip: bool,
     /// The route of the last send: (destination, local address it was
-    /// looked up for, route before the path MTU). The routing table and
-    /// the interfaces do not change while the stack lives, so the pair
+    /// looked up for, route before the path MTU): while the stack's
+    /// addresses and routes stay as they were (`route_gen`), the pair
     /// decides the route; a reply stream looks it up once. A route to a
     /// broadcast address is kept only while the socket may send there.
     last_route: Option<(IpAddr, IpAddr, crate::route::Route)>,
+    /// The stack's network generation `last_route` was looked up in:
+    /// a route is looked up again after addresses or routes change.
+    route_gen: u64,
     /// What the IP header of a send carries besides addresses.
     ip: IpOptions,
 }
@@ -106,6 +109,16 @@ struct Inner {
     dont_fragment: AtomicBool,
     /// `SO_TIMESTAMPNS`: receive timestamps asked for.
     timestamps: AtomicBool,
+}
+
+/// The error of a send or connect from an address the stack no longer
+/// has: Linux's route lookup says `EINVAL` for IPv4; for IPv6 spate says
+/// `EADDRNOTAVAIL`, as a bind there would.
+fn gone(ip: &IpAddr) -> io::Error {
+    match ip {
+        IpAddr::V4(_) => errno(libc::EINVAL, "the socket's address was removed from the stack"),
+        IpAddr::V6(_) => errno(libc::EADDRNOTAVAIL, "the socket's address was removed from the stack"),
+    }
 }
 
 pub(crate) fn errno(code: i32, what: &'static str) -> io::Error {

@@ -184,7 +184,6 @@ impl UdpSocket {
             IpAddr::V4(_) if connected => self.core.ident.fetch_add(count as u32, Ordering::Relaxed) as u16,
             _ => 0,
         };
-        let iface = &shared.ifaces[route.iface as usize];
         for (i, mut m) in mbufs.drain().enumerate() {
             let chunk = &buf[(i * segment).min(buf.len())..((i + 1) * segment).min(buf.len())];
             let room = m.append(chunk.len()).map_err(|_| errno(libc::EMSGSIZE, "segment longer than one mbuf"))?;
@@ -193,7 +192,7 @@ impl UdpSocket {
             let (ttl, tos) = (path.ttl, path.tos);
             let headers =
                 UdpHeaders { src, dst, ident, dont_frag: true, ttl, tos, zero_checksum: false, known_checksum: None };
-            push_udp_ip(&mut m, &headers, iface).map_err(|e| io::Error::new(io::ErrorKind::InvalidInput, e))?;
+            push_udp_ip(&mut m, &headers, route.offload).map_err(|e| io::Error::new(io::ErrorKind::InvalidInput, e))?;
             self.submit(TxPacket { mbuf: m, iface: route.iface, next_hop: route.next_hop, datagram: true }, v4)?;
         }
         Ok(buf.len())
@@ -236,21 +235,27 @@ impl UdpSocket {
         let shared = self.shared();
         let mut st = self.lock_state();
         let local = src.unwrap_or(st.local.ip());
+        let net_gen = shared.net_generation();
         let mut route = match st.last_route {
-            Some((d, l, r)) if d == dst.ip() && l == local => r,
+            Some((d, l, r)) if d == dst.ip() && l == local && st.route_gen == net_gen => r,
             _ => {
+                let net = shared.net();
                 let bound_ip = Some(local).filter(|ip| !ip.is_unspecified() && ip.is_ipv4() == dst.is_ipv4());
-                let Some(r) = shared.routes.lookup(&shared.ifaces, &dst.ip(), bound_ip.as_ref()) else {
+                if let Some(ip) = bound_ip.filter(|ip| !net.is_local(ip)) {
+                    return Err(super::gone(&ip));
+                }
+                let Some(r) = net.routes.lookup(&net.ifaces, &dst.ip(), bound_ip.as_ref()) else {
                     let c = if dst.is_ipv4() { Counter::IpOutNoRoutes } else { Counter::Ip6OutNoRoutes };
                     shared.stats.shared().add_shared(c, 1);
                     return Err(errno(libc::ENETUNREACH, "no route"));
                 };
                 if let IpAddr::V4(d) = dst.ip() {
-                    if !st.ip.broadcast && (d.is_broadcast() || shared.ifaces[r.iface as usize].is_ipv4_broadcast(d)) {
+                    if !st.ip.broadcast && (d.is_broadcast() || net.ifaces[r.iface as usize].is_ipv4_broadcast(d)) {
                         return Err(errno(libc::EACCES, "a broadcast address, and SO_BROADCAST is off"));
                     }
                 }
                 st.last_route = Some((dst.ip(), local, r));
+                st.route_gen = net_gen;
                 r
             }
         };
@@ -421,7 +426,7 @@ impl UdpSocket {
                     _ => None,
                 };
                 let (iface, mtu, ttl, tos) = (p.route.iface, p.route.mtu, p.ttl, p.tos);
-                let offload = self.shared().ifaces[iface as usize].tx_checksum;
+                let offload = p.route.offload;
                 let plain = ttl == DEFAULT_TTL && tos == 0;
                 *last = Some(Path4 {
                     dst: *d.ip(),
@@ -465,7 +470,6 @@ impl UdpSocket {
     /// to go as fragments.
     #[inline(always)]
     fn prepare(&self, mut buf: SendBuf, dst: SocketAddr, path: Path) -> io::Result<Prepared> {
-        let shared = self.shared();
         let v4 = dst.is_ipv4();
         let ip_hdr = if v4 { ipv4::HEADER_LEN } else { ipv6::HEADER_LEN };
         let (route, connected) = (path.route, path.peer == Some(dst));
@@ -480,8 +484,8 @@ impl UdpSocket {
         let known_checksum = buf.reply_checksum(&src, &dst);
         let (ttl, tos) = (path.ttl, path.tos);
         let headers = UdpHeaders { src, dst, ident, dont_frag: true, ttl, tos, zero_checksum: false, known_checksum };
-        let iface = &shared.ifaces[route.iface as usize];
-        push_udp_ip(&mut buf.mbuf, &headers, iface).map_err(|e| io::Error::new(io::ErrorKind::InvalidInput, e))?;
+        push_udp_ip(&mut buf.mbuf, &headers, route.offload)
+            .map_err(|e| io::Error::new(io::ErrorKind::InvalidInput, e))?;
         Ok(Prepared::Packet(TxPacket { mbuf: buf.mbuf, iface: route.iface, next_hop: route.next_hop, datagram: true }))
     }
 
@@ -525,7 +529,6 @@ impl UdpSocket {
             (IpAddr::V4(s), IpAddr::V4(d)) => shared.ip_id.reserve(s, d, crate::wire::ip_proto::UDP, 1) as u32,
             _ => crate::ip_id::random_u32(),
         };
-        let iface = &shared.ifaces[route.iface as usize];
         let plan = crate::frag::fragment::Plan {
             src,
             dst,
@@ -533,7 +536,7 @@ impl UdpSocket {
             ident,
             ttl: path.ttl,
             tos: path.tos,
-            offload_ip_checksum: iface.tx_checksum,
+            offload_ip_checksum: route.offload,
         };
         let mut out: spate_dpdk::Burst<{ crate::frag::fragment::MAX_FRAGMENTS }> = spate_dpdk::Burst::new();
         let n = crate::frag::fragment::fragment_udp(&shared.pool, &plan, parts, len, &mut out).map_err(|e| {

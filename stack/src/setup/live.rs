@@ -1,0 +1,143 @@
+//! Changing a running stack: addresses, routes and static neighbour
+//! entries, as `ip addr`, `ip route` and `ip neigh` change Linux's. Each
+//! change publishes a new copy of the interfaces and routes
+//! (`shared::Net`): the lcores take it at their next loop iteration (one
+//! load per iteration tells them), sockets look their cached routes up
+//! again at their next send. Errors carry the errno `ip` would show.
+
+use std::io;
+use std::net::IpAddr;
+use std::sync::atomic::Ordering;
+
+use crate::config::Cidr;
+use crate::route::{RouteError, StaticRoute};
+use crate::shared::Stack;
+use crate::stats::Counter;
+use crate::wire::MacAddr;
+
+fn errno(code: i32, what: &str) -> io::Error {
+    let kind = io::Error::from_raw_os_error(code).kind();
+    io::Error::new(kind, format!("{what} ({})", io::Error::from_raw_os_error(code)))
+}
+
+impl Stack {
+    /// Adds `addr` to interface `iface` (`ip addr add`): it answers ARP or
+    /// neighbour solicitations and pings, and sockets may bind it, from the
+    /// lcores' next loop iteration; lcore 0 announces it (gratuitous ARP,
+    /// unsolicited neighbour advertisement) at its next timer, within 10
+    /// ms. `ENODEV` for no such interface, `EEXIST` for an address the
+    /// stack has already, `EINVAL` for one no interface can own
+    /// (unspecified, multicast, limited broadcast).
+    pub fn add_address(&self, iface: u16, addr: Cidr) -> io::Result<()> {
+        let shared = &self.shared;
+        let ip = addr.addr;
+        let bad = match ip {
+            IpAddr::V4(a) => a.is_unspecified() || a.is_multicast() || a.is_broadcast(),
+            IpAddr::V6(a) => a.is_unspecified() || a.is_multicast(),
+        };
+        if bad {
+            return Err(errno(libc::EINVAL, "not an address an interface can own"));
+        }
+        shared.change_net(|net| {
+            if net.is_local(&ip) {
+                return Err(errno(libc::EEXIST, "the stack has that address"));
+            }
+            let i = net.ifaces.get_mut(iface as usize).ok_or_else(|| errno(libc::ENODEV, "no such interface"))?;
+            i.add_address(addr);
+            Ok(())
+        })?;
+        if let Some(b) = addr.broadcast() {
+            // The subnet's broadcast address, as at the start.
+            shared.neigh.add_permanent((iface, IpAddr::V4(b)), MacAddr::BROADCAST);
+            shared.neigh.add_permanent((iface, IpAddr::V4(std::net::Ipv4Addr::BROADCAST)), MacAddr::BROADCAST);
+        }
+        shared.announce.lock().unwrap_or_else(|p| p.into_inner()).push((iface, ip));
+        shared.announce_pending.store(true, Ordering::Release);
+        shared.stats.shared().add_shared(Counter::ConfAddrAdds, 1);
+        Ok(())
+    }
+
+    /// Removes `ip` from interface `iface` (`ip addr del`): from the
+    /// lcores' next loop iteration it answers nothing, datagrams to it are
+    /// not delivered (sockets bound to it stop receiving), and sends from
+    /// it fail (`EINVAL` for IPv4, as Linux's route lookup says;
+    /// `EADDRNOTAVAIL` for IPv6). `ENODEV` for no such interface,
+    /// `EADDRNOTAVAIL` for an address the interface does not have.
+    pub fn remove_address(&self, iface: u16, ip: IpAddr) -> io::Result<()> {
+        self.shared.change_net(|net| {
+            let i = net.ifaces.get_mut(iface as usize).ok_or_else(|| errno(libc::ENODEV, "no such interface"))?;
+            match i.remove_address(&ip) {
+                true => Ok(()),
+                false => Err(errno(libc::EADDRNOTAVAIL, "the interface has no such address")),
+            }
+        })?;
+        self.shared.stats.shared().add_shared(Counter::ConfAddrRemoves, 1);
+        Ok(())
+    }
+
+    /// Adds a route to `dst` (`ip route add`): through gateway `via`,
+    /// which must be on an interface's link (and on `iface`'s, when
+    /// given), or straight out of interface `iface`. A prefix of length 0
+    /// sets the family's default gateway. The longest prefix wins, an
+    /// interface's own prefix a tie. `EEXIST` for a prefix routed already,
+    /// `ENETUNREACH` for a gateway on no link, `ENODEV` for no such
+    /// interface, `EINVAL` for a route with no way out or a gateway of the
+    /// other family.
+    pub fn add_route(&self, dst: Cidr, via: Option<IpAddr>, iface: Option<u16>) -> io::Result<()> {
+        self.shared.change_net(|net| {
+            net.routes.add(&net.ifaces, dst, via, iface).map_err(|e| match e {
+                RouteError::GatewayNotOnLink => errno(libc::ENETUNREACH, "the gateway is on no interface's link"),
+                RouteError::NoSuchInterface => errno(libc::ENODEV, "no such interface"),
+                RouteError::NoWayOut => errno(libc::EINVAL, "a route needs a gateway or an interface"),
+                RouteError::Family => errno(libc::EINVAL, "the gateway's family is not the destination's"),
+                RouteError::Exists => errno(libc::EEXIST, "a route to that prefix exists"),
+            })
+        })?;
+        self.shared.stats.shared().add_shared(Counter::ConfRouteAdds, 1);
+        Ok(())
+    }
+
+    /// Removes the route to `dst` (`ip route del`; a prefix of length 0
+    /// removes the default gateway). `ESRCH` when there is none.
+    pub fn remove_route(&self, dst: Cidr) -> io::Result<()> {
+        self.shared.change_net(|net| match net.routes.remove(dst) {
+            true => Ok(()),
+            false => Err(errno(libc::ESRCH, "no route to that prefix")),
+        })?;
+        self.shared.stats.shared().add_shared(Counter::ConfRouteRemoves, 1);
+        Ok(())
+    }
+
+    /// The static routes and default gateways (the interfaces' own prefixes
+    /// are routes too, not listed).
+    pub fn routes(&self) -> Vec<StaticRoute> {
+        self.shared.net().routes.list()
+    }
+
+    /// Sets `ip`'s MAC on interface `iface` for good (`ip neigh replace
+    /// ... nud permanent`): nothing asks for it or changes it from the
+    /// wire. `ENODEV` for no such interface, `EINVAL` for a multicast or
+    /// zero MAC.
+    pub fn add_neighbor(&self, iface: u16, ip: IpAddr, mac: MacAddr) -> io::Result<()> {
+        if iface as usize >= self.shared.links.len() {
+            return Err(errno(libc::ENODEV, "no such interface"));
+        }
+        if mac == MacAddr::ZERO || mac.0[0] & 1 == 1 {
+            return Err(errno(libc::EINVAL, "a neighbour's MAC is a unicast one"));
+        }
+        self.shared.neigh.add_permanent((iface, ip), mac);
+        self.shared.stats.shared().add_shared(Counter::ConfNeighAdds, 1);
+        Ok(())
+    }
+
+    /// Forgets `ip`'s entry on interface `iface`, configured or learnt
+    /// (`ip neigh del`): the next packet there asks for it again.
+    /// `ENOENT` when there is none.
+    pub fn remove_neighbor(&self, iface: u16, ip: IpAddr) -> io::Result<()> {
+        if !self.shared.neigh.remove((iface, ip)) {
+            return Err(errno(libc::ENOENT, "no such neighbour entry"));
+        }
+        self.shared.stats.shared().add_shared(Counter::ConfNeighRemoves, 1);
+        Ok(())
+    }
+}
