@@ -312,6 +312,8 @@ fn addresses_routes_and_neighbours_change_while_the_stack_runs() {
     assert!(pings(&kernel, "fd00::9"), "the added IPv6 address answers");
     assert!(stack.interfaces()[0].ipv4.contains(&cidr("198.18.0.9/24")));
     let s = UdpSocket::bind(&stack, "198.18.0.9:7100").unwrap();
+    let s6 = UdpSocket::bind(&stack, "[fd00::9]:7100").unwrap();
+    s6.send_to(b"from the new IPv6 address", "[fd00::1]:7101").unwrap();
     s.set_read_timeout(Some(Duration::from_secs(3))).unwrap();
     let (tx, rx) = std::sync::mpsc::channel::<()>();
     let kernel_side = kernel.thread(move || {
@@ -343,7 +345,9 @@ fn addresses_routes_and_neighbours_change_while_the_stack_runs() {
     s.set_read_timeout(Some(Duration::from_millis(500))).unwrap();
     assert_eq!(s.recv(&mut [0u8; 64]).unwrap_err().kind(), ErrorKind::WouldBlock, "nothing for a removed address");
     let e = s.send_to(b"x", "198.18.0.1:7101").unwrap_err();
-    assert_eq!(e.kind(), ErrorKind::InvalidInput, "EINVAL, as Linux: {e}");
+    assert_eq!(e.kind(), ErrorKind::NetworkUnreachable, "ENETUNREACH, as Linux: {e}");
+    let e = s6.send_to(b"x", "[fd00::1]:7101").unwrap_err();
+    assert_eq!(e.kind(), ErrorKind::AddrNotAvailable, "spate's choice where Linux sends anyway: {e}");
 
     // A route: unreachable without it, through the kernel with it.
     kernel.must(&["ip", "addr", "add", "203.0.113.7/32", "dev", "lo"]);

@@ -146,11 +146,12 @@ impl Worker<'_> {
         if self.gro_stage() {
             self.rx_frames_gro(&net, iface, burst);
         } else {
+            let ifc = &net.ifaces[iface as usize];
             // The common case first (IPv4 UDP to a socket, not a
             // fragment); what it does not take goes the whole way.
             let (mut fast4, mut fast6) = (0, 0);
             for m in burst.drain() {
-                match self.rx_fast(&net, iface, m) {
+                match self.rx_fast(ifc, m) {
                     Ok(true) => fast4 += 1,
                     Ok(false) => fast6 += 1,
                     Err(m) => {

@@ -85,8 +85,7 @@ impl Worker<'_> {
     /// (ICMP port unreachable included): nothing here is counted or
     /// changed before the datagram is known to be the common case.
     #[inline(always)]
-    pub(super) fn rx_fast(&mut self, net: &Net, ifx: u16, m: Mbuf) -> Result<bool, Mbuf> {
-        let iface: &Interface = &self.shared.links[ifx as usize];
+    pub(super) fn rx_fast(&mut self, iface: &Interface, m: Mbuf) -> Result<bool, Mbuf> {
         let Some(h) = m.data().get(..ethernet::HEADER_LEN) else { return Err(m) };
         let mac = &iface.mac.0;
         let to_us = u32::from_ne_bytes([h[0], h[1], h[2], h[3]])
@@ -96,8 +95,8 @@ impl Worker<'_> {
             return Err(m);
         }
         match u16::from_be_bytes([h[12], h[13]]) {
-            ethernet::ethertype::IPV4 => self.rx_fast_v4(net, ifx, m).map(|()| true),
-            ethernet::ethertype::IPV6 => self.rx_fast_v6(net, ifx, m).map(|()| false),
+            ethernet::ethertype::IPV4 => self.rx_fast_v4(iface, m).map(|()| true),
+            ethernet::ethertype::IPV6 => self.rx_fast_v6(iface, m).map(|()| false),
             _ => Err(m),
         }
     }
@@ -105,8 +104,8 @@ impl Worker<'_> {
     /// [`rx_fast`](Self::rx_fast) for IPv4, the frame's Ethernet header
     /// already checked.
     #[inline(always)]
-    fn rx_fast_v4(&mut self, net: &Net, ifx: u16, m: Mbuf) -> Result<(), Mbuf> {
-        let iface: &Interface = &net.ifaces[ifx as usize];
+    fn rx_fast_v4(&mut self, iface: &Interface, m: Mbuf) -> Result<(), Mbuf> {
+        let ifx = iface.index;
         let d = m.data();
         // The headers as one fixed-size array: no bounds checks below.
         let Some(h) = d.get(..FAST_L4 + udp::HEADER_LEN) else { return Err(m) };
@@ -166,8 +165,8 @@ impl Worker<'_> {
     /// header UDP), to one of the interface's unicast addresses, the UDP
     /// checksum present and good (IPv6 has no datagram without one).
     #[inline(always)]
-    fn rx_fast_v6(&mut self, net: &Net, ifx: u16, m: Mbuf) -> Result<(), Mbuf> {
-        let iface: &Interface = &net.ifaces[ifx as usize];
+    fn rx_fast_v6(&mut self, iface: &Interface, m: Mbuf) -> Result<(), Mbuf> {
+        let ifx = iface.index;
         let d = m.data();
         let Some(h) = d.get(..FAST6_L4 + udp::HEADER_LEN) else { return Err(m) };
         let h: &[u8; FAST6_L4 + udp::HEADER_LEN] = h.try_into().expect("sliced to the size");

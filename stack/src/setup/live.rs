@@ -60,8 +60,9 @@ impl Stack {
     /// Removes `ip` from interface `iface` (`ip addr del`): from the
     /// lcores' next loop iteration it answers nothing, datagrams to it are
     /// not delivered (sockets bound to it stop receiving), and sends from
-    /// it fail (`EINVAL` for IPv4, as Linux's route lookup says;
-    /// `EADDRNOTAVAIL` for IPv6). `ENODEV` for no such interface,
+    /// it fail: `ENETUNREACH` for IPv4, as Linux's; `EADDRNOTAVAIL` for
+    /// IPv6, where Linux sends from the removed address anyway (6.18).
+    /// `ENODEV` for no such interface,
     /// `EADDRNOTAVAIL` for an address the interface does not have.
     pub fn remove_address(&self, iface: u16, ip: IpAddr) -> io::Result<()> {
         self.shared.change_net(|net| {

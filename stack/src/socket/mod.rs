@@ -112,11 +112,13 @@ struct Inner {
 }
 
 /// The error of a send or connect from an address the stack no longer
-/// has: Linux's route lookup says `EINVAL` for IPv4; for IPv6 spate says
-/// `EADDRNOTAVAIL`, as a bind there would.
+/// has: for IPv4 `ENETUNREACH`, what Linux's route lookup says (measured
+/// on 6.18: a socket bound to an address `ip addr del` removed); for IPv6
+/// `EADDRNOTAVAIL`, as a bind there would say, where Linux sends from the
+/// removed address anyway.
 fn gone(ip: &IpAddr) -> io::Error {
     match ip {
-        IpAddr::V4(_) => errno(libc::EINVAL, "the socket's address was removed from the stack"),
+        IpAddr::V4(_) => errno(libc::ENETUNREACH, "the socket's address was removed from the stack"),
         IpAddr::V6(_) => errno(libc::EADDRNOTAVAIL, "the socket's address was removed from the stack"),
     }
 }
