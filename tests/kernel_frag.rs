@@ -24,7 +24,9 @@ use std::net::{SocketAddr, UdpSocket};
 use std::time::Duration;
 
 use spate_testkit::process::Proc;
-use spate_testkit::{Netns, SpateApp, counter, device_lock, kernel_peer, port_counter, stop_relay, veth};
+use spate_testkit::{
+    Netns, SpateApp, counter, device_lock, kernel_peer, port_counter, spate_and_kernel, stop_relay, veth,
+};
 
 const ECHO: &str = env!("CARGO_BIN_EXE_spate-echo");
 const SINK: &str = env!("CARGO_BIN_EXE_spate-sink");
@@ -50,21 +52,10 @@ fn spate_args(extra: &[&str]) -> Vec<String> {
     a
 }
 
-/// spate's namespace with vA and the kernel's with vB, directly linked.
-fn direct(what: &str) -> (Netns, Netns) {
-    let spate = Netns::new(what);
-    let kernel = Netns::new("peer");
-    veth(&spate, "vA", &kernel, "vB");
-    spate.must(&["ip", "link", "set", "vA", "address", "02:53:50:41:54:45"]);
-    spate.disable_ipv6("vA");
-    kernel_peer(&kernel, "vB");
-    (spate, kernel)
-}
-
 #[test]
 fn large_datagrams_echo_byte_exact() {
     let _serial = device_lock();
-    let (spate, kernel) = direct("frag");
+    let (spate, kernel) = spate_and_kernel("frag");
     let app = SpateApp::start(&spate, ECHO, &spate_args(&["--interval", "0"]), "UDP echo on");
     let sizes = |min: usize, max: usize| -> Vec<usize> { vec![min, 2000, 2961, 8000, 16_385, 33_000, 50_001, max] };
     let echoed = kernel.run(move || {
@@ -205,7 +196,7 @@ print('sent', len(frames))
 #[test]
 fn hostile_fragments_are_bounded_and_counted() {
     let _serial = device_lock();
-    let (spate, kernel) = direct("hostile");
+    let (spate, kernel) = spate_and_kernel("hostile");
     let high = 512 * 1024;
     let config = std::env::temp_dir().join(format!("spate-hostile-{}.toml", std::process::id()));
     std::fs::write(

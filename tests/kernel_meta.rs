@@ -27,7 +27,7 @@ use std::time::{Duration, UNIX_EPOCH};
 use spate::dpdk::Memory;
 use spate::{Ecn, PortSpec, SendMeta, Stack, StackConfig, UdpSocket};
 use spate_testkit::process::Proc;
-use spate_testkit::{Netns, device_lock, kernel_peer, shared_eal, veth};
+use spate_testkit::{Netns, device_lock, shared_eal, spate_and_kernel};
 
 const PEER: &str = include_str!("peers/meta.py");
 
@@ -36,12 +36,7 @@ const PEER: &str = include_str!("peers/meta.py");
 /// 198.18.0.3/24 and fd00::2/64, polling.
 fn setup(what: &str) -> (Netns, Netns, Stack, spate::Running) {
     shared_eal(Memory::Hugepages);
-    let spate_ns = Netns::new(what);
-    let kernel = Netns::new("peer");
-    veth(&spate_ns, "vA", &kernel, "vB");
-    spate_ns.must(&["ip", "link", "set", "vA", "address", "02:53:50:41:54:45"]);
-    spate_ns.disable_ipv6("vA");
-    kernel_peer(&kernel, "vB");
+    let (spate_ns, kernel) = spate_and_kernel(what);
     let port = PortSpec::new("net_af_packet0,iface=vA")
         .addr("198.18.0.2/24")
         .and_then(|p| p.addr("198.18.0.3/24"))

@@ -17,21 +17,9 @@ use std::time::Duration;
 
 use spate::dpdk::Memory;
 use spate::{Counter, PortSpec, Stack, StackConfig, UdpSocket};
-use spate_testkit::{Netns, SpateApp, counter, device_lock, kernel_peer, shared_eal, unique, veth};
+use spate_testkit::{Netns, SpateApp, counter, device_lock, shared_eal, spate_and_kernel, unique};
 
 const ECHO: &str = env!("CARGO_BIN_EXE_spate-echo");
-
-/// spate's namespace with `vA` (spate's MAC, no kernel IPv6) and the
-/// kernel's with `vB` (198.18.0.1/24, fd00::1/64).
-fn pair(what: &str) -> (Netns, Netns) {
-    let spate = Netns::new(what);
-    let kernel = Netns::new("peer");
-    veth(&spate, "vA", &kernel, "vB");
-    spate.must(&["ip", "link", "set", "vA", "address", "02:53:50:41:54:45"]);
-    spate.disable_ipv6("vA");
-    kernel_peer(&kernel, "vB");
-    (spate, kernel)
-}
 
 /// Echoes payloads of 0 to `max` bytes through `target` from a kernel
 /// socket bound to `local`; returns how many came back.
@@ -64,7 +52,7 @@ fn echo_through(kernel: &Netns, local: &str, target: SocketAddr, max: usize) -> 
 
 fn vxlan_case(outer_v6: bool) {
     let _serial = device_lock();
-    let (spate_ns, kernel) = pair("vxlan");
+    let (spate_ns, kernel) = spate_and_kernel("vxlan");
     let (peer, local) = if outer_v6 { ("fd00::1", "fd00::2") } else { ("198.18.0.1", "198.18.0.2") };
     // The kernel's tunnel: VNI 42 to spate, inner 198.19.0.1/24.
     kernel.must(&[
@@ -109,7 +97,7 @@ fn vxlan_with_the_kernel_over_ipv6() {
 fn gso_segments_reach_a_kernel_socket_byte_exact() {
     let _serial = device_lock();
     shared_eal(Memory::Auto);
-    let (spate_ns, kernel) = pair("gso");
+    let (spate_ns, kernel) = spate_and_kernel("gso");
     let device = format!("{},iface=vA", unique("net_af_packet"));
     // The port opens its socket in the namespace of the thread that makes it.
     let stack = spate_ns.run(move || {

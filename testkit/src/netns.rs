@@ -121,6 +121,19 @@ pub fn veth(ns_a: &Netns, a: &str, ns_b: &Netns, b: &str) {
     ns_b.must(&["ip", "link", "set", b, "up"]);
 }
 
+/// The standard test link: spate's namespace (`spate-<what>-...`) with
+/// `vA` (spate's MAC 02:53:50:41:54:45, the kernel's IPv6 off on it) and
+/// the kernel's (`peer`) with `vB` set up by [`kernel_peer`].
+pub fn spate_and_kernel(what: &str) -> (Netns, Netns) {
+    let spate = Netns::new(what);
+    let kernel = Netns::new("peer");
+    veth(&spate, "vA", &kernel, "vB");
+    spate.must(&["ip", "link", "set", "vA", "address", "02:53:50:41:54:45"]);
+    spate.disable_ipv6("vA");
+    kernel_peer(&kernel, "vB");
+    (spate, kernel)
+}
+
 /// The kernel peer's side of the standard test link: 198.18.0.1/24 and
 /// fd00::1/64 on `dev`, TX checksum offload off (veth would leave UDP
 /// checksums for a raw receiver to find unfinished).
