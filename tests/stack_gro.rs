@@ -418,3 +418,41 @@ fn fragmented_vxlan_is_counted_and_dropped() {
     assert_eq!(c.unaccounted_frames(), 0);
     assert_eq!(stack.mempool().in_use(), baseline, "the fragments' mbufs came back");
 }
+
+/// A train ends where the IP header's TOS or TTL changes, as Linux's
+/// `inet_gro_receive` ends it: a reader's ECN and TTL are every segment's
+/// (before, a CE mark on a later segment was lost in the first one's).
+#[test]
+fn a_train_ends_where_ecn_or_ttl_changes() {
+    let _serial = device_lock();
+    shared_eal(Memory::Auto);
+    let (mut peer, port, _spate_side) = WirePeer::new(4095);
+    let stack = tunnel_stack(&port, &[]);
+    let mac = stack.interfaces()[0].mac;
+    let gro = UdpSocket::bind(&stack, ("0.0.0.0", GRO_PORT)).unwrap();
+    gro.set_nonblocking(true).unwrap();
+    gro.set_gro(true).unwrap();
+    let running = stack.spawn_polling().unwrap();
+    // Six segments of one flow: TOS 0, 0, CE, CE, CE with TTL 9, CE.
+    let marks = [(0u8, 64u8), (0, 64), (3, 64), (3, 64), (3, 9), (3, 64)];
+    let frames: Vec<Vec<u8>> = marks
+        .iter()
+        .enumerate()
+        .map(|(i, &(tos, ttl))| {
+            let mut f = udp_frame(mac, false, 41000, GRO_PORT, &[i as u8; 100]);
+            let ip = ethernet::HEADER_LEN;
+            f[ip + 1] = tos;
+            f[ip + 8] = ttl;
+            f[ip + 10..ip + 12].copy_from_slice(&[0, 0]);
+            let sum = spate::wire::checksum::sum(&f[ip..ip + 20]);
+            f[ip + 10..ip + 12].copy_from_slice(&(!spate::wire::checksum::fold(sum)).to_be_bytes());
+            f
+        })
+        .collect();
+    send_burst(&mut peer, &frames);
+    let got = take(&gro, 4);
+    running.stop();
+    let seen: Vec<(usize, u8, u8)> = got.iter().map(|d| (d.len() / 100, d.tos(), d.ttl())).collect();
+    assert_eq!(seen, [(2, 0, 64), (2, 3, 64), (1, 3, 9), (1, 3, 64)]);
+    assert_eq!(got[1].ecn(), spate::Ecn::Ce);
+}

@@ -30,8 +30,10 @@ pub struct Datagram {
     /// What it costs against the receive buffer (kept, so queueing does not
     /// read the mbuf again).
     truesize: u32,
-    /// Bytes from the start of the IP header to the payload; the top bit
-    /// set when addresses are shown as IPv6 (an IPv6 socket receiving IPv4).
+    /// Bytes from the start of the IP header to the payload (`SPAN`);
+    /// `MAPPED` when addresses are shown as IPv6 (an IPv6 socket receiving
+    /// IPv4), `STAMPED` when a receive timestamp is in the headroom,
+    /// `GROUP` for one socket's copy of a broadcast or multicast datagram.
     headers: u16,
     /// Segment size of a coalesced datagram (UDP GRO); 0 for a plain one.
     gso: u16,
@@ -40,10 +42,14 @@ pub struct Datagram {
 /// The bit of `Datagram::headers` that says "mapped".
 const MAPPED: u16 = 1 << 15;
 /// The bit of `Datagram::headers` that says a receive timestamp is in the
-/// headroom (see [`Datagram::arrive`]).
+/// headroom (see `Datagram::stamp`).
 const STAMPED: u16 = 1 << 14;
-/// The bits of `Datagram::headers` that hold the header span.
-const SPAN: u16 = STAMPED - 1;
+/// The bit of `Datagram::headers` that says it was sent to a broadcast or
+/// multicast address and is one socket's copy (see `engine::group`).
+const GROUP: u16 = 1 << 13;
+/// The bits of `Datagram::headers` that hold the header span (the span
+/// lies in a 2 KiB mbuf's headroom: 11 bits).
+const SPAN: u16 = GROUP - 1;
 /// Bytes of the receive timestamp, just before the IP header.
 const STAMP_LEN: usize = 8;
 
@@ -53,6 +59,7 @@ impl Datagram {
     /// (kept in the mbuf's port field, which nothing reads again).
     #[inline]
     pub(crate) fn new(mut mbuf: Mbuf, headers: u16, mapped: bool, iface: u16) -> Datagram {
+        debug_assert!(headers <= SPAN, "headers lie in a 2 KiB mbuf's headroom");
         mbuf.set_port(iface);
         let truesize = truesize_of(mbuf.buf_len()) as u32;
         Datagram { mbuf, truesize, headers: headers | if mapped { MAPPED } else { 0 }, gso: 0 }
@@ -159,6 +166,18 @@ impl Datagram {
     #[inline]
     pub fn src(&self) -> SocketAddr {
         self.addr(true)
+    }
+
+    /// Marks it as one socket's copy of a group datagram.
+    #[inline]
+    pub(crate) fn set_group_copy(&mut self) {
+        self.headers |= GROUP;
+    }
+
+    /// Whether it is one socket's copy of a group datagram.
+    #[inline]
+    pub(crate) fn is_group_copy(&self) -> bool {
+        self.headers & GROUP != 0
     }
 
     /// Whether addresses are shown IPv4-mapped.
@@ -350,8 +369,9 @@ impl Ecn {
 pub struct SendMeta {
     /// The source address (`IP_PKTINFO`'s `ipi_spec_dst`, `IPV6_PKTINFO`):
     /// one of the stack's addresses, of the destination's family (an
-    /// IPv4-mapped one for an IPv4 destination of an IPv6 socket). `None`:
-    /// the socket's bound address, or the route's.
+    /// IPv4-mapped one for an IPv4 destination of an IPv6 socket). `None`
+    /// or the unspecified address: the socket's bound address, or the
+    /// route's.
     pub src_ip: Option<IpAddr>,
     /// The ECN codepoint, in place of the low two bits of the socket's
     /// TOS or traffic class (`IP_TOS`/`IPV6_TCLASS` as a control message,

@@ -143,14 +143,19 @@ impl Routes {
         }
         if let IpAddr::V4(d) = dst {
             // The common case in one pass: an on-link IPv4 destination, the
-            // prefix that holds it giving the source (when no static route
-            // could be more specific).
+            // longest prefix that holds it giving the source, unless a
+            // static route is longer still.
             let d = u32::from(*d);
+            let mut best: Option<(&Interface, &Cidr)> = None;
             for iface in ifaces {
-                if let Some(c) = iface.ipv4.iter().find(|c| c.contains_v4(d)) {
-                    if self.statics.first().is_some_and(|r| r.dst.prefix_len > c.prefix_len) {
-                        break;
+                for c in iface.ipv4.iter().filter(|c| c.contains_v4(d)) {
+                    if best.is_none_or(|(_, b)| c.prefix_len > b.prefix_len) {
+                        best = Some((iface, c));
                     }
+                }
+            }
+            if let Some((iface, c)) = best {
+                if !self.statics.iter().any(|r| r.dst.prefix_len > c.prefix_len && r.dst.contains(dst)) {
                     let src = match src {
                         Some(s) if !s.is_unspecified() => *s,
                         _ => c.addr,
@@ -175,7 +180,11 @@ impl Routes {
             // Link-local destinations are on the first interface with IPv6
             // (spate has no scope ids yet).
             IpAddr::V6(a) if is_link_local(a) || a.is_multicast() => ifaces.iter().find(|i| !i.ipv6.is_empty()),
-            IpAddr::V4(a) if a.is_broadcast() => ifaces.iter().find(|i| !i.ipv4.is_empty()),
+            // The limited broadcast leaves by the interface of the
+            // source, when there is one (Linux: the device of `saddr`).
+            IpAddr::V4(a) if a.is_broadcast() => src
+                .and_then(|s| ifaces.iter().find(|i| matches!(s, IpAddr::V4(v) if i.has_ipv4(*v))))
+                .or_else(|| ifaces.iter().find(|i| !i.ipv4.is_empty())),
             _ => None,
         });
         let (iface, next_hop) = match (via_static, statik, direct) {

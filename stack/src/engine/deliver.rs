@@ -8,7 +8,8 @@
 //! charges on either side, and what it does not take is queued after the
 //! callback returns. An earlier burst of the same iteration (a second RX
 //! queue, frames another lcore handed over) is queued before the next one
-//! is staged, so at most one burst's mbufs wait uncharged.
+//! is staged, so at most one burst's mbufs (and its `GROUP_COPIES` copies
+//! of group datagrams) wait uncharged.
 //!
 //! Staging sorts nothing: each datagram joins its socket's run as it is
 //! staged (a 64-entry table from binding index to run answers which), so
@@ -191,6 +192,7 @@ impl Worker<'_> {
     /// that at most one burst waits for the callback.
     #[inline]
     pub(super) fn deliver_staged(&mut self) {
+        self.group_copies = 0;
         if self.runs.used == 0 {
             return;
         }
@@ -308,6 +310,13 @@ impl Worker<'_> {
         // stays the lcore's until its next poll takes the new one.
         let fresh = self.shared.sockets.snapshot();
         for d in batch.drain(..) {
+            if d.is_group_copy() {
+                // Every socket the group datagram reached has its copy:
+                // the one whose socket changed goes, as Linux's would
+                // with its socket.
+                self.inc(Counter::RxSocketClosed);
+                continue;
+            }
             let v4 = d.src().is_ipv4() || d.is_mapped();
             let key = crate::lookup::FlowKey::new(&d.wire_src(), &d.wire_dst(), iface).on_lcore(self.idx as u32);
             let Some((_, b)) = fresh.lookup(&key) else {

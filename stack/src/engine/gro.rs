@@ -27,6 +27,26 @@ pub(crate) struct Flow {
     pub src_port: u16,
     pub dst: IpAddr,
     pub dst_port: u16,
+    /// What else the IP header says that a coalesced datagram must share,
+    /// as Linux's `inet_gro_receive` and `ipv6_gro_receive` require: TOS
+    /// and TTL, or the first word (traffic class, flow label) and the hop
+    /// limit. A train ends where they change, so a reader's ECN and TTL
+    /// are every segment's.
+    pub ip: u64,
+}
+
+impl Flow {
+    /// The `ip` word of the IP header `h`.
+    #[inline]
+    pub(crate) fn ip_word(h: &[u8], v4: bool) -> u64 {
+        match (v4, h) {
+            (true, [_, tos, _, _, _, _, _, _, ttl, ..]) => (*tos as u64) << 8 | *ttl as u64,
+            (false, [a, b, c, d, _, _, _, hops, ..]) => {
+                (u32::from_be_bytes([*a, *b, *c, *d]) as u64) << 8 | *hops as u64
+            }
+            _ => 0,
+        }
+    }
 }
 
 /// The datagram a burst may still grow, and the segments waiting to be

@@ -3,7 +3,10 @@
 //! `__udp4_lib_mcast_deliver`), each in an mbuf of its own: the received
 //! one for the last socket, copies for the others. Mbufs have one owner
 //! and the receive path writes in place (the arrival in the headroom, a
-//! reply in the request's mbuf), so sockets cannot share one.
+//! reply in the request's mbuf), so sockets cannot share one. The copies
+//! wait uncharged with the burst, so an lcore makes at most
+//! `GROUP_COPIES` per burst; past that a socket's copy is dropped and
+//! counted (`RcvbufErrors`, `InErrors`).
 
 use spate_dpdk::Mbuf;
 
@@ -12,6 +15,7 @@ use super::rx::UdpInFrame;
 use crate::datagram::{Datagram, header_span};
 use crate::iface::Interface;
 use crate::lookup::{Family, FlowKey};
+use crate::shared::GROUP_COPIES;
 use crate::stats::Counter;
 use crate::wire::udp;
 
@@ -38,8 +42,15 @@ impl Worker<'_> {
         };
         let v4 = at.src.is_ipv4();
         for &index in rest {
-            match copy_packet(&self.shared.pool, &m) {
-                Some(c) => self.stage_group(iface, c, at, index, payload),
+            let copy = match self.group_copies < GROUP_COPIES {
+                true => copy_packet(&self.shared.pool, &m),
+                false => None,
+            };
+            match copy {
+                Some(c) => {
+                    self.group_copies += 1;
+                    self.stage_group(iface, c, at, index, payload);
+                }
                 None => {
                     // Linux counts a failed clone as the socket's drop.
                     self.inc(if v4 { Counter::UdpRcvbufErrors } else { Counter::Udp6RcvbufErrors });
@@ -62,7 +73,8 @@ impl Worker<'_> {
             return;
         }
         let mapped = self.snapshot.binding(index).family == Family::V6 && v4;
-        let d = Datagram::new(m, header_span(at.l3, at.l4), mapped, iface.index);
+        let mut d = Datagram::new(m, header_span(at.l3, at.l4), mapped, iface.index);
+        d.set_group_copy();
         self.stage(index, iface.index, v4, d);
     }
 }

@@ -138,6 +138,8 @@ pub(crate) struct Worker<'s> {
     stamp: Option<u64>,
     /// The sockets a group datagram reaches (kept for its capacity).
     group_matches: Vec<u32>,
+    /// Copies of group datagrams made for the burst staged now.
+    group_copies: usize,
     /// Frames taken from the ports so far (a GRO train grows only from one
     /// frame to the very next).
     frame_no: u64,
@@ -183,7 +185,7 @@ impl<'s> Worker<'s> {
             snapshot: shared.sockets.snapshot(),
             snap_gen: shared.sockets.generation(),
             net_gen: shared.net_generation(),
-            net: shared.net(),
+            net: Arc::new(Net::clone(&shared.net())),
             memo: NeighMemo::default(),
             icmp_limit: RateLimit::new(per_lcore, shared.cfg.icmp_burst as u64),
             now: shared.clock.now(),
@@ -198,6 +200,7 @@ impl<'s> Worker<'s> {
             gro_active: false,
             stamp: None,
             group_matches: Vec::with_capacity(64),
+            group_copies: 0,
             frame_no: 0,
             train: Default::default(),
             decapsulated: None,

@@ -2,6 +2,7 @@
 //! stages, the application's callback, what application threads queued,
 //! the transmit flush and the timers, until the stack stops.
 
+use std::sync::Arc;
 use std::sync::atomic::Ordering;
 
 use spate_dpdk::Burst;
@@ -93,7 +94,9 @@ impl Worker<'_> {
         };
         let net_gen = self.shared.net_generation();
         if net_gen != self.net_gen {
-            self.net = self.shared.net();
+            // A copy of its own: the burst's reference count stays on
+            // this lcore's cache lines, not one all lcores bounce.
+            self.net = Arc::new(Net::clone(&self.shared.net()));
             self.net_gen = net_gen;
         }
         if self.memo.sync(self.shared.neigh.generation()) {

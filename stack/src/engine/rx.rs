@@ -525,7 +525,8 @@ impl Worker<'_> {
             if GRO {
                 // The GRO stage, out of line: its lookup was this one.
                 let (tunnel, coalesce) = (b.sock.tunnel, b.sock.gro.load(std::sync::atomic::Ordering::Relaxed));
-                let flow = Flow { src: at.src, src_port: key.src_port, dst: at.dst, dst_port: key.dst_port };
+                let ip = Flow::ip_word(m.data().get(at.l3..).unwrap_or(&[]), at.src.is_ipv4());
+                let flow = Flow { src: at.src, src_port: key.src_port, dst: at.dst, dst_port: key.dst_port, ip };
                 return self.gro_stage_udp(iface.index, m, at, index, mapped, tunnel, coalesce, flow, payload);
             }
             // Leave only the payload in the mbuf: the headers stay in the

@@ -98,7 +98,7 @@ impl Worker<'_> {
             self.inc(Counter::TxNoMbuf);
             return;
         }
-        let Some(route) = self.shared.route(&t.remote.ip(), Some(&t.local)) else {
+        let Some(route) = self.shared.route_in(&self.net, &t.remote.ip(), Some(&t.local)) else {
             self.inc(Counter::TxNoRoute);
             return;
         };

@@ -33,7 +33,7 @@ pub(crate) struct Pool {
     /// The per-lcore mempool cache.
     pub cache: usize,
     /// Packets an lcore has in hand at once (its receive burst, the burst
-    /// staged for its callback, its transmit burst).
+    /// staged for its callback with its group copies, its transmit burst).
     pub bursts: usize,
     /// Mbufs in use once the ports started: what their RX rings hold.
     pub rx_rings: usize,

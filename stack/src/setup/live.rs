@@ -20,6 +20,16 @@ fn errno(code: i32, what: &str) -> io::Error {
     io::Error::new(kind, format!("{what} ({})", io::Error::from_raw_os_error(code)))
 }
 
+/// A prefix no longer than its family's addresses (`Cidr`'s fields are
+/// public, so one may arrive unparsed).
+fn check_prefix(c: &Cidr) -> io::Result<()> {
+    let max = if c.addr.is_ipv4() { 32 } else { 128 };
+    if c.prefix_len > max {
+        return Err(errno(libc::EINVAL, "a prefix longer than its address"));
+    }
+    Ok(())
+}
+
 impl Stack {
     /// Adds `addr` to interface `iface` (`ip addr add`): it answers ARP or
     /// neighbour solicitations and pings, and sockets may bind it, from the
@@ -30,6 +40,7 @@ impl Stack {
     /// (unspecified, multicast, limited broadcast).
     pub fn add_address(&self, iface: u16, addr: Cidr) -> io::Result<()> {
         let shared = &self.shared;
+        check_prefix(&addr)?;
         let ip = addr.addr;
         let bad = match ip {
             IpAddr::V4(a) => a.is_unspecified() || a.is_multicast() || a.is_broadcast(),
@@ -46,10 +57,12 @@ impl Stack {
             i.add_address(addr);
             Ok(())
         })?;
-        if let Some(b) = addr.broadcast() {
-            // The subnet's broadcast address, as at the start.
-            shared.neigh.add_permanent((iface, IpAddr::V4(b)), MacAddr::BROADCAST);
+        if ip.is_ipv4() {
+            // The broadcast addresses, as at the start.
             shared.neigh.add_permanent((iface, IpAddr::V4(std::net::Ipv4Addr::BROADCAST)), MacAddr::BROADCAST);
+            if let Some(b) = addr.broadcast() {
+                shared.neigh.add_permanent((iface, IpAddr::V4(b)), MacAddr::BROADCAST);
+            }
         }
         shared.announce.lock().unwrap_or_else(|p| p.into_inner()).push((iface, ip));
         shared.announce_pending.store(true, Ordering::Release);
@@ -65,13 +78,18 @@ impl Stack {
     /// `ENODEV` for no such interface,
     /// `EADDRNOTAVAIL` for an address the interface does not have.
     pub fn remove_address(&self, iface: u16, ip: IpAddr) -> io::Result<()> {
-        self.shared.change_net(|net| {
+        let orphaned = self.shared.change_net(|net| {
             let i = net.ifaces.get_mut(iface as usize).ok_or_else(|| errno(libc::ENODEV, "no such interface"))?;
-            match i.remove_address(&ip) {
-                true => Ok(()),
-                false => Err(errno(libc::EADDRNOTAVAIL, "the interface has no such address")),
+            let broadcast = i.ipv4.iter().find(|c| c.addr == ip).and_then(Cidr::broadcast);
+            if !i.remove_address(&ip) {
+                return Err(errno(libc::EADDRNOTAVAIL, "the interface has no such address"));
             }
+            // Its subnet's broadcast address, unless another address has it.
+            Ok(broadcast.filter(|b| !i.ipv4_broadcast.contains(b)))
         })?;
+        if let Some(b) = orphaned {
+            self.shared.neigh.remove((iface, IpAddr::V4(b)));
+        }
         self.shared.stats.shared().add_shared(Counter::ConfAddrRemoves, 1);
         Ok(())
     }
@@ -85,6 +103,7 @@ impl Stack {
     /// interface, `EINVAL` for a route with no way out or a gateway of the
     /// other family.
     pub fn add_route(&self, dst: Cidr, via: Option<IpAddr>, iface: Option<u16>) -> io::Result<()> {
+        check_prefix(&dst)?;
         self.shared.change_net(|net| {
             net.routes.add(&net.ifaces, dst, via, iface).map_err(|e| match e {
                 RouteError::GatewayNotOnLink => errno(libc::ENETUNREACH, "the gateway is on no interface's link"),
@@ -101,6 +120,7 @@ impl Stack {
     /// Removes the route to `dst` (`ip route del`; a prefix of length 0
     /// removes the default gateway). `ESRCH` when there is none.
     pub fn remove_route(&self, dst: Cidr) -> io::Result<()> {
+        check_prefix(&dst)?;
         self.shared.change_net(|net| match net.routes.remove(dst) {
             true => Ok(()),
             false => Err(errno(libc::ESRCH, "no route to that prefix")),

@@ -14,6 +14,11 @@ use crate::wire::{MacAddr, ethernet};
 
 /// Burst size of receive and transmit.
 pub const BURST: usize = 32;
+/// Copies of group (broadcast, multicast) datagrams an lcore makes per
+/// burst at most: they wait uncharged with the burst, so they count in
+/// what an lcore has in hand (`MbufBudget`); past it a copy is dropped
+/// and counted as a receive-buffer error, as Linux counts a failed clone.
+pub const GROUP_COPIES: usize = BURST;
 
 /// An IP packet on its way out: the mbuf starts at the IP header.
 #[derive(Debug)]

@@ -29,7 +29,8 @@ pub(crate) mod handoff;
 pub(crate) mod inbox;
 
 pub(crate) use handoff::{
-    BURST, Direct, LOCAL_TX, LOCAL_TX_CAPACITY, Lanes, LocalTx, PortSteering, Steering, TxPacket, WorkerQueues,
+    BURST, Direct, GROUP_COPIES, LOCAL_TX, LOCAL_TX_CAPACITY, Lanes, LocalTx, PortSteering, Steering, TxPacket,
+    WorkerQueues,
 };
 
 /// The part of a socket the receive path reaches through the socket table.
@@ -228,10 +229,15 @@ impl Shared {
         self.net().is_local(ip)
     }
 
-    /// The route to `dst`.
-    #[inline]
+    /// The route to `dst` in the current network state (a lock; the
+    /// lcores use [`route_in`](Self::route_in) with their own copy).
     pub fn route(&self, dst: &IpAddr, src: Option<&IpAddr>) -> Option<Route> {
-        let net = self.net();
+        self.route_in(&self.net(), dst, src)
+    }
+
+    /// The route to `dst` in network state `net`, the path MTU applied.
+    #[inline]
+    pub fn route_in(&self, net: &Net, dst: &IpAddr, src: Option<&IpAddr>) -> Option<Route> {
         let mut r = net.routes.lookup(&net.ifaces, dst, src)?;
         if let Some(mtu) = self.pmtu.get(dst) {
             r.mtu = r.mtu.min(mtu);

@@ -12,8 +12,8 @@ use crate::lookup::Family;
 
 impl UdpSocket {
     /// Sets the TTL of the IPv4 datagrams this socket sends (`IP_TTL`;
-    /// an IPv6 socket's IPv4-mapped sends too). 1 to 255; 0 or more is
-    /// `EINVAL`. The default is 64, Linux's `ip_default_ttl`.
+    /// an IPv6 socket's IPv4-mapped sends too). 1 to 255; 0 or more than
+    /// 255 is `EINVAL`. The default is 64, Linux's `ip_default_ttl`.
     pub fn set_ttl(&self, ttl: u32) -> io::Result<()> {
         let ttl = byte(ttl, 1, "a TTL is 1 to 255")?;
         self.lock_state().ip.ttl = ttl;
@@ -78,9 +78,8 @@ impl UdpSocket {
     /// address and the broadcast address of an interface's subnet
     /// (`SO_BROADCAST`). Without it such a send, or a connect there, is
     /// `EACCES`, as on Linux. Broadcasts go to the Ethernet broadcast
-    /// address, unresolved; the limited broadcast leaves by the first
-    /// interface with IPv4 unless the socket is bound to another's
-    /// address.
+    /// address, unresolved; the limited broadcast leaves by the interface
+    /// of the socket's bound address, else by the first with IPv4.
     pub fn set_broadcast(&self, on: bool) -> io::Result<()> {
         let mut st = self.lock_state();
         st.ip.broadcast = on;

@@ -54,10 +54,12 @@ impl UdpSocket {
     /// Sends `buf` to `addr` with what `meta` asks of this datagram: its
     /// source address, its ECN codepoint (Linux's `sendmsg` with
     /// `IP_PKTINFO`/`IPV6_PKTINFO` and `IP_TOS`/`IPV6_TCLASS` control
-    /// messages). A source the stack does not own is `EADDRNOTAVAIL`
-    /// (where Linux says `EINVAL`); one of the other family than the
-    /// destination, `EINVAL`. Segments as `send_to` does when the socket
-    /// has a segment size. Returns `buf.len()`.
+    /// messages). A source the stack does not own is `EADDRNOTAVAIL`, as a
+    /// bind there says (Linux 6.18's `sendmsg` says `ENETUNREACH` for
+    /// IPv4 and `EINVAL` for IPv6, measured); one of the other family than
+    /// the destination, `EINVAL`; the unspecified address asks for none,
+    /// as in Linux's control message. Segments as `send_to` does when the
+    /// socket has a segment size. Returns `buf.len()`.
     pub fn send_msg_to(&self, buf: &[u8], addr: impl ToSocketAddrs, meta: &SendMeta) -> io::Result<usize> {
         let addr = addr.to_socket_addrs()?.next().ok_or_else(|| errno(libc::EINVAL, "no address"))?;
         let dst = self.destination(addr)?;
@@ -99,6 +101,7 @@ impl UdpSocket {
         let Some(meta) = meta else { return self.path_to(dst) };
         let src = match meta.src_ip {
             None => None,
+            Some(ip) if ip.is_unspecified() => None,
             Some(ip) => {
                 let ip = crate::addr::normalize(SocketAddr::new(ip, 0)).ip();
                 if ip.is_ipv4() != dst.is_ipv4() {
