@@ -215,6 +215,7 @@ fn what_the_kernel_sends_is_what_spate_reads() {
     assert_eq!((tag(&buf[..n]).as_str(), from.ip()), ("u4-0000", "198.18.0.1".parse::<IpAddr>().unwrap()));
     let clone = unicast.try_clone().unwrap();
     let mut last = None;
+    let mut apart = Vec::new();
     for i in 0..20 {
         let (n, meta) = clone.recv_msg(&mut buf).unwrap();
         let t = tag(&buf[..n]);
@@ -224,16 +225,21 @@ fn what_the_kernel_sends_is_what_spate_reads() {
         assert_eq!(meta.src.ip(), "198.18.0.1".parse::<IpAddr>().unwrap());
         let ts = meta.timestamp.expect("timestamps asked for").duration_since(UNIX_EPOCH).unwrap().as_nanos() as i64;
         let kernel_ns = *sent.get(&String::from_utf8_lossy(&buf[..n]).to_string()).expect("sent") as i64;
-        assert!(
-            (ts - kernel_ns).abs() < 1_000_000,
-            "{t}: received {ts}, sent {kernel_ns}: {} ns apart",
-            ts - kernel_ns
-        );
+        // Never before the send (but for the two clocks' offset error),
+        // and soon after it.
+        assert!(ts - kernel_ns > -100_000, "{t}: received {ts} before it was sent at {kernel_ns}");
+        apart.push(ts - kernel_ns);
         if let Some(prev) = last {
             assert!(ts >= prev, "{t}: timestamps never go back");
         }
         last = Some(ts);
     }
+    // Within a millisecond, but for what preemption on these two shared
+    // vCPUs can add to one or two of them (seen: 1.6 ms once, with a
+    // build running beside the test).
+    let within = apart.iter().filter(|&&d| d < 1_000_000).count();
+    assert!(within >= 18 && apart.iter().all(|&d| d < 50_000_000), "ns from send to timestamp: {apart:?}");
+    println!("ns from the kernel's send to spate's timestamp: {apart:?}");
     drop(clone);
     // The original handle still has the socket.
     assert_eq!(unicast.local_addr().unwrap(), "198.18.0.2:7000".parse::<SocketAddr>().unwrap());

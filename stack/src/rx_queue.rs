@@ -43,6 +43,7 @@
 //! late.
 
 use std::collections::VecDeque;
+use std::task::Waker;
 use std::time::Instant as StdInstant;
 
 use crossbeam_utils::CachePadded;
@@ -109,8 +110,11 @@ struct ReaderSide<T> {
 }
 
 struct Waiters {
+    /// Blocked readers, and 1 while a task's waker is registered.
     count: AtomicUsize,
-    lock: Mutex<()>,
+    /// The registered task's waker (an async reader), under the lock
+    /// blocked readers wait with.
+    lock: Mutex<Option<Waker>>,
     cv: Condvar,
     /// Times a producer woke sleeping readers.
     wakes: AtomicU64,
@@ -239,7 +243,7 @@ impl<T: Truesize> RxQueue<T> {
             }),
             waiters: CachePadded::new(Waiters {
                 count: AtomicUsize::new(0),
-                lock: Mutex::new(()),
+                lock: Mutex::new(None),
                 cv: Condvar::new(),
                 wakes: AtomicU64::new(0),
             }),
@@ -255,8 +259,46 @@ impl<T: Truesize> RxQueue<T> {
     /// they can look at the socket's pending error.
     pub fn interrupt(&self) {
         self.alert.store(true, Ordering::SeqCst);
-        let _g = lock(&self.waiters.lock);
+        let mut g = lock(&self.waiters.lock);
         self.waiters.cv.notify_all();
+        let task = self.unregister(&mut g);
+        drop(g);
+        wake_task(task);
+    }
+
+    /// Asks that the task `waker` belongs to be woken when a datagram is
+    /// queued, the queue closes or an error is reported (the last task
+    /// to ask is the one woken, as with an async socket's `poll_recv`).
+    /// Returns false when there is already something to take or report:
+    /// the caller looks again instead of waiting.
+    pub fn register_waker(&self, waker: &Waker) -> bool {
+        let mut g = lock(&self.waiters.lock);
+        match &mut *g {
+            Some(w) if w.will_wake(waker) => {}
+            Some(w) => w.clone_from(waker),
+            None => {
+                *g = Some(waker.clone());
+                // Counted as a waiter: a producer that sees it wakes it.
+                self.waiters.count.fetch_add(1, Ordering::SeqCst);
+            }
+        }
+        drop(g);
+        // Registered before looking (as `wait` does): a push after the
+        // look sees the registration.
+        !(self.has_data() || self.closed.load(Ordering::Acquire) || self.alert.load(Ordering::SeqCst))
+    }
+
+    /// Takes the registered waker out (the waiters' lock held).
+    fn unregister(&self, slot: &mut Option<Waker>) -> Option<Waker> {
+        let w = slot.take()?;
+        self.waiters.count.fetch_sub(1, Ordering::SeqCst);
+        Some(w)
+    }
+
+    /// Takes the alert an error left (`interrupt`), for a poll that reports
+    /// the error.
+    pub fn clear_alert(&self) {
+        self.alert.store(false, Ordering::SeqCst);
     }
 
     /// Queues `item` from producer `p` (its lcore index).
@@ -293,7 +335,21 @@ impl<T: Truesize> RxQueue<T> {
     /// under one lock; the rest, or everything if the queue is closed, stays
     /// in `batch` and the error says why.
     #[inline]
+    #[cfg_attr(not(feature = "internals"), allow(dead_code))]
     pub fn push_batch(&self, p: usize, batch: &mut Vec<T>) -> Result<(), Refusal> {
+        self.push_batch_gathering(p, batch, None)
+    }
+
+    /// [`push_batch`](Self::push_batch), leaving the registered task's
+    /// waker, if there is one to wake, in `wakers` (when given) for the
+    /// caller to wake once its burst is queued.
+    #[inline]
+    pub fn push_batch_gathering(
+        &self,
+        p: usize,
+        batch: &mut Vec<T>,
+        wakers: Option<&mut Vec<Waker>>,
+    ) -> Result<(), Refusal> {
         if batch.is_empty() {
             return Ok(());
         }
@@ -343,7 +399,7 @@ impl<T: Truesize> RxQueue<T> {
         }
         drop(list);
         if taken > 0 {
-            self.wake();
+            self.wake_gathering(wakers);
         }
         if batch.is_empty() {
             return Ok(());
@@ -380,15 +436,33 @@ impl<T: Truesize> RxQueue<T> {
         }
     }
 
-    /// Wakes blocked readers, if there are any.
+    /// Wakes blocked readers and the registered task, if there are any.
     #[inline]
     fn wake(&self) {
-        // SeqCst pairs with the reader's registration in `wait`: either the
-        // reader sees the item, or we see the reader and wake it.
+        self.wake_gathering(None);
+    }
+
+    /// [`wake`](Self::wake), the task's waker left in `wakers` when given.
+    #[inline]
+    fn wake_gathering(&self, wakers: Option<&mut Vec<Waker>>) {
+        // SeqCst pairs with the reader's registration in `wait` and
+        // `register_waker`: either the reader sees the item, or we see the
+        // reader and wake it.
         if self.waiters.count.load(Ordering::SeqCst) > 0 {
-            let _g = lock(&self.waiters.lock);
-            self.waiters.cv.notify_all();
-            self.waiters.wakes.fetch_add(1, Ordering::Relaxed);
+            self.wake_waiters(wakers);
+        }
+    }
+
+    #[cold]
+    fn wake_waiters(&self, wakers: Option<&mut Vec<Waker>>) {
+        let mut g = lock(&self.waiters.lock);
+        self.waiters.cv.notify_all();
+        self.waiters.wakes.fetch_add(1, Ordering::Relaxed);
+        let task = self.unregister(&mut g);
+        drop(g);
+        match (task, wakers) {
+            (Some(w), Some(gathered)) => gathered.push(w),
+            (task, _) => wake_task(task),
         }
     }
 
@@ -674,8 +748,11 @@ impl<T: Truesize> RxQueue<T> {
         self.release(&mut r);
         drop(r);
         drop(dropped);
-        let _g = lock(&self.waiters.lock);
+        let mut g = lock(&self.waiters.lock);
         self.waiters.cv.notify_all();
+        let task = self.unregister(&mut g);
+        drop(g);
+        wake_task(task);
     }
 
     /// The limit.
@@ -697,6 +774,14 @@ impl<T: Truesize> RxQueue<T> {
     /// All drops.
     pub fn total_drops(&self) -> u64 {
         self.producers.iter().map(|p| p.drops.load(Ordering::Relaxed)).sum()
+    }
+}
+
+/// Wakes a task, if there is one; a waker that panics is the task's
+/// problem, not the waking lcore's: the panic stops here.
+pub fn wake_task(task: Option<Waker>) {
+    if let Some(w) = task {
+        let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| w.wake()));
     }
 }
 

@@ -238,7 +238,7 @@ impl Worker<'_> {
                 continue;
             }
             let offered = run.datagrams.len();
-            let refusal = b.sock.queue.push_batch(self.idx, &mut run.datagrams);
+            let refusal = b.sock.queue.push_batch_gathering(self.idx, &mut run.datagrams, Some(&mut self.wakers));
             let accepted = offered - run.datagrams.len();
             if accepted > 0 {
                 mark_ready(&mut self.ready, &mut self.ready_bits, b.id);
@@ -257,6 +257,18 @@ impl Worker<'_> {
         }
         self.runs.reset();
         self.count_delivered(delivered, v4);
+        if !self.wakers.is_empty() {
+            self.wake_tasks();
+        }
+    }
+
+    /// Wakes the tasks waiting on the sockets the burst reached, once the
+    /// whole burst is queued: at most one wake per socket per burst.
+    #[cold]
+    fn wake_tasks(&mut self) {
+        for w in self.wakers.drain(..) {
+            crate::rx_queue::wake_task(Some(w));
+        }
     }
 
     /// Counts and frees the tail of a run its queue refused; returns what

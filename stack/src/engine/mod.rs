@@ -140,6 +140,9 @@ pub(crate) struct Worker<'s> {
     group_matches: Vec<u32>,
     /// Copies of group datagrams made for the burst staged now.
     group_copies: usize,
+    /// The wakers of tasks waiting on sockets this burst reached, woken
+    /// once it is queued.
+    wakers: Vec<std::task::Waker>,
     /// Frames taken from the ports so far (a GRO train grows only from one
     /// frame to the very next).
     frame_no: u64,
@@ -201,6 +204,7 @@ impl<'s> Worker<'s> {
             stamp: None,
             group_matches: Vec::with_capacity(64),
             group_copies: 0,
+            wakers: Vec::with_capacity(64),
             frame_no: 0,
             train: Default::default(),
             decapsulated: None,

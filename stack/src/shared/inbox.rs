@@ -9,6 +9,7 @@
 
 use std::sync::atomic::{AtomicUsize, Ordering, fence};
 use std::sync::{Condvar, Mutex};
+use std::task::Waker;
 use std::time::{Duration, Instant};
 
 use crossbeam::queue::ArrayQueue;
@@ -31,9 +32,11 @@ pub(crate) enum Gave {
 #[derive(Debug)]
 pub(crate) struct Inbox<T> {
     queue: ArrayQueue<T>,
-    /// Senders waiting for room.
+    /// Senders waiting for room (blocked threads and registered tasks).
     waiting: AtomicUsize,
-    lock: Mutex<()>,
+    /// The wakers of tasks waiting for room, under the lock blocked
+    /// senders wait with.
+    lock: Mutex<Vec<Waker>>,
     room: Condvar,
 }
 
@@ -43,7 +46,7 @@ impl<T> Inbox<T> {
         Inbox {
             queue: ArrayQueue::new(capacity),
             waiting: AtomicUsize::new(0),
-            lock: Mutex::new(()),
+            lock: Mutex::new(Vec::new()),
             room: Condvar::new(),
         }
     }
@@ -58,6 +61,26 @@ impl<T> Inbox<T> {
     #[inline]
     pub(crate) fn pop(&self) -> Option<T> {
         self.queue.pop()
+    }
+
+    /// Whether it has no room.
+    #[inline]
+    pub(crate) fn is_full(&self) -> bool {
+        self.queue.is_full()
+    }
+
+    /// Asks that the task `waker` belongs to be woken when the lcore next
+    /// drains; false when there is room already (the caller tries again).
+    pub(crate) fn register_waker(&self, waker: &Waker) -> bool {
+        let mut wakers = self.lock.lock().unwrap_or_else(|p| p.into_inner());
+        if !wakers.iter().any(|w| w.will_wake(waker)) {
+            wakers.push(waker.clone());
+            self.waiting.fetch_add(1, Ordering::SeqCst);
+        }
+        drop(wakers);
+        // Registered before the look, as `push_wait` does.
+        fence(Ordering::SeqCst);
+        self.queue.is_full()
     }
 
     /// Whether nothing is queued.
@@ -116,8 +139,14 @@ impl<T> Inbox<T> {
     /// Wakes every waiting sender (the lcore drained, or the stack stops).
     #[cold]
     pub(crate) fn wake(&self) {
-        let _g = self.lock.lock().unwrap_or_else(|p| p.into_inner());
+        let mut wakers = self.lock.lock().unwrap_or_else(|p| p.into_inner());
         self.room.notify_all();
+        let tasks = std::mem::take(&mut *wakers);
+        self.waiting.fetch_sub(tasks.len(), Ordering::SeqCst);
+        drop(wakers);
+        for w in tasks {
+            crate::rx_queue::wake_task(Some(w));
+        }
     }
 }
 

@@ -154,6 +154,12 @@ pub(crate) struct Shared {
     pub pool: Arc<Mempool>,
 }
 
+/// Whether this thread is an lcore of `shared`'s stack inside its
+/// run-to-completion callback (its sends go to the lcore's own queue).
+pub fn in_callback(shared: &Shared) -> bool {
+    LOCAL_TX.with(|l| l.borrow().as_ref().is_some_and(|l| l.stack_id == shared.id))
+}
+
 impl Shared {
     /// Sets [`realtime_offset`](Self::realtime_offset) from the system
     /// clock and the stack's clock read now.

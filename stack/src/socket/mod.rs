@@ -15,6 +15,7 @@ use crate::shared::{Shared, SocketCore, Stack};
 
 mod api;
 mod options;
+mod poll;
 mod send;
 
 pub use api::SocketBuilder;

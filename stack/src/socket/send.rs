@@ -6,6 +6,7 @@
 use std::io;
 use std::net::{IpAddr, Ipv4Addr, SocketAddr, SocketAddrV4, ToSocketAddrs};
 use std::sync::atomic::Ordering;
+use std::task::{Context, Poll};
 use std::time::Instant as StdInstant;
 
 use arrayvec::ArrayVec;
@@ -17,6 +18,12 @@ use crate::lookup::Family;
 use crate::shared::{LOCAL_TX, TxPacket};
 use crate::stats::Counter;
 use crate::wire::{ipv4, ipv6, udp};
+
+thread_local! {
+    /// Set while a poll sends: a full inbox is `WouldBlock` whatever the
+    /// socket's mode (read only once the inbox refused a packet).
+    static NO_WAIT: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+}
 
 /// Segments one UDP GSO send may make at most (Linux raised
 /// `UDP_MAX_SEGMENTS` from 64 to 128 in 6.9).
@@ -64,6 +71,37 @@ impl UdpSocket {
         let addr = addr.to_socket_addrs()?.next().ok_or_else(|| errno(libc::EINVAL, "no address"))?;
         let dst = self.destination(addr)?;
         self.send_with(buf, dst, Some(meta))
+    }
+
+    /// Sends `buf` to `addr` as [`send_to`](Self::send_to) does, without
+    /// waiting: when the lcore's queue has no room the task in `cx` is
+    /// woken once the lcore drains it, and the send is `Pending` (as
+    /// tokio's `UdpSocket::poll_send_to`; the last task to poll is the one
+    /// woken).
+    pub fn poll_send_to(&self, cx: &mut Context<'_>, buf: &[u8], addr: SocketAddr) -> Poll<io::Result<usize>> {
+        let dst = match self.destination(addr) {
+            Ok(d) => d,
+            Err(e) => return Poll::Ready(Err(e)),
+        };
+        let inbox = &self.shared().inbox[self.tx_worker];
+        for _ in 0..2 {
+            if !inbox.is_full() || crate::shared::in_callback(self.shared()) {
+                let sent = NO_WAIT.with(|w| {
+                    w.set(true);
+                    let r = self.send_with(buf, dst, None);
+                    w.set(false);
+                    r
+                });
+                match sent {
+                    Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}
+                    done => return Poll::Ready(done),
+                }
+            }
+            if inbox.register_waker(cx.waker()) {
+                return Poll::Pending;
+            }
+        }
+        Poll::Pending
     }
 
     /// `send_to` and `send_msg_to` once the destination is checked.
@@ -593,7 +631,7 @@ impl UdpSocket {
             Ok(()) => return Ok(()),
             Err(p) => p,
         };
-        if self.inner.nonblocking.load(Ordering::Relaxed) || !shared.is_running() {
+        if self.inner.nonblocking.load(Ordering::Relaxed) || NO_WAIT.get() || !shared.is_running() {
             return Err(self.sndbuf_error(v4));
         }
         // Backpressure: sleep until the lcore drains the inbox (it wakes

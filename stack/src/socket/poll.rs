@@ -1,0 +1,67 @@
+//! Receiving and sending without blocking a thread: `poll_*` calls for
+//! an async runtime (a task's waker is woken by the polling lcore once per
+//! burst that reached the socket, or when the lcore drains its queue of
+//! sends), and, behind the `async` feature, `async fn` forms of them that
+//! need no reactor (there is no file descriptor to watch).
+
+use std::io;
+use std::net::SocketAddr;
+use std::task::{Context, Poll};
+
+use super::UdpSocket;
+use crate::datagram::Datagram;
+use crate::rx_queue::Wait;
+
+impl UdpSocket {
+    /// Receives one datagram into `buf` (bytes beyond it are cut off), or
+    /// asks the lcores to wake the task in `cx` when one arrives and
+    /// returns `Pending`. Only the task of the latest call is woken, as
+    /// with tokio's `UdpSocket::poll_recv_from`. A pending error (ICMP)
+    /// is returned first.
+    pub fn poll_recv_from(&self, cx: &mut Context<'_>, buf: &mut [u8]) -> Poll<io::Result<(usize, SocketAddr)>> {
+        self.poll_recv_datagram(cx).map_ok(|d| (d.copy_to(buf), self.present(d.src())))
+    }
+
+    /// [`poll_recv_from`](Self::poll_recv_from) without the copy: the
+    /// datagram, in its mbuf.
+    pub fn poll_recv_datagram(&self, cx: &mut Context<'_>) -> Poll<io::Result<Datagram>> {
+        crate::app_thread::enter();
+        let queue = &self.core.queue;
+        // Twice at most: what made the registration say "look again" (a
+        // datagram, an error) is found the second time.
+        for _ in 0..2 {
+            if let Err(e) = self.pending_error() {
+                return Poll::Ready(Err(e));
+            }
+            if let Some(d) = queue.pop(Wait::No) {
+                return Poll::Ready(Ok(d));
+            }
+            if queue.register_waker(cx.waker()) {
+                return Poll::Pending;
+            }
+            queue.clear_alert();
+        }
+        Poll::Pending
+    }
+}
+
+#[cfg(feature = "async")]
+impl UdpSocket {
+    /// Receives one datagram, as `recv_from` does, as a future: no thread
+    /// waits, the polling lcore wakes the task. Runs under any executor
+    /// (tokio's included) without its reactor.
+    pub async fn recv_from_async(&self, buf: &mut [u8]) -> io::Result<(usize, SocketAddr)> {
+        std::future::poll_fn(|cx| self.poll_recv_from(cx, buf)).await
+    }
+
+    /// Receives one datagram without copying it, as a future.
+    pub async fn recv_datagram_async(&self) -> io::Result<Datagram> {
+        std::future::poll_fn(|cx| self.poll_recv_datagram(cx)).await
+    }
+
+    /// Sends `buf` to `addr`, as `send_to` does, as a future: a full queue
+    /// to the lcore waits for the lcore's drain, not a thread.
+    pub async fn send_to_async(&self, buf: &[u8], addr: SocketAddr) -> io::Result<usize> {
+        std::future::poll_fn(|cx| self.poll_send_to(cx, buf, addr)).await
+    }
+}

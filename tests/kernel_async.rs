@@ -1,0 +1,195 @@
+//! Sockets an async runtime awaits, against the Linux kernel in a peer
+//! namespace (a stack in the test process on `net_af_packet`), under
+//! tokio without its reactor:
+//!
+//! - four tasks on one thread each await 200 datagrams from the kernel:
+//!   every one arrives, in order, each task woken by the polling lcore;
+//! - a task sending 20,000 datagrams while the lcores are not polling
+//!   finds the queue to them full and waits (`Pending`, not an error)
+//!   until the lcore starts and drains it; all 20,000 are counted sent;
+//! - a waker that panics when the lcore wakes it does not stop the lcore.
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::task::{Context, Poll, Wake, Waker};
+use std::time::Duration;
+
+use spate::dpdk::Memory;
+use spate::{Counter, PortSpec, Stack, StackConfig, UdpSocket};
+use spate_testkit::{Netns, device_lock, shared_eal, spate_and_kernel};
+
+/// A stack on spate's side of the standard link (198.18.0.2/24), not
+/// polling yet.
+fn stack(what: &str) -> (Netns, Netns, Stack) {
+    shared_eal(Memory::Hugepages);
+    let (spate_ns, kernel) = spate_and_kernel(what);
+    let cfg = StackConfig {
+        lcores: "1".into(),
+        ports: vec![PortSpec::new("net_af_packet0,iface=vA").addr("198.18.0.2/24").unwrap()],
+        stop_on_signal: false,
+        mempool_size: 16383,
+        ..StackConfig::default()
+    };
+    let stack = spate_ns.run(move || Stack::new(cfg).unwrap());
+    (spate_ns, kernel, stack)
+}
+
+fn runtime() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_current_thread().enable_time().build().unwrap()
+}
+
+#[test]
+fn tasks_await_datagrams_the_lcore_wakes_them_for() {
+    let _serial = device_lock();
+    let (_spate_ns, kernel, stack) = stack("async");
+    let sockets: Vec<Arc<UdpSocket>> =
+        (0..4).map(|i| Arc::new(UdpSocket::bind(&stack, ("0.0.0.0", 7200 + i)).unwrap())).collect();
+    let running = stack.spawn_polling().unwrap();
+    const EACH: usize = 200;
+    let sender = kernel.thread(|| {
+        let k = std::net::UdpSocket::bind("198.18.0.1:7299").unwrap();
+        // Let the tasks wait first, then trickle: most datagrams find
+        // their task asleep.
+        std::thread::sleep(Duration::from_millis(200));
+        for i in 0..EACH {
+            for port in 7200..7204u16 {
+                k.send_to(format!("{port} {i}").as_bytes(), ("198.18.0.2", port)).unwrap();
+            }
+            if i % 10 == 0 {
+                std::thread::sleep(Duration::from_millis(1));
+            }
+        }
+    });
+    let got = runtime().block_on(async {
+        let tasks: Vec<_> = sockets
+            .iter()
+            .map(|s| {
+                let s = s.clone();
+                tokio::spawn(async move {
+                    let mut buf = [0u8; 64];
+                    let mut seen = Vec::new();
+                    while seen.len() < EACH {
+                        let (n, from) = tokio::time::timeout(Duration::from_secs(10), s.recv_from_async(&mut buf))
+                            .await
+                            .expect("a datagram within 10 s")
+                            .unwrap();
+                        assert_eq!(from, "198.18.0.1:7299".parse::<SocketAddr>().unwrap());
+                        seen.push(String::from_utf8_lossy(&buf[..n]).into_owned());
+                    }
+                    seen
+                })
+            })
+            .collect();
+        let mut all = Vec::new();
+        for t in tasks {
+            all.push(t.await.unwrap());
+        }
+        all
+    });
+    sender.join().unwrap();
+    running.stop();
+    for (i, seen) in got.iter().enumerate() {
+        let port = 7200 + i;
+        let want: Vec<String> = (0..EACH).map(|n| format!("{port} {n}")).collect();
+        assert_eq!(seen, &want, "socket {port}: every datagram, in order");
+        let wakes = sockets[i].reader_wakeups();
+        assert!(wakes > 0 && wakes <= EACH as u64, "socket {port}: woken {wakes} times for {EACH} datagrams");
+    }
+}
+
+/// `send_to_async` polled by hand, counting the times it was pending.
+struct Counted<'a> {
+    sock: &'a UdpSocket,
+    buf: &'a [u8],
+    to: SocketAddr,
+    pending: &'a AtomicUsize,
+}
+
+impl std::future::Future for Counted<'_> {
+    type Output = std::io::Result<usize>;
+    fn poll(self: std::pin::Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        let p = self.sock.poll_send_to(cx, self.buf, self.to);
+        if p.is_pending() {
+            self.pending.fetch_add(1, Ordering::Relaxed);
+        }
+        p
+    }
+}
+
+#[test]
+fn a_full_queue_to_the_lcore_is_pending_until_the_lcore_drains_it() {
+    let _serial = device_lock();
+    let (_spate_ns, kernel, stack) = stack("asyncsend");
+    let sock = UdpSocket::bind(&stack, "0.0.0.0:7300").unwrap();
+    let to: SocketAddr = "198.18.0.1:7301".parse().unwrap();
+    let sink = kernel.thread(|| {
+        let k = std::net::UdpSocket::bind("198.18.0.1:7301").unwrap();
+        k.set_read_timeout(Some(Duration::from_secs(2))).unwrap();
+        let mut buf = [0u8; 64];
+        let mut n = 0u64;
+        while k.recv(&mut buf).is_ok() {
+            n += 1;
+        }
+        n
+    });
+    // The lcores start only after the queue to them has filled.
+    let (tx, started) = std::sync::mpsc::channel();
+    let starter = {
+        let stack = stack.clone();
+        std::thread::spawn(move || {
+            std::thread::sleep(Duration::from_millis(500));
+            tx.send(stack.spawn_polling().unwrap()).unwrap();
+        })
+    };
+    const N: usize = 20_000;
+    let pending = AtomicUsize::new(0);
+    runtime().block_on(async {
+        for i in 0..N {
+            let payload = (i as u32).to_be_bytes();
+            let sent = Counted { sock: &sock, buf: &payload, to, pending: &pending }.await;
+            assert_eq!(sent.unwrap(), 4, "datagram {i}");
+        }
+    });
+    starter.join().unwrap();
+    let running = started.recv().unwrap();
+    let received = sink.join().unwrap();
+    running.stop();
+    let c = stack.counters();
+    assert!(pending.load(Ordering::Relaxed) > 0, "the queue filled and the task waited");
+    assert_eq!(c[Counter::UdpOutDatagrams], N as u64, "{}", c.render_nonzero());
+    assert_eq!(c[Counter::UdpSndbufErrors], 0, "a full queue is Pending, not an error");
+    assert!(received > 0, "the kernel got them");
+}
+
+/// A waker whose `wake` panics.
+struct Panics;
+impl Wake for Panics {
+    fn wake(self: Arc<Self>) {
+        panic!("a task's waker panicked");
+    }
+}
+
+#[test]
+fn a_panicking_waker_does_not_stop_the_lcore() {
+    let _serial = device_lock();
+    let (_spate_ns, kernel, stack) = stack("asyncpanic");
+    let sock = UdpSocket::bind(&stack, "0.0.0.0:7400").unwrap();
+    sock.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+    let running = stack.spawn_polling().unwrap();
+    let waker = Waker::from(Arc::new(Panics));
+    let mut buf = [0u8; 16];
+    assert!(sock.poll_recv_from(&mut Context::from_waker(&waker), &mut buf).is_pending());
+    kernel.run(|| {
+        let k = std::net::UdpSocket::bind("198.18.0.1:7401").unwrap();
+        k.send_to(b"first", "198.18.0.2:7400").unwrap();
+        std::thread::sleep(Duration::from_millis(100));
+        k.send_to(b"second", "198.18.0.2:7400").unwrap();
+    });
+    for want in [&b"first"[..], b"second"] {
+        let (n, _) = sock.recv_from(&mut buf).unwrap();
+        assert_eq!(&buf[..n], want, "the lcore kept delivering after the waker panicked");
+    }
+    assert!(sock.reader_wakeups() >= 1, "the lcore woke the task");
+    running.stop();
+}
