@@ -11,9 +11,9 @@
 
 pub use spate_dpdk as dpdk;
 pub use spate_stack::{
-    Cidr, Counter, Counters, Datagram, DatagramBatch, Ecn, Error, GSO_MAX_SEGMENTS, Instant, Interface, LcoreCtx,
-    PortSpec, RecvMeta, Result, Running, SendBuf, SendMeta, SocketBuilder, Stack, StackConfig, StaticNeighbor,
-    StaticRoute, Tunnel, UdpSocket, config, wire,
+    Cidr, Counter, Counters, Datagram, DatagramBatch, Ecn, Error, Event, GSO_MAX_SEGMENTS, Instant, Interest,
+    Interface, LcoreCtx, Poller, PortSpec, RecvMeta, Result, Running, SendBuf, SendMeta, SocketBuilder, Stack,
+    StackConfig, StaticNeighbor, StaticRoute, Tunnel, UdpSocket, config, wire,
 };
 
 #[cfg(feature = "internals")]

@@ -7,7 +7,9 @@
 //! - a task sending 20,000 datagrams while the lcores are not polling
 //!   finds the queue to them full and waits (`Pending`, not an error)
 //!   until the lcore starts and drains it; all 20,000 are counted sent;
-//! - a waker that panics when the lcore wakes it does not stop the lcore.
+//! - a waker that panics when the lcore wakes it does not stop the lcore;
+//! - a `Poller` over 1,000 sockets reports the ready ones only, is woken
+//!   by the lcore, and is level-triggered.
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -191,5 +193,79 @@ fn a_panicking_waker_does_not_stop_the_lcore() {
         assert_eq!(&buf[..n], want, "the lcore kept delivering after the waker panicked");
     }
     assert!(sock.reader_wakeups() >= 1, "the lcore woke the task");
+    running.stop();
+}
+
+/// One thread waits on 1,000 sockets: only the ones the kernel sends to
+/// are reported, a blocked wait is woken by the polling lcore, a socket
+/// stays reported while datagrams are left (level-triggered), and one
+/// registered for writing is ready at once.
+#[test]
+fn a_poller_reports_the_sockets_that_are_ready() {
+    use spate::{Event, Interest, Poller};
+    let _serial = device_lock();
+    let (_spate_ns, kernel, stack) = stack("poller");
+    let sockets: Vec<UdpSocket> =
+        (0..1000u16).map(|i| UdpSocket::bind(&stack, ("0.0.0.0", 8000 + i)).unwrap()).collect();
+    let poller = Poller::new();
+    for s in &sockets {
+        poller.register(s, s.local_addr().unwrap().port() as u64, Interest::READABLE).unwrap();
+    }
+    assert_eq!(poller.len(), 1000);
+    let e = poller.register(&sockets[0], 1, Interest::READABLE).unwrap_err();
+    assert_eq!(e.kind(), std::io::ErrorKind::AlreadyExists, "a socket once");
+    let running = stack.spawn_polling().unwrap();
+    let mut events: Vec<Event> = Vec::with_capacity(64);
+    let t = std::time::Instant::now();
+    assert_eq!(poller.wait(&mut events, Some(Duration::from_millis(100))).unwrap(), 0);
+    assert!(t.elapsed() >= Duration::from_millis(90), "the timeout, not at once");
+
+    // A thread blocked in wait, woken by the lcore.
+    let waiter = {
+        let poller = poller.clone();
+        std::thread::spawn(move || {
+            let mut ev = Vec::with_capacity(64);
+            let t = std::time::Instant::now();
+            poller.wait(&mut ev, Some(Duration::from_secs(10))).unwrap();
+            (ev, t.elapsed())
+        })
+    };
+    std::thread::sleep(Duration::from_millis(100));
+    kernel.run(|| {
+        let k = std::net::UdpSocket::bind("198.18.0.1:7999").unwrap();
+        for port in [8005u16, 8500, 8999] {
+            k.send_to(b"ready", ("198.18.0.2", port)).unwrap();
+        }
+    });
+    let (first, waited) = waiter.join().unwrap();
+    assert!(!first.is_empty() && waited < Duration::from_secs(5), "woken, not timed out: {first:?} after {waited:?}");
+    let ready = |poller: &Poller, events: &mut Vec<Event>, want: usize| {
+        let deadline = std::time::Instant::now() + Duration::from_secs(5);
+        loop {
+            poller.wait(events, Some(Duration::from_millis(200))).unwrap();
+            let mut tokens: Vec<u64> = events.iter().map(|e| e.token).collect();
+            tokens.sort();
+            if tokens.len() >= want || std::time::Instant::now() > deadline {
+                assert!(events.iter().all(|e| e.readable && !e.writable));
+                return tokens;
+            }
+        }
+    };
+    assert_eq!(ready(&poller, &mut events, 3), [8005, 8500, 8999], "exactly the three");
+    assert_eq!(ready(&poller, &mut events, 3), [8005, 8500, 8999], "still ready: level-triggered");
+    let mut buf = [0u8; 16];
+    sockets[500].recv(&mut buf).unwrap();
+    assert_eq!(ready(&poller, &mut events, 2), [8005, 8999], "read: not reported");
+    sockets[5].recv(&mut buf).unwrap();
+    sockets[999].recv(&mut buf).unwrap();
+    assert_eq!(poller.wait(&mut events, Some(Duration::from_millis(100))).unwrap(), 0, "all read");
+
+    // Writing: the lcore's queue has room.
+    let w = UdpSocket::bind(&stack, "0.0.0.0:0").unwrap();
+    poller.register(&w, 1, Interest::WRITABLE).unwrap();
+    assert_eq!(poller.wait(&mut events, Some(Duration::from_secs(1))).unwrap(), 1);
+    assert_eq!(events[0], Event { token: 1, readable: false, writable: true });
+    poller.deregister(1).unwrap();
+    assert_eq!(poller.deregister(1).unwrap_err().kind(), std::io::ErrorKind::NotFound);
     running.stop();
 }

@@ -52,7 +52,7 @@ pub use iface::{Interface, Tunnel};
 pub use route::StaticRoute;
 pub use setup::Running;
 pub use shared::Stack;
-pub use socket::{GSO_MAX_SEGMENTS, SocketBuilder, UdpSocket};
+pub use socket::{Event, GSO_MAX_SEGMENTS, Interest, Poller, SocketBuilder, UdpSocket};
 pub use stats::{Counter, Counters};
 pub use time::Instant;
 

@@ -295,6 +295,11 @@ impl<T: Truesize> RxQueue<T> {
         Some(w)
     }
 
+    /// Whether the queue is closed (its socket is).
+    pub fn is_closed(&self) -> bool {
+        self.closed.load(Ordering::Acquire)
+    }
+
     /// Takes the alert an error left (`interrupt`), for a poll that reports
     /// the error.
     pub fn clear_alert(&self) {

@@ -591,6 +591,7 @@ fn bench(args: &[String]) -> Result {
         ("echo", vec![]),
         ("latency", vec![]),
         ("pps", vec![]),
+        ("async_sockets", vec![]),
     ];
     for (name, extra) in all {
         if !named.is_empty() && !named.iter().any(|n| *n == name) {

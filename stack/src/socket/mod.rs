@@ -16,9 +16,11 @@ use crate::shared::{Shared, SocketCore, Stack};
 mod api;
 mod options;
 mod poll;
+mod poller;
 mod send;
 
 pub use api::SocketBuilder;
+pub use poller::{Event, Interest, Poller};
 pub use send::GSO_MAX_SEGMENTS;
 
 #[derive(Debug, Clone, Copy)]
