@@ -20,6 +20,11 @@ pub use spate_stack::{
 #[doc(hidden)]
 pub use spate_stack::internals;
 
+#[cfg(feature = "quinn")]
+mod quinn_socket;
+#[cfg(feature = "quinn")]
+pub use quinn_socket::QuinnSocket;
+
 /// The guides in `docs/`, compiled as doctests so their examples keep
 /// working.
 #[cfg(doctest)]

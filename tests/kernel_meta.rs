@@ -141,7 +141,7 @@ fn what_a_socket_sets_is_what_the_kernel_reads() {
     s6.set_ttl(11).unwrap();
     s6.send_to(&payload("v6-hops9"), k6).unwrap();
     s6.send_to(&payload("mapped-ttl11"), "[::ffff:198.18.0.1]:6000").unwrap();
-    let ect0 = SendMeta { ecn: Some(Ecn::Ect0), src_ip: Some("fd00::2".parse().unwrap()) };
+    let ect0 = SendMeta { ecn: Some(Ecn::Ect0), src_ip: Some("fd00::2".parse().unwrap()), segment_size: None };
     s6.send_msg_to(&payload("v6-ect0"), k6, &ect0).unwrap();
     // A clone shares the options.
     let s6b = s6.try_clone().unwrap();

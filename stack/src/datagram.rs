@@ -377,6 +377,10 @@ pub struct SendMeta {
     /// TOS or traffic class (`IP_TOS`/`IPV6_TCLASS` as a control message,
     /// how QUIC marks its packets).
     pub ecn: Option<Ecn>,
+    /// The payload as datagrams of this many bytes each, the last one
+    /// possibly shorter (`UDP_SEGMENT` as a control message, UDP GSO), in
+    /// place of the socket's segment size.
+    pub segment_size: Option<usize>,
 }
 
 impl Truesize for Datagram {

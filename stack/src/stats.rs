@@ -98,6 +98,8 @@ counters! {
 
     GroLookups = kept "Gro"."Lookups": "UDP datagrams the GRO stage looked up (only while a tunnel or a GRO socket exists).";
     GroCoalesced = kept "Gro"."Coalesced": "Datagrams of more than one segment delivered to GRO sockets.";
+    GsoSends = kept "Gso"."Sends": "Sends a socket made as several datagrams (UDP GSO), counted by the sending thread.";
+    GsoSegments = kept "Gso"."Segments": "Datagrams UDP GSO sends made.";
     PmtuLearnt = kept "Pmtu"."Learnt": "Fragmentation-needed and packet-too-big messages believed (the datagram they quote is one a socket of spate's could have sent).";
     PmtuIgnored = kept "Pmtu"."Ignored": "Fragmentation-needed and packet-too-big messages ignored: the datagram they quote is not one a socket of spate's could have sent.";
     VxlanInPackets = kept "Vxlan"."InPackets": "VXLAN packets decapsulated.";

@@ -146,6 +146,7 @@ def sniff(dev, secs):
             rec["arp_target"] = socket.inet_ntop(socket.AF_INET, frame[38:42])
         if kind == 0x0800 and frame[23] == 17:
             rec["tail"] = frame[-16:].decode(errors="replace")
+            rec["tos"] = frame[15]
         out(**rec)
     out(done=True)
 

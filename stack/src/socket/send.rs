@@ -104,8 +104,37 @@ impl UdpSocket {
         Poll::Pending
     }
 
+    /// [`send_msg_to`](Self::send_msg_to) that never waits: a full queue
+    /// to the lcore is `WouldBlock` whatever the socket's mode (what an
+    /// async runtime's `try_send` wants; [`poll_writable`](Self::poll_writable)
+    /// says when to try again).
+    pub fn try_send_msg_to(&self, buf: &[u8], addr: SocketAddr, meta: &SendMeta) -> io::Result<usize> {
+        let dst = self.destination(addr)?;
+        NO_WAIT.with(|w| {
+            w.set(true);
+            let r = self.send_with(buf, dst, Some(meta));
+            w.set(false);
+            r
+        })
+    }
+
+    /// Whether a send would find room in the lcore's queue; when not, the
+    /// task in `cx` is woken once the lcore drains it.
+    pub fn poll_writable(&self, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        let inbox = &self.shared().inbox[self.tx_worker];
+        if !inbox.is_full() || crate::shared::in_callback(self.shared()) || !inbox.register_waker(cx.waker()) {
+            return Poll::Ready(Ok(()));
+        }
+        Poll::Pending
+    }
+
     /// `send_to` and `send_msg_to` once the destination is checked.
     fn send_with(&self, buf: &[u8], dst: SocketAddr, meta: Option<&SendMeta>) -> io::Result<usize> {
+        if let Some(seg) = meta.and_then(|m| m.segment_size) {
+            if buf.len() > seg {
+                return self.send_segments(buf, seg, dst, meta);
+            }
+        }
         if let Some(seg) = self.segment_size()?.filter(|s| buf.len() > *s as usize) {
             return self.send_segments(buf, seg as usize, dst, meta);
         }
@@ -236,6 +265,11 @@ impl UdpSocket {
             push_udp_ip(&mut m, &headers, route.offload).map_err(|e| io::Error::new(io::ErrorKind::InvalidInput, e))?;
             self.submit(TxPacket { mbuf: m, iface: route.iface, next_hop: route.next_hop, datagram: true }, v4)?;
         }
+        // Once per call, from the sending thread (an atomic add each on
+        // the shared block, amortised over up to 128 segments).
+        let stats = shared.stats.shared();
+        stats.add_shared(Counter::GsoSends, 1);
+        stats.add_shared(Counter::GsoSegments, count as u64);
         Ok(buf.len())
     }
 

@@ -1,0 +1,193 @@
+//! QUIC over spate against quinn on the Linux kernel's sockets in a peer
+//! namespace (a stack in the test process on `net_af_packet`; quinn 0.11
+//! on tokio both sides, `spate::QuinnSocket` on spate's):
+//!
+//! - spate's quinn as client: 200 bidirectional streams of 16 KiB each
+//!   echoed byte-exact by the kernel-side server, and one 4 MiB stream;
+//! - spate's quinn as server: the kernel-side client's 200 streams echoed
+//!   byte-exact;
+//! - spate's GSO and GRO counters move, and its datagrams carry ECT(0)
+//!   (quinn marks them; the kernel-side quinn-udp reads them).
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use quinn::rustls::pki_types::{CertificateDer, PrivateKeyDer, PrivatePkcs8KeyDer};
+use quinn::{ClientConfig, Endpoint, EndpointConfig, ServerConfig, TokioRuntime};
+use spate::dpdk::Memory;
+use spate::{Counter, PortSpec, QuinnSocket, Stack, StackConfig, UdpSocket};
+use spate_testkit::{device_lock, shared_eal, spate_and_kernel};
+
+const STREAMS: usize = 200;
+const STREAM_BYTES: usize = 16 << 10;
+const LARGE: usize = 4 << 20;
+
+/// A self-signed certificate for "localhost" and its key.
+fn cert() -> (CertificateDer<'static>, PrivatePkcs8KeyDer<'static>) {
+    let c = rcgen::generate_simple_self_signed(vec!["localhost".into()]).unwrap();
+    (c.cert.der().clone(), PrivatePkcs8KeyDer::from(c.key_pair.serialize_der()))
+}
+
+fn server_config(cert: &CertificateDer<'static>, key: &PrivatePkcs8KeyDer<'static>) -> ServerConfig {
+    ServerConfig::with_single_cert(vec![cert.clone()], PrivateKeyDer::Pkcs8(key.clone_key())).unwrap()
+}
+
+fn client_config(cert: &CertificateDer<'static>) -> ClientConfig {
+    let mut roots = quinn::rustls::RootCertStore::empty();
+    roots.add(cert.clone()).unwrap();
+    ClientConfig::with_root_certificates(Arc::new(roots)).unwrap()
+}
+
+/// Echoes every bidirectional stream of every connection `ep` accepts,
+/// until it is closed.
+async fn echo_server(ep: Endpoint) {
+    while let Some(incoming) = ep.accept().await {
+        tokio::spawn(async move {
+            let Ok(conn) = incoming.await else { return };
+            while let Ok((mut send, mut recv)) = conn.accept_bi().await {
+                tokio::spawn(async move {
+                    if let Ok(data) = recv.read_to_end(64 << 20).await {
+                        let _ = send.write_all(&data).await;
+                        let _ = send.finish();
+                        let _ = send.stopped().await;
+                    }
+                });
+            }
+        });
+    }
+}
+
+/// The payload of stream `i`, `len` bytes.
+fn pattern(i: usize, len: usize) -> Vec<u8> {
+    (0..len).map(|j| (i * 31 + j * 7 + j / 251) as u8).collect()
+}
+
+/// Opens `streams` streams on a connection from `ep` to `server` (and one
+/// of `large` bytes when not 0), each echoed byte-exact.
+async fn echo_client(ep: &Endpoint, server: SocketAddr, streams: usize, large: usize) {
+    let conn = tokio::time::timeout(Duration::from_secs(10), ep.connect(server, "localhost").unwrap())
+        .await
+        .expect("handshake within 10 s")
+        .expect("handshake");
+    let mut tasks = Vec::new();
+    let sizes = (0..streams).map(|_| STREAM_BYTES).chain((large > 0).then_some(large));
+    for (i, len) in sizes.enumerate() {
+        let conn = conn.clone();
+        tasks.push(tokio::spawn(async move {
+            let (mut send, mut recv) = conn.open_bi().await.unwrap();
+            let data = pattern(i, len);
+            send.write_all(&data).await.unwrap();
+            send.finish().unwrap();
+            let back = recv.read_to_end(len + 1).await.unwrap();
+            assert!(back == data, "stream {i}: {} bytes came back different", len);
+        }));
+    }
+    for t in tasks {
+        tokio::time::timeout(Duration::from_secs(60), t).await.expect("echoed within 60 s").unwrap();
+    }
+    conn.close(0u32.into(), b"done");
+}
+
+fn runtime() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_multi_thread().worker_threads(1).enable_all().build().unwrap()
+}
+
+#[test]
+fn quinn_on_spate_and_quinn_on_the_kernel_echo_each_other() {
+    let _serial = device_lock();
+    shared_eal(Memory::Hugepages);
+    let (spate_ns, kernel) = spate_and_kernel("quic");
+    let cfg = StackConfig {
+        lcores: "1".into(),
+        ports: vec![PortSpec::new("net_af_packet0,iface=vA").addr("198.18.0.2/24").unwrap()],
+        stop_on_signal: false,
+        mempool_size: 32767,
+        ..StackConfig::default()
+    };
+    let stack = spate_ns.run(move || Stack::new(cfg).unwrap());
+    let running = stack.spawn_polling().unwrap();
+    let (cert, key) = cert();
+
+    // The kernel's side: an echo server on 198.18.0.1:4433, and a client
+    // of spate's server, in its namespace (the sockets open there).
+    let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
+    let (ready_tx, ready_rx) = std::sync::mpsc::channel();
+    let kernel_side = {
+        let (cert, key) = (cert.clone(), key.clone_key());
+        kernel.thread(move || {
+            runtime().block_on(async move {
+                let sock = std::net::UdpSocket::bind("198.18.0.1:4433").unwrap();
+                let ep = Endpoint::new(
+                    EndpointConfig::default(),
+                    Some(server_config(&cert, &key)),
+                    sock,
+                    Arc::new(TokioRuntime),
+                )
+                .unwrap();
+                tokio::spawn(echo_server(ep.clone()));
+                let mut client = Endpoint::client("198.18.0.1:0".parse().unwrap()).unwrap();
+                client.set_default_client_config(client_config(&cert));
+                ready_tx.send(()).unwrap();
+                // Spate's server, once it says it listens.
+                let _ = stop_rx.await;
+                echo_client(&client, "198.18.0.2:4433".parse().unwrap(), STREAMS, 0).await;
+                client.wait_idle().await;
+                ep.close(0u32.into(), b"done");
+            })
+        })
+    };
+    ready_rx.recv_timeout(Duration::from_secs(10)).unwrap();
+    // The wire on the kernel's side: the TOS byte of spate's datagrams.
+    let mut sniff = kernel
+        .spawn(
+            "quic-sniff",
+            "/usr/bin/python3",
+            &["-c".into(), include_str!("peers/meta.py").into(), "sniff".into(), "vB".into(), "3".into()],
+            Duration::from_secs(30),
+        )
+        .unwrap();
+    assert!(sniff.wait_for_output("\"ready\"", Duration::from_secs(10)), "{}", sniff.output());
+
+    let client_sock = QuinnSocket::new(UdpSocket::bind(&stack, "0.0.0.0:0").unwrap()).unwrap();
+    let server_sock = QuinnSocket::new(UdpSocket::bind(&stack, "0.0.0.0:4433").unwrap()).unwrap();
+    runtime().block_on(async {
+        // spate's client.
+        let sock = client_sock.clone();
+        let mut client =
+            Endpoint::new_with_abstract_socket(EndpointConfig::default(), None, sock, Arc::new(TokioRuntime)).unwrap();
+        client.set_default_client_config(client_config(&cert));
+        echo_client(&client, "198.18.0.1:4433".parse().unwrap(), STREAMS, LARGE).await;
+        // spate's server, for the kernel's client.
+        let sock = server_sock.clone();
+        let server = Endpoint::new_with_abstract_socket(
+            EndpointConfig::default(),
+            Some(server_config(&cert, &key)),
+            sock,
+            Arc::new(TokioRuntime),
+        )
+        .unwrap();
+        let serving = tokio::spawn(echo_server(server.clone()));
+        stop_tx.send(()).unwrap();
+        let joined = tokio::task::spawn_blocking(move || kernel_side.join()).await.unwrap();
+        joined.expect("the kernel's side");
+        server.close(0u32.into(), b"done");
+        serving.abort();
+        client.wait_idle().await;
+    });
+    running.stop();
+    let c = stack.counters();
+    println!("{}", c.render_nonzero());
+    assert!(c[Counter::UdpInDatagrams] > 1000 && c[Counter::UdpOutDatagrams] > 1000, "{}", c.render_nonzero());
+    assert!(c[Counter::GsoSends] > 0 && c[Counter::GsoSegments] > c[Counter::GsoSends], "GSO: {}", c.render_nonzero());
+    assert!(c[Counter::GroCoalesced] > 0, "GRO: {}", c.render_nonzero());
+    assert_eq!(c.unaccounted_frames(), 0);
+    // ECN: quinn marks ECT(0) both ways; spate reads it on receive and
+    // writes it on send.
+    let (client_ecn, server_ecn) = (client_sock.ecn_received(), server_sock.ecn_received());
+    println!("ECN received (Not-ECT, ECT(1), ECT(0), CE): client {client_ecn:?}, server {server_ecn:?}");
+    assert!(client_ecn[2] > 100 && server_ecn[2] > 100, "ECT(0) received");
+    assert!(sniff.wait_for_output("\"done\"", Duration::from_secs(10)), "{}", sniff.output());
+    let marked = sniff.output().lines().filter(|l| l.contains("\"tos\": 2")).count();
+    assert!(marked > 100, "ECT(0) on spate's frames on the wire: {marked}");
+}
