@@ -18,22 +18,15 @@ use std::task::{Context, Poll, Wake, Waker};
 use std::time::Duration;
 
 use spate::dpdk::Memory;
-use spate::{Counter, PortSpec, Stack, StackConfig, UdpSocket};
-use spate_testkit::{Netns, device_lock, shared_eal, spate_and_kernel};
+use spate::{Counter, Stack, UdpSocket};
+use spate_testkit::{Netns, af_packet_stack, device_lock, shared_eal, spate_and_kernel};
 
 /// A stack on spate's side of the standard link (198.18.0.2/24), not
 /// polling yet.
 fn stack(what: &str) -> (Netns, Netns, Stack) {
     shared_eal(Memory::Hugepages);
     let (spate_ns, kernel) = spate_and_kernel(what);
-    let cfg = StackConfig {
-        lcores: "1".into(),
-        ports: vec![PortSpec::new("net_af_packet0,iface=vA").addr("198.18.0.2/24").unwrap()],
-        stop_on_signal: false,
-        mempool_size: 16383,
-        ..StackConfig::default()
-    };
-    let stack = spate_ns.run(move || Stack::new(cfg).unwrap());
+    let stack = af_packet_stack(&spate_ns, &["198.18.0.2/24"], 16383);
     (spate_ns, kernel, stack)
 }
 

@@ -25,9 +25,9 @@ use std::net::{IpAddr, SocketAddr};
 use std::time::{Duration, UNIX_EPOCH};
 
 use spate::dpdk::Memory;
-use spate::{Ecn, PortSpec, SendMeta, Stack, StackConfig, UdpSocket};
+use spate::{Ecn, SendMeta, Stack, UdpSocket};
 use spate_testkit::process::Proc;
-use spate_testkit::{Netns, device_lock, shared_eal, spate_and_kernel};
+use spate_testkit::{Netns, af_packet_stack, device_lock, shared_eal, spate_and_kernel};
 
 const PEER: &str = include_str!("peers/meta.py");
 
@@ -37,19 +37,7 @@ const PEER: &str = include_str!("peers/meta.py");
 fn setup(what: &str) -> (Netns, Netns, Stack, spate::Running) {
     shared_eal(Memory::Hugepages);
     let (spate_ns, kernel) = spate_and_kernel(what);
-    let port = PortSpec::new("net_af_packet0,iface=vA")
-        .addr("198.18.0.2/24")
-        .and_then(|p| p.addr("198.18.0.3/24"))
-        .and_then(|p| p.addr("fd00::2/64"))
-        .unwrap();
-    let cfg = StackConfig {
-        lcores: "1".into(),
-        ports: vec![port],
-        stop_on_signal: false,
-        mempool_size: 4095,
-        ..StackConfig::default()
-    };
-    let stack = spate_ns.run(move || Stack::new(cfg).unwrap());
+    let stack = af_packet_stack(&spate_ns, &["198.18.0.2/24", "198.18.0.3/24", "fd00::2/64"], 4095);
     let running = stack.spawn_polling().unwrap();
     (spate_ns, kernel, stack, running)
 }

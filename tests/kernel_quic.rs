@@ -16,8 +16,8 @@ use std::time::Duration;
 use quinn::rustls::pki_types::{CertificateDer, PrivateKeyDer, PrivatePkcs8KeyDer};
 use quinn::{ClientConfig, Endpoint, EndpointConfig, ServerConfig, TokioRuntime};
 use spate::dpdk::Memory;
-use spate::{Counter, PortSpec, QuinnSocket, Stack, StackConfig, UdpSocket};
-use spate_testkit::{device_lock, shared_eal, spate_and_kernel};
+use spate::{Counter, QuinnSocket, UdpSocket};
+use spate_testkit::{af_packet_stack, device_lock, shared_eal, spate_and_kernel};
 
 const STREAMS: usize = 200;
 const STREAM_BYTES: usize = 16 << 10;
@@ -98,14 +98,7 @@ fn quinn_on_spate_and_quinn_on_the_kernel_echo_each_other() {
     let _serial = device_lock();
     shared_eal(Memory::Hugepages);
     let (spate_ns, kernel) = spate_and_kernel("quic");
-    let cfg = StackConfig {
-        lcores: "1".into(),
-        ports: vec![PortSpec::new("net_af_packet0,iface=vA").addr("198.18.0.2/24").unwrap()],
-        stop_on_signal: false,
-        mempool_size: 32767,
-        ..StackConfig::default()
-    };
-    let stack = spate_ns.run(move || Stack::new(cfg).unwrap());
+    let stack = af_packet_stack(&spate_ns, &["198.18.0.2/24"], 32767);
     let running = stack.spawn_polling().unwrap();
     let (cert, key) = cert();
 

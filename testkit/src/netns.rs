@@ -143,3 +143,21 @@ pub fn kernel_peer(ns: &Netns, dev: &str) {
     ns.must(&["ip", "link", "set", dev, "up"]);
     ns.must(&["ethtool", "-K", dev, "tx", "off"]);
 }
+
+/// A stack made in this process on `vA` of [`spate_and_kernel`]'s link
+/// (`net_af_packet`, opened inside `ns`), polling lcore 1 once started,
+/// with `addrs` (`198.18.0.2/24`, ...) and a pool of `mbufs`.
+pub fn af_packet_stack(ns: &Netns, addrs: &[&str], mbufs: u32) -> spate_stack::Stack {
+    let mut port = spate_stack::PortSpec::new("net_af_packet0,iface=vA");
+    for a in addrs {
+        port = port.addr(a).expect("an address");
+    }
+    let cfg = spate_stack::StackConfig {
+        lcores: "1".into(),
+        ports: vec![port],
+        stop_on_signal: false,
+        mempool_size: mbufs,
+        ..spate_stack::StackConfig::default()
+    };
+    ns.run(move || spate_stack::Stack::new(cfg).expect("the stack"))
+}
