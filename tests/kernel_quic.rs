@@ -7,7 +7,10 @@
 //! - spate's quinn as server: the kernel-side client's 200 streams echoed
 //!   byte-exact;
 //! - spate's GSO and GRO counters move, and its datagrams carry ECT(0)
-//!   (quinn marks them; the kernel-side quinn-udp reads them).
+//!   (quinn marks them; the kernel-side quinn-udp reads them);
+//! - quinn's path-MTU discovery on spate passes 1,400 bytes over the
+//!   1,500-byte link, and behind a router with a 1,280-byte far link
+//!   holds at most 1,252 bytes (IPv4) and 1,232 (IPv6).
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -33,10 +36,18 @@ fn server_config(cert: &CertificateDer<'static>, key: &PrivatePkcs8KeyDer<'stati
     ServerConfig::with_single_cert(vec![cert.clone()], PrivateKeyDer::Pkcs8(key.clone_key())).unwrap()
 }
 
+/// A client trusting `cert`, whose path-MTU discovery may go up to what
+/// a 1,500-byte link carries over IPv4 (1,472 bytes of UDP payload).
 fn client_config(cert: &CertificateDer<'static>) -> ClientConfig {
     let mut roots = quinn::rustls::RootCertStore::empty();
     roots.add(cert.clone()).unwrap();
-    ClientConfig::with_root_certificates(Arc::new(roots)).unwrap()
+    let mut c = ClientConfig::with_root_certificates(Arc::new(roots)).unwrap();
+    let mut mtud = quinn::MtuDiscoveryConfig::default();
+    mtud.upper_bound(1472);
+    let mut t = quinn::TransportConfig::default();
+    t.mtu_discovery_config(Some(mtud));
+    c.transport_config(Arc::new(t));
+    c
 }
 
 /// Echoes every bidirectional stream of every connection `ep` accepts,
@@ -64,8 +75,9 @@ fn pattern(i: usize, len: usize) -> Vec<u8> {
 }
 
 /// Opens `streams` streams on a connection from `ep` to `server` (and one
-/// of `large` bytes when not 0), each echoed byte-exact.
-async fn echo_client(ep: &Endpoint, server: SocketAddr, streams: usize, large: usize) {
+/// of `large` bytes when not 0), each echoed byte-exact; returns the UDP
+/// payload size quinn's path-MTU discovery reached.
+async fn echo_client(ep: &Endpoint, server: SocketAddr, streams: usize, large: usize, settle: Duration) -> u16 {
     let conn = tokio::time::timeout(Duration::from_secs(10), ep.connect(server, "localhost").unwrap())
         .await
         .expect("handshake within 10 s")
@@ -86,7 +98,11 @@ async fn echo_client(ep: &Endpoint, server: SocketAddr, streams: usize, large: u
     for t in tasks {
         tokio::time::timeout(Duration::from_secs(60), t).await.expect("echoed within 60 s").unwrap();
     }
+    // The search's last probes may still be on their way.
+    tokio::time::sleep(settle).await;
+    let mtu = conn.stats().path.current_mtu;
     conn.close(0u32.into(), b"done");
+    mtu
 }
 
 fn runtime() -> tokio::runtime::Runtime {
@@ -124,7 +140,7 @@ fn quinn_on_spate_and_quinn_on_the_kernel_echo_each_other() {
                 ready_tx.send(()).unwrap();
                 // Spate's server, once it says it listens.
                 let _ = stop_rx.await;
-                echo_client(&client, "198.18.0.2:4433".parse().unwrap(), STREAMS, 0).await;
+                echo_client(&client, "198.18.0.2:4433".parse().unwrap(), STREAMS, 0, Duration::ZERO).await;
                 client.wait_idle().await;
                 ep.close(0u32.into(), b"done");
             })
@@ -150,7 +166,9 @@ fn quinn_on_spate_and_quinn_on_the_kernel_echo_each_other() {
         let mut client =
             Endpoint::new_with_abstract_socket(EndpointConfig::default(), None, sock, Arc::new(TokioRuntime)).unwrap();
         client.set_default_client_config(client_config(&cert));
-        echo_client(&client, "198.18.0.1:4433".parse().unwrap(), STREAMS, LARGE).await;
+        let mtu = echo_client(&client, "198.18.0.1:4433".parse().unwrap(), STREAMS, LARGE, Duration::ZERO).await;
+        assert!(mtu > 1400, "path-MTU discovery over a 1,500-byte link reached {mtu}");
+        println!("quinn on spate, 1,500-byte link: path MTU {mtu}");
         // spate's server, for the kernel's client.
         let sock = server_sock.clone();
         let server = Endpoint::new_with_abstract_socket(
@@ -183,4 +201,85 @@ fn quinn_on_spate_and_quinn_on_the_kernel_echo_each_other() {
     assert!(sniff.wait_for_output("\"done\"", Duration::from_secs(10)), "{}", sniff.output());
     let marked = sniff.output().lines().filter(|l| l.contains("\"tos\": 2")).count();
     assert!(marked > 100, "ECT(0) on spate's frames on the wire: {marked}");
+}
+
+/// Behind a router whose far link carries 1,280-byte packets, quinn on
+/// spate (DF set, `EMSGSIZE` for a probe past the path MTU spate learnt
+/// from the router's ICMP swallowed) holds its UDP payload at what fits:
+/// 1,252 bytes over IPv4, 1,232 over IPv6, at most.
+#[test]
+fn quinn_on_spate_holds_to_a_smaller_path_mtu() {
+    use spate::Cidr;
+    let _serial = device_lock();
+    shared_eal(Memory::Hugepages);
+    // spate (vA) -- (rA) router (rB, 1280) -- (vB, 1280) kernel
+    let spate_ns = spate_testkit::Netns::new("quicpmtu");
+    let router = spate_testkit::Netns::new("router");
+    let kernel = spate_testkit::Netns::new("far");
+    spate_testkit::veth(&spate_ns, "vA", &router, "rA");
+    spate_testkit::veth(&router, "rB", &kernel, "vB");
+    spate_ns.must(&["ip", "link", "set", "vA", "address", "02:53:50:41:54:45"]);
+    spate_ns.disable_ipv6("vA");
+    router.must(&["sysctl", "-qw", "net.ipv4.ip_forward=1"]);
+    router.must(&["sysctl", "-qw", "net.ipv6.conf.all.forwarding=1"]);
+    for (dev, v4, v6) in [("rA", "198.18.0.1/24", "fd00::1/64"), ("rB", "198.20.0.1/24", "fd01::1/64")] {
+        router.must(&["ip", "addr", "add", v4, "dev", dev]);
+        router.must(&["ip", "-6", "addr", "add", v6, "dev", dev, "nodad"]);
+    }
+    router.must(&["ip", "link", "set", "rB", "mtu", "1280"]);
+    kernel.must(&["ip", "link", "set", "vB", "mtu", "1280"]);
+    kernel.must(&["ip", "addr", "add", "198.20.0.2/24", "dev", "vB"]);
+    kernel.must(&["ip", "-6", "addr", "add", "fd01::2/64", "dev", "vB", "nodad"]);
+    kernel.must(&["ip", "route", "add", "default", "via", "198.20.0.1"]);
+    kernel.must(&["ip", "-6", "route", "add", "default", "via", "fd01::1"]);
+    for (ns, dev) in [(&router, "rA"), (&router, "rB"), (&kernel, "vB")] {
+        ns.must(&["ethtool", "-K", dev, "tx", "off"]);
+    }
+    let stack = af_packet_stack(&spate_ns, &["198.18.0.2/24", "fd00::2/64"], 32767);
+    // The gateways, set on the running stack.
+    let any4 = Cidr { addr: "0.0.0.0".parse().unwrap(), prefix_len: 0 };
+    let any6 = Cidr { addr: "::".parse().unwrap(), prefix_len: 0 };
+    stack.add_route(any4, Some("198.18.0.1".parse().unwrap()), None).unwrap();
+    stack.add_route(any6, Some("fd00::1".parse().unwrap()), None).unwrap();
+    let running = stack.spawn_polling().unwrap();
+    let (cert, key) = cert();
+    let (ready_tx, ready_rx) = std::sync::mpsc::channel();
+    let (stop_tx, stop_rx) = std::sync::mpsc::channel::<()>();
+    let servers = {
+        let (cert, key) = (cert.clone(), key.clone_key());
+        kernel.thread(move || {
+            runtime().block_on(async move {
+                let mut eps = Vec::new();
+                for bind in ["198.20.0.2:4433", "[fd01::2]:4433"] {
+                    let sock = std::net::UdpSocket::bind(bind).unwrap();
+                    let cfg = Some(server_config(&cert, &key));
+                    let ep = Endpoint::new(EndpointConfig::default(), cfg, sock, Arc::new(TokioRuntime)).unwrap();
+                    tokio::spawn(echo_server(ep.clone()));
+                    eps.push(ep);
+                }
+                ready_tx.send(()).unwrap();
+                tokio::task::spawn_blocking(move || stop_rx.recv()).await.unwrap().ok();
+            })
+        })
+    };
+    ready_rx.recv_timeout(Duration::from_secs(10)).unwrap();
+    let (v4, v6) = runtime().block_on(async {
+        let mut mtus = Vec::new();
+        for (bind, server) in [("0.0.0.0:0", "198.20.0.2:4433"), ("[::]:0", "[fd01::2]:4433")] {
+            let sock = QuinnSocket::new(UdpSocket::bind(&stack, bind).unwrap()).unwrap();
+            let mut client =
+                Endpoint::new_with_abstract_socket(EndpointConfig::default(), None, sock, Arc::new(TokioRuntime))
+                    .unwrap();
+            client.set_default_client_config(client_config(&cert));
+            mtus.push(echo_client(&client, server.parse().unwrap(), 20, 2 << 20, Duration::from_millis(500)).await);
+            client.wait_idle().await;
+        }
+        (mtus[0], mtus[1])
+    });
+    stop_tx.send(()).unwrap();
+    servers.join().unwrap();
+    running.stop();
+    println!("quinn on spate behind a 1,280-byte link: path MTU {v4} (IPv4), {v6} (IPv6)");
+    assert!((1200..=1252).contains(&v4), "IPv4: {v4}");
+    assert!((1200..=1232).contains(&v6), "IPv6: {v6}");
 }
