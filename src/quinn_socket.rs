@@ -5,9 +5,10 @@
 //! What quinn asks of a socket, from spate's datapath: `try_send` sends a
 //! [`Transmit`]'s segments with spate's UDP GSO, from its source address,
 //! with its ECN codepoint, DF set (`may_fragment` is false, so quinn's
-//! path-MTU discovery runs); a probe larger than the path MTU (`EMSGSIZE`)
-//! is dropped as quinn-udp drops it, not returned, since any other error
-//! closes quinn's connection. `poll_recv` fills each [`RecvMeta`] from a
+//! path-MTU discovery runs); an error other than `WouldBlock` is dropped
+//! and counted, not returned, as quinn-udp does (quinn stops driving a
+//! connection whose send fails): a probe larger than the path MTU
+//! (`EMSGSIZE`), a pool out of mbufs, an ICMP error. `poll_recv` fills each [`RecvMeta`] from a
 //! datagram's headers: the sender, the destination address, ECN, and the
 //! segment size of a datagram spate's UDP GRO coalesced (`stride`). One
 //! copy each way between quinn's buffers and mbufs.
@@ -37,6 +38,8 @@ pub struct QuinnSocket {
     /// Datagrams received per ECN codepoint (Not-ECT, ECT(1), ECT(0), CE):
     /// quinn's own path statistics count none.
     ecn: [AtomicU64; 4],
+    /// Sends that failed with an error quinn is not told of.
+    send_errors: AtomicU64,
 }
 
 impl fmt::Debug for QuinnSocket {
@@ -51,7 +54,13 @@ impl QuinnSocket {
     pub fn new(sock: UdpSocket) -> io::Result<Arc<QuinnSocket>> {
         sock.set_dont_fragment(true)?;
         sock.set_gro(true)?;
-        Ok(Arc::new(QuinnSocket { sock, ecn: Default::default() }))
+        Ok(Arc::new(QuinnSocket { sock, ecn: Default::default(), send_errors: AtomicU64::new(0) }))
+    }
+
+    /// Sends that failed with an error other than `WouldBlock` (quinn
+    /// treats them as lost datagrams).
+    pub fn send_errors(&self) -> u64 {
+        self.send_errors.load(Ordering::Relaxed)
     }
 
     /// Datagrams received with each ECN codepoint, indexed by its bits:
@@ -87,10 +96,13 @@ impl AsyncUdpSocket for QuinnSocket {
         let meta = SendMeta { src_ip: t.src_ip, ecn, segment_size: t.segment_size };
         match self.sock.try_send_msg_to(t.contents, t.destination, &meta) {
             Ok(_) => Ok(()),
-            // A path-MTU probe too large for the path: lost, as on the
-            // wire (quinn-udp swallows EMSGSIZE too).
-            Err(e) if too_long(&e) => Ok(()),
-            Err(e) => Err(e),
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock && !too_long(&e) => Err(e),
+            // Lost, as on the wire: a path-MTU probe too large for the
+            // path, no mbuf, an error the network reported.
+            Err(_) => {
+                self.send_errors.fetch_add(1, Ordering::Relaxed);
+                Ok(())
+            }
         }
     }
 

@@ -38,8 +38,11 @@ fn runtime() -> tokio::runtime::Runtime {
 fn tasks_await_datagrams_the_lcore_wakes_them_for() {
     let _serial = device_lock();
     let (_spate_ns, kernel, stack) = stack("async");
-    let sockets: Vec<Arc<UdpSocket>> =
-        (0..4).map(|i| Arc::new(UdpSocket::bind(&stack, ("0.0.0.0", 7200 + i)).unwrap())).collect();
+    // Room for all 200 (about 95 fit the default buffer): a stalled task
+    // must not turn into drops.
+    let sockets: Vec<Arc<UdpSocket>> = (0..4)
+        .map(|i| Arc::new(UdpSocket::builder(&stack).recv_buffer_size(8 << 20).bind(("0.0.0.0", 7200 + i)).unwrap()))
+        .collect();
     let running = stack.spawn_polling().unwrap();
     const EACH: usize = 200;
     let sender = kernel.thread(|| {

@@ -152,21 +152,23 @@ fn quinn_on_spate_and_quinn_on_the_kernel_echo_each_other() {
         .spawn(
             "quic-sniff",
             "/usr/bin/python3",
-            &["-c".into(), include_str!("peers/meta.py").into(), "sniff".into(), "vB".into(), "3".into()],
+            &["-c".into(), include_str!("peers/meta.py").into(), "sniff".into(), "vB".into(), "5".into()],
             Duration::from_secs(30),
         )
         .unwrap();
     assert!(sniff.wait_for_output("\"ready\"", Duration::from_secs(10)), "{}", sniff.output());
 
-    let client_sock = QuinnSocket::new(UdpSocket::bind(&stack, "0.0.0.0:0").unwrap()).unwrap();
-    let server_sock = QuinnSocket::new(UdpSocket::bind(&stack, "0.0.0.0:4433").unwrap()).unwrap();
+    let big = |addr: &str| UdpSocket::builder(&stack).recv_buffer_size(8 << 20).bind(addr).unwrap();
+    let client_sock = QuinnSocket::new(big("0.0.0.0:0")).unwrap();
+    let server_sock = QuinnSocket::new(big("0.0.0.0:4433")).unwrap();
     runtime().block_on(async {
         // spate's client.
         let sock = client_sock.clone();
         let mut client =
             Endpoint::new_with_abstract_socket(EndpointConfig::default(), None, sock, Arc::new(TokioRuntime)).unwrap();
         client.set_default_client_config(client_config(&cert));
-        let mtu = echo_client(&client, "198.18.0.1:4433".parse().unwrap(), STREAMS, LARGE, Duration::ZERO).await;
+        let settle = Duration::from_millis(300);
+        let mtu = echo_client(&client, "198.18.0.1:4433".parse().unwrap(), STREAMS, LARGE, settle).await;
         assert!(mtu > 1400, "path-MTU discovery over a 1,500-byte link reached {mtu}");
         println!("quinn on spate, 1,500-byte link: path MTU {mtu}");
         // spate's server, for the kernel's client.
@@ -266,7 +268,8 @@ fn quinn_on_spate_holds_to_a_smaller_path_mtu() {
     let (v4, v6) = runtime().block_on(async {
         let mut mtus = Vec::new();
         for (bind, server) in [("0.0.0.0:0", "198.20.0.2:4433"), ("[::]:0", "[fd01::2]:4433")] {
-            let sock = QuinnSocket::new(UdpSocket::bind(&stack, bind).unwrap()).unwrap();
+            let sock = UdpSocket::builder(&stack).recv_buffer_size(8 << 20).bind(bind).unwrap();
+            let sock = QuinnSocket::new(sock).unwrap();
             let mut client =
                 Endpoint::new_with_abstract_socket(EndpointConfig::default(), None, sock, Arc::new(TokioRuntime))
                     .unwrap();

@@ -16,8 +16,10 @@ impl UdpSocket {
     /// Receives one datagram into `buf` (bytes beyond it are cut off), or
     /// asks the lcores to wake the task in `cx` when one arrives and
     /// returns `Pending`. Only the task of the latest call is woken, as
-    /// with tokio's `UdpSocket::poll_recv_from`. A pending error (ICMP)
-    /// is returned first.
+    /// with tokio's `UdpSocket::poll_recv_from`: one task at a time may
+    /// await a socket's receive (nor may a [`Poller`](crate::Poller) watch
+    /// it meanwhile), or the earlier one is never woken. A pending error
+    /// (ICMP) is returned first.
     pub fn poll_recv_from(&self, cx: &mut Context<'_>, buf: &mut [u8]) -> Poll<io::Result<(usize, SocketAddr)>> {
         self.poll_recv_datagram(cx).map_ok(|d| (d.copy_to(buf), self.present(d.src())))
     }

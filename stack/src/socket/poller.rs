@@ -150,7 +150,7 @@ impl Poller {
         st.sockets.insert(token, r);
         st.candidates.push(token);
         drop(st);
-        self.inner.wake.notify_all();
+        self.nudge(token);
         Ok(())
     }
 
@@ -163,11 +163,18 @@ impl Poller {
         let mut st = self.state();
         let r = st.sockets.get_mut(&token).ok_or_else(|| errno(libc::ENOENT, "no such registration"))?;
         r.interest = interest;
-        if !r.listed {
-            r.listed = true;
-            st.candidates.push(token);
-        }
+        drop(st);
+        // Looked at by the waiting thread, as a wake would have it.
+        self.nudge(token);
         Ok(())
+    }
+
+    /// Tells a thread blocked in `wait` to look at `token`, through the
+    /// list the lcores' wakes use (a notification alone could land
+    /// between its look and its sleep).
+    fn nudge(&self, token: u64) {
+        self.inner.woken.lock().unwrap_or_else(|e| e.into_inner()).push(token);
+        self.inner.wake.notify_all();
     }
 
     /// Stops watching the socket of `token`. `ENOENT` when there is none.

@@ -25,6 +25,19 @@ thread_local! {
     static NO_WAIT: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
 }
 
+/// Runs `f` with [`NO_WAIT`] set, restoring what it was after, also when
+/// `f` panics.
+fn without_waiting<T>(f: impl FnOnce() -> T) -> T {
+    struct Restore(bool);
+    impl Drop for Restore {
+        fn drop(&mut self) {
+            NO_WAIT.set(self.0);
+        }
+    }
+    let _restore = Restore(NO_WAIT.replace(true));
+    f()
+}
+
 /// Segments one UDP GSO send may make at most (Linux raised
 /// `UDP_MAX_SEGMENTS` from 64 to 128 in 6.9).
 pub const GSO_MAX_SEGMENTS: usize = 128;
@@ -83,16 +96,19 @@ impl UdpSocket {
             Ok(d) => d,
             Err(e) => return Poll::Ready(Err(e)),
         };
-        let inbox = &self.shared().inbox[self.tx_worker];
+        let shared = self.shared();
+        let inbox = &shared.inbox[self.tx_worker];
+        if crate::shared::in_callback(shared) {
+            // The lcore's own queue: no drain will wake a task for it.
+            return Poll::Ready(without_waiting(|| self.send_with(buf, dst, None)));
+        }
         for _ in 0..2 {
-            if !inbox.is_full() || crate::shared::in_callback(self.shared()) {
-                let sent = NO_WAIT.with(|w| {
-                    w.set(true);
-                    let r = self.send_with(buf, dst, None);
-                    w.set(false);
-                    r
-                });
-                match sent {
+            if shared.should_stop() && inbox.is_full() {
+                // Stopped: no lcore will drain it.
+                return Poll::Ready(Err(io::Error::from_raw_os_error(libc::EAGAIN)));
+            }
+            if !inbox.is_full() {
+                match without_waiting(|| self.send_with(buf, dst, None)) {
                     Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}
                     done => return Poll::Ready(done),
                 }
@@ -101,6 +117,9 @@ impl UdpSocket {
                 return Poll::Pending;
             }
         }
+        // Room came while registering: the task is woken at the next drain
+        // anyway; ask to be polled again now.
+        cx.waker().wake_by_ref();
         Poll::Pending
     }
 
@@ -110,12 +129,7 @@ impl UdpSocket {
     /// says when to try again).
     pub fn try_send_msg_to(&self, buf: &[u8], addr: SocketAddr, meta: &SendMeta) -> io::Result<usize> {
         let dst = self.destination(addr)?;
-        NO_WAIT.with(|w| {
-            w.set(true);
-            let r = self.send_with(buf, dst, Some(meta));
-            w.set(false);
-            r
-        })
+        without_waiting(|| self.send_with(buf, dst, Some(meta)))
     }
 
     /// Whether a send would find room in the lcore's queue; when not, the
@@ -130,13 +144,14 @@ impl UdpSocket {
 
     /// `send_to` and `send_msg_to` once the destination is checked.
     fn send_with(&self, buf: &[u8], dst: SocketAddr, meta: Option<&SendMeta>) -> io::Result<usize> {
-        if let Some(seg) = meta.and_then(|m| m.segment_size) {
-            if buf.len() > seg {
-                return self.send_segments(buf, seg, dst, meta);
-            }
-        }
-        if let Some(seg) = self.segment_size()?.filter(|s| buf.len() > *s as usize) {
-            return self.send_segments(buf, seg as usize, dst, meta);
+        // A send's own segment size replaces the socket's (as Linux's
+        // `UDP_SEGMENT` control message does the option).
+        let seg = match meta.and_then(|m| m.segment_size) {
+            Some(s) => Some(s),
+            None => self.segment_size()?.map(usize::from),
+        };
+        if let Some(seg) = seg.filter(|s| buf.len() > *s) {
+            return self.send_segments(buf, seg, dst, meta);
         }
         self.send_slice(buf, dst, meta)
     }
@@ -263,7 +278,16 @@ impl UdpSocket {
             let headers =
                 UdpHeaders { src, dst, ident, dont_frag: true, ttl, tos, zero_checksum: false, known_checksum: None };
             push_udp_ip(&mut m, &headers, route.offload).map_err(|e| io::Error::new(io::ErrorKind::InvalidInput, e))?;
-            self.submit(TxPacket { mbuf: m, iface: route.iface, next_hop: route.next_hop, datagram: true }, v4)?;
+            let pkt = TxPacket { mbuf: m, iface: route.iface, next_hop: route.next_hop, datagram: true };
+            if let Err(e) = self.submit(pkt, v4) {
+                if i == 0 {
+                    return Err(e);
+                }
+                // Some segments went: the rest are lost (counted in
+                // SndbufErrors by the refusal), as on a lossy path; a
+                // retry would send the first ones twice.
+                return Ok(buf.len());
+            }
         }
         // Once per call, from the sending thread (an atomic add each on
         // the shared block, amortised over up to 128 segments).
@@ -624,7 +648,15 @@ impl UdpSocket {
             }
         })?;
         for (i, m) in out.drain().enumerate() {
-            self.submit(TxPacket { mbuf: m, iface: route.iface, next_hop: route.next_hop, datagram: i == 0 }, v4)?;
+            let pkt = TxPacket { mbuf: m, iface: route.iface, next_hop: route.next_hop, datagram: i == 0 };
+            if let Err(e) = self.submit(pkt, v4) {
+                if i == 0 {
+                    return Err(e);
+                }
+                // A fragment went: the datagram is lost at the receiver
+                // (the refusal counted), not sent again with a new ID.
+                break;
+            }
         }
         let stats = shared.stats.shared();
         stats.add_shared(oks, 1);
