@@ -75,13 +75,6 @@ impl QuinnSocket {
     }
 }
 
-/// Whether `e` says the datagram was larger than the path allows.
-fn too_long(e: &io::Error) -> bool {
-    // spate's errors carry the errno in their text (and a kind std has
-    // none for).
-    e.raw_os_error() == Some(libc::EMSGSIZE) || e.to_string().contains(&format!("os error {}", libc::EMSGSIZE))
-}
-
 impl AsyncUdpSocket for QuinnSocket {
     fn create_io_poller(self: Arc<Self>) -> Pin<Box<dyn UdpPoller>> {
         Box::pin(Writable { sock: self })
@@ -96,7 +89,7 @@ impl AsyncUdpSocket for QuinnSocket {
         let meta = SendMeta { src_ip: t.src_ip, ecn, segment_size: t.segment_size };
         match self.sock.try_send_msg_to(t.contents, t.destination, &meta) {
             Ok(_) => Ok(()),
-            Err(e) if e.kind() == io::ErrorKind::WouldBlock && !too_long(&e) => Err(e),
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => Err(e),
             // Lost, as on the wire: a path-MTU probe too large for the
             // path, no mbuf, an error the network reported.
             Err(_) => {

@@ -25,7 +25,8 @@ use std::time::Duration;
 
 use spate_testkit::process::Proc;
 use spate_testkit::{
-    Netns, SpateApp, counter, device_lock, kernel_peer, port_counter, spate_and_kernel, stop_relay, veth,
+    Netns, SpateApp, behind_a_small_link, counter, device_lock, kernel_peer, port_counter, spate_and_kernel,
+    stop_relay, veth,
 };
 
 const ECHO: &str = env!("CARGO_BIN_EXE_spate-echo");
@@ -89,28 +90,7 @@ fn large_datagrams_echo_byte_exact() {
 fn path_mtu_from_a_router() {
     let _serial = device_lock();
     // spate (vA) -- (rA) router (rB, 1280) -- (vB, 1280) kernel
-    let spate = Netns::new("pmtu");
-    let router = Netns::new("router");
-    let kernel = Netns::new("far");
-    veth(&spate, "vA", &router, "rA");
-    veth(&router, "rB", &kernel, "vB");
-    spate.must(&["ip", "link", "set", "vA", "address", "02:53:50:41:54:45"]);
-    spate.disable_ipv6("vA");
-    router.must(&["sysctl", "-qw", "net.ipv4.ip_forward=1"]);
-    router.must(&["sysctl", "-qw", "net.ipv6.conf.all.forwarding=1"]);
-    router.must(&["ip", "addr", "add", "198.18.0.1/24", "dev", "rA"]);
-    router.must(&["ip", "-6", "addr", "add", "fd00::1/64", "dev", "rA", "nodad"]);
-    router.must(&["ip", "addr", "add", "198.20.0.1/24", "dev", "rB"]);
-    router.must(&["ip", "-6", "addr", "add", "fd01::1/64", "dev", "rB", "nodad"]);
-    router.must(&["ip", "link", "set", "rB", "mtu", "1280"]);
-    kernel.must(&["ip", "link", "set", "vB", "mtu", "1280"]);
-    kernel.must(&["ip", "addr", "add", "198.20.0.2/24", "dev", "vB"]);
-    kernel.must(&["ip", "-6", "addr", "add", "fd01::2/64", "dev", "vB", "nodad"]);
-    kernel.must(&["ip", "route", "add", "default", "via", "198.20.0.1"]);
-    kernel.must(&["ip", "-6", "route", "add", "default", "via", "fd01::1"]);
-    for (ns, dev) in [(&router, "rA"), (&router, "rB"), (&kernel, "vB")] {
-        ns.must(&["ethtool", "-K", dev, "tx", "off"]);
-    }
+    let (spate, _router, kernel) = behind_a_small_link("pmtu");
     for (dst, bind) in [("198.20.0.2:9", "198.20.0.2:9"), ("[fd01::2]:9", "[fd01::2]:9")] {
         let bind = bind.to_string();
         let (tx, bound) = std::sync::mpsc::channel();

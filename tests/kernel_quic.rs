@@ -215,28 +215,7 @@ fn quinn_on_spate_holds_to_a_smaller_path_mtu() {
     let _serial = device_lock();
     shared_eal(Memory::Hugepages);
     // spate (vA) -- (rA) router (rB, 1280) -- (vB, 1280) kernel
-    let spate_ns = spate_testkit::Netns::new("quicpmtu");
-    let router = spate_testkit::Netns::new("router");
-    let kernel = spate_testkit::Netns::new("far");
-    spate_testkit::veth(&spate_ns, "vA", &router, "rA");
-    spate_testkit::veth(&router, "rB", &kernel, "vB");
-    spate_ns.must(&["ip", "link", "set", "vA", "address", "02:53:50:41:54:45"]);
-    spate_ns.disable_ipv6("vA");
-    router.must(&["sysctl", "-qw", "net.ipv4.ip_forward=1"]);
-    router.must(&["sysctl", "-qw", "net.ipv6.conf.all.forwarding=1"]);
-    for (dev, v4, v6) in [("rA", "198.18.0.1/24", "fd00::1/64"), ("rB", "198.20.0.1/24", "fd01::1/64")] {
-        router.must(&["ip", "addr", "add", v4, "dev", dev]);
-        router.must(&["ip", "-6", "addr", "add", v6, "dev", dev, "nodad"]);
-    }
-    router.must(&["ip", "link", "set", "rB", "mtu", "1280"]);
-    kernel.must(&["ip", "link", "set", "vB", "mtu", "1280"]);
-    kernel.must(&["ip", "addr", "add", "198.20.0.2/24", "dev", "vB"]);
-    kernel.must(&["ip", "-6", "addr", "add", "fd01::2/64", "dev", "vB", "nodad"]);
-    kernel.must(&["ip", "route", "add", "default", "via", "198.20.0.1"]);
-    kernel.must(&["ip", "-6", "route", "add", "default", "via", "fd01::1"]);
-    for (ns, dev) in [(&router, "rA"), (&router, "rB"), (&kernel, "vB")] {
-        ns.must(&["ethtool", "-K", dev, "tx", "off"]);
-    }
+    let (spate_ns, _router, kernel) = spate_testkit::behind_a_small_link("quicpmtu");
     let stack = af_packet_stack(&spate_ns, &["198.18.0.2/24", "fd00::2/64"], 32767);
     // The gateways, set on the running stack.
     let any4 = Cidr { addr: "0.0.0.0".parse().unwrap(), prefix_len: 0 };

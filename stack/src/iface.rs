@@ -76,7 +76,7 @@ impl Interface {
             v6.push(Cidr { addr: IpAddr::V6(ipv6::link_local_from_mac(&mac)), prefix_len: 64 });
         }
         v6.extend(ipv6.iter().copied());
-        Interface {
+        let mut iface = Interface {
             index,
             port_id,
             name,
@@ -84,26 +84,16 @@ impl Interface {
             mtu,
             vlan,
             ipv4: ipv4.to_vec(),
-            ipv4_addrs: ipv4
-                .iter()
-                .filter_map(|c| match c.addr {
-                    IpAddr::V4(a) => Some(a),
-                    _ => None,
-                })
-                .collect(),
-            ipv4_broadcast: ipv4.iter().filter_map(|c| c.broadcast()).collect(),
-            ipv6_addrs: v6
-                .iter()
-                .filter_map(|c| match c.addr {
-                    IpAddr::V6(a) => Some(a),
-                    _ => None,
-                })
-                .collect(),
+            ipv4_addrs: Vec::new(),
+            ipv4_broadcast: Vec::new(),
+            ipv6_addrs: Vec::new(),
             ipv6: v6,
             rx_checksum: false,
             tx_checksum: false,
             tunnel: None,
-        }
+        };
+        iface.derive();
+        iface
     }
 }
 

@@ -15,7 +15,7 @@ pub mod wire_peer;
 
 pub use eal::{device_lock, shared_eal};
 pub use names::{unique, unique_socket_path};
-pub use netns::{Netns, af_packet_stack, kernel_peer, spate_and_kernel, veth};
+pub use netns::{Netns, af_packet_stack, behind_a_small_link, kernel_peer, spate_and_kernel, veth};
 pub use process::Proc;
 pub use spate::{RelayLeg, SpateApp, counter, parse_counters, port_counter, stop_relay};
 pub use testpmd::{FwdStats, TestPmd, TestPmdBuilder};

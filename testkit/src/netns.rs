@@ -161,3 +161,35 @@ pub fn af_packet_stack(ns: &Netns, addrs: &[&str], mbufs: u32) -> spate_stack::S
     };
     ns.run(move || spate_stack::Stack::new(cfg).expect("the stack"))
 }
+
+/// spate behind a router whose far link carries 1,280-byte packets:
+/// spate's namespace with `vA` (spate's MAC, no kernel IPv6) to the
+/// router's `rA` (198.18.0.1/24, fd00::1/64), the router's `rB` (MTU
+/// 1,280; 198.20.0.1/24, fd01::1/64) to the kernel's `vB` (MTU 1,280;
+/// 198.20.0.2/24, fd01::2/64, routed back through the router). Returns
+/// (spate's, the router's, the kernel's) namespaces.
+pub fn behind_a_small_link(what: &str) -> (Netns, Netns, Netns) {
+    let spate = Netns::new(what);
+    let router = Netns::new("router");
+    let kernel = Netns::new("far");
+    veth(&spate, "vA", &router, "rA");
+    veth(&router, "rB", &kernel, "vB");
+    spate.must(&["ip", "link", "set", "vA", "address", "02:53:50:41:54:45"]);
+    spate.disable_ipv6("vA");
+    router.must(&["sysctl", "-qw", "net.ipv4.ip_forward=1"]);
+    router.must(&["sysctl", "-qw", "net.ipv6.conf.all.forwarding=1"]);
+    for (dev, v4, v6) in [("rA", "198.18.0.1/24", "fd00::1/64"), ("rB", "198.20.0.1/24", "fd01::1/64")] {
+        router.must(&["ip", "addr", "add", v4, "dev", dev]);
+        router.must(&["ip", "-6", "addr", "add", v6, "dev", dev, "nodad"]);
+    }
+    router.must(&["ip", "link", "set", "rB", "mtu", "1280"]);
+    kernel.must(&["ip", "link", "set", "vB", "mtu", "1280"]);
+    kernel.must(&["ip", "addr", "add", "198.20.0.2/24", "dev", "vB"]);
+    kernel.must(&["ip", "-6", "addr", "add", "fd01::2/64", "dev", "vB", "nodad"]);
+    kernel.must(&["ip", "route", "add", "default", "via", "198.20.0.1"]);
+    kernel.must(&["ip", "-6", "route", "add", "default", "via", "fd01::1"]);
+    for (ns, dev) in [(&router, "rA"), (&router, "rB"), (&kernel, "vB")] {
+        ns.must(&["ethtool", "-K", dev, "tx", "off"]);
+    }
+    (spate, router, kernel)
+}

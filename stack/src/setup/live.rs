@@ -59,10 +59,7 @@ impl Stack {
         })?;
         if ip.is_ipv4() {
             // The broadcast addresses, as at the start.
-            shared.neigh.add_permanent((iface, IpAddr::V4(std::net::Ipv4Addr::BROADCAST)), MacAddr::BROADCAST);
-            if let Some(b) = addr.broadcast() {
-                shared.neigh.add_permanent((iface, IpAddr::V4(b)), MacAddr::BROADCAST);
-            }
+            shared.add_broadcast_neighbors(iface, addr.broadcast().as_slice());
         }
         shared.announce.lock().unwrap_or_else(|p| p.into_inner()).push((iface, ip));
         shared.announce_pending.store(true, Ordering::Release);

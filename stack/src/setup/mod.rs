@@ -306,10 +306,7 @@ impl Stack {
         // Broadcast addresses are neighbours at the broadcast MAC, for good
         // (Linux's NUD_NOARP entries): a send there asks nobody.
         for iface in shared.links.iter().filter(|i| !i.ipv4.is_empty()) {
-            let limited = std::net::Ipv4Addr::BROADCAST;
-            for b in iface.ipv4_broadcast.iter().chain(std::iter::once(&limited)) {
-                shared.neigh.add_permanent((iface.index, IpAddr::V4(*b)), MacAddr::BROADCAST);
-            }
+            shared.add_broadcast_neighbors(iface.index, &iface.ipv4_broadcast);
         }
         shared.refresh_realtime();
         tunnels::register_endpoints(&shared)?;

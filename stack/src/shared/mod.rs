@@ -235,10 +235,14 @@ impl Shared {
         self.net().is_local(ip)
     }
 
-    /// The route to `dst` in the current network state (a lock; the
-    /// lcores use [`route_in`](Self::route_in) with their own copy).
-    pub fn route(&self, dst: &IpAddr, src: Option<&IpAddr>) -> Option<Route> {
-        self.route_in(&self.net(), dst, src)
+    /// Makes the limited broadcast address and `subnets` (broadcast
+    /// addresses of interface `iface`'s prefixes) neighbours at the
+    /// broadcast MAC for good, as Linux's `NUD_NOARP` entries: a send there
+    /// asks nobody.
+    pub fn add_broadcast_neighbors(&self, iface: u16, subnets: &[std::net::Ipv4Addr]) {
+        for b in subnets.iter().chain([&std::net::Ipv4Addr::BROADCAST]) {
+            self.neigh.add_permanent((iface, IpAddr::V4(*b)), crate::wire::MacAddr::BROADCAST);
+        }
     }
 
     /// The route to `dst` in network state `net`, the path MTU applied.

@@ -225,15 +225,10 @@ impl UdpSocket {
         let mut st = self.inner.state.lock().unwrap_or_else(|p| p.into_inner());
         let bound_ip = Some(st.local.ip()).filter(|ip| !ip.is_unspecified() && ip.is_ipv4() == dst.is_ipv4());
         let net = shared.net();
-        if let Some(ip) = bound_ip.filter(|ip| !net.is_local(ip)) {
-            return Err(super::gone(&ip));
-        }
-        let route = shared.route(&dst.ip(), bound_ip.as_ref()).ok_or_else(|| errno(libc::ENETUNREACH, "no route"))?;
-        if let IpAddr::V4(d) = dst.ip() {
-            if !st.ip.broadcast && (d.is_broadcast() || net.ifaces[route.iface as usize].is_ipv4_broadcast(d)) {
-                return Err(errno(libc::EACCES, "a broadcast address, and SO_BROADCAST is off"));
-            }
-        }
+        super::check_source(&net, bound_ip)?;
+        let route =
+            shared.route_in(&net, &dst.ip(), bound_ip.as_ref()).ok_or_else(|| errno(libc::ENETUNREACH, "no route"))?;
+        super::check_broadcast(&net, &dst.ip(), &route, st.ip.broadcast)?;
         let mut local = st.local;
         if local.ip().is_unspecified() || local.is_ipv4() != dst.is_ipv4() {
             local.set_ip(route.src);

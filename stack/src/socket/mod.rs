@@ -11,7 +11,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use crate::lookup::Family;
-use crate::shared::{Shared, SocketCore, Stack};
+use crate::shared::{Net, Shared, SocketCore, Stack};
 
 mod api;
 mod options;
@@ -114,15 +114,28 @@ struct Inner {
     timestamps: AtomicBool,
 }
 
-/// The error of a send or connect from an address the stack no longer
+/// Refuses a send or connect from `bound`, an address the stack no longer
 /// has: for IPv4 `ENETUNREACH`, what Linux's route lookup says (measured
 /// on 6.18: a socket bound to an address `ip addr del` removed); for IPv6
 /// `EADDRNOTAVAIL`, as a bind there would say, where Linux sends from the
 /// removed address anyway.
-fn gone(ip: &IpAddr) -> io::Error {
-    match ip {
-        IpAddr::V4(_) => errno(libc::ENETUNREACH, "the socket's address was removed from the stack"),
-        IpAddr::V6(_) => errno(libc::EADDRNOTAVAIL, "the socket's address was removed from the stack"),
+fn check_source(net: &Net, bound: Option<IpAddr>) -> io::Result<()> {
+    match bound.filter(|ip| !net.is_local(ip)) {
+        None => Ok(()),
+        Some(IpAddr::V4(_)) => Err(errno(libc::ENETUNREACH, "the socket's address was removed from the stack")),
+        Some(IpAddr::V6(_)) => Err(errno(libc::EADDRNOTAVAIL, "the socket's address was removed from the stack")),
+    }
+}
+
+/// Refuses `route` to `dst` when `dst` is the limited or the route's
+/// interface's subnet broadcast address and the socket may not send there
+/// (`SO_BROADCAST` off): `EACCES`, as Linux.
+fn check_broadcast(net: &Net, dst: &IpAddr, route: &crate::route::Route, allowed: bool) -> io::Result<()> {
+    match dst {
+        IpAddr::V4(d) if !allowed && net.ifaces[route.iface as usize].is_ipv4_broadcast(*d) => {
+            Err(errno(libc::EACCES, "a broadcast address, and SO_BROADCAST is off"))
+        }
+        _ => Ok(()),
     }
 }
 

@@ -340,19 +340,13 @@ impl UdpSocket {
             _ => {
                 let net = shared.net();
                 let bound_ip = Some(local).filter(|ip| !ip.is_unspecified() && ip.is_ipv4() == dst.is_ipv4());
-                if let Some(ip) = bound_ip.filter(|ip| !net.is_local(ip)) {
-                    return Err(super::gone(&ip));
-                }
+                super::check_source(&net, bound_ip)?;
                 let Some(r) = net.routes.lookup(&net.ifaces, &dst.ip(), bound_ip.as_ref()) else {
                     let c = if dst.is_ipv4() { Counter::IpOutNoRoutes } else { Counter::Ip6OutNoRoutes };
                     shared.stats.shared().add_shared(c, 1);
                     return Err(errno(libc::ENETUNREACH, "no route"));
                 };
-                if let IpAddr::V4(d) = dst.ip() {
-                    if !st.ip.broadcast && (d.is_broadcast() || net.ifaces[r.iface as usize].is_ipv4_broadcast(d)) {
-                        return Err(errno(libc::EACCES, "a broadcast address, and SO_BROADCAST is off"));
-                    }
-                }
+                super::check_broadcast(&net, &dst.ip(), &r, st.ip.broadcast)?;
                 st.last_route = Some((dst.ip(), local, r));
                 st.route_gen = net_gen;
                 r
