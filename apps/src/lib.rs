@@ -9,6 +9,7 @@ pub mod cli;
 pub mod echo;
 pub mod flood;
 pub mod iperf;
+pub mod quic;
 pub mod relay;
 pub mod report;
 pub mod sink;

@@ -22,6 +22,10 @@ pub use testpmd::{FwdStats, TestPmd, TestPmdBuilder};
 pub use unsafe_libc::{pin_to_cpu, recvmmsg, set_recv_buffer};
 pub use wire_peer::{Rng, WirePeer};
 
+/// The interpreter of the virtual environment with aioquic (PyPI), an
+/// independent QUIC implementation, that `cargo xtask setup --tests` makes.
+pub const AIOQUIC_PYTHON: &str = "/opt/spate-test/aioquic/bin/python3";
+
 /// The CPU's model name (`/proc/cpuinfo`), printed with every benchmark
 /// table: the same code costs different cycles on different machines.
 pub fn cpu_model() -> String {

@@ -29,6 +29,8 @@ const TEST_PACKAGES: &[&str] = &[
     "iperf",
     "iperf3",
     "python3-scapy",
+    // The aioquic peer's virtual environment (see AIOQUIC_VENV).
+    "python3-venv",
     "tcpdump",
     "util-linux",
     "procps",
@@ -54,6 +56,11 @@ const TEST_PACKAGES: &[&str] = &[
     // The pps harness labels its plot with this font.
     "fonts-dejavu-core",
 ];
+/// Where the tests find aioquic (PyPI), an independent QUIC implementation
+/// (testkit's `AIOQUIC_PYTHON` names its interpreter).
+const AIOQUIC_VENV: &str = "/opt/spate-test/aioquic";
+/// The aioquic release the tests were written against.
+const AIOQUIC: &str = "aioquic==1.7.2";
 const HUGEPAGES_2M: u32 = 1024;
 const HUGEPAGE_SYSFS: &str = "/sys/kernel/mm/hugepages/hugepages-2048kB/nr_hugepages";
 
@@ -143,8 +150,27 @@ fn setup(tests: bool) -> Result {
         install.args(&missing);
         run(&mut install)?;
     }
+    if tests {
+        aioquic()?;
+    }
     hugepages();
     Ok(())
+}
+
+/// aioquic in a virtual environment of its own, from PyPI, unless there.
+fn aioquic() -> Result {
+    let python = format!("{AIOQUIC_VENV}/bin/python3");
+    let has = |python: &str| {
+        Command::new(python).args(["-c", "import aioquic"]).output().map(|o| o.status.success()).unwrap_or(false)
+    };
+    if has(&python) {
+        return Ok(());
+    }
+    // Debian's interpreter by its real path (another python3 may come
+    // first on PATH).
+    run(Command::new("/usr/bin/python3").args(["-m", "venv", "--clear", AIOQUIC_VENV]))?;
+    run(Command::new(&python).args(["-m", "pip", "install", "-q", "--disable-pip-version-check", AIOQUIC]))?;
+    if has(&python) { Ok(()) } else { Err(format!("{python} cannot import aioquic after installing it")) }
 }
 
 /// Reserves 2 MiB hugepages and mounts hugetlbfs where permitted; without
