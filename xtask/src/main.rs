@@ -618,6 +618,7 @@ fn bench(args: &[String]) -> Result {
         ("latency", vec![]),
         ("pps", vec![]),
         ("async_sockets", vec![]),
+        ("quic", vec![]),
     ];
     for (name, extra) in all {
         if !named.is_empty() && !named.iter().any(|n| *n == name) {

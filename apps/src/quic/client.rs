@@ -275,8 +275,8 @@ impl Job {
                     (Some(dir), true) => Some(dir.join(file_name(path))),
                     _ => None,
                 };
-                let (conn, path) = (conn.clone(), path.clone());
-                tasks.push(tokio::spawn(async move { fetch(&conn, &path, file.as_deref()).await }));
+                let (conn, path, hashed) = (conn.clone(), path.clone(), self.streams > 1);
+                tasks.push(tokio::spawn(async move { fetch(&conn, &path, file.as_deref(), hashed).await }));
             }
         }
         let mut first: Vec<Option<Fetched>> = vec![None; self.paths.len()];
@@ -356,8 +356,9 @@ async fn echo_stream(conn: &Connection, i: u64, len: u64) -> Result {
     w.and(r)
 }
 
-/// `GET PATH`: the reply's length and hash, saved to `save` when given.
-async fn fetch(conn: &Connection, path: &str, save: Option<&Path>) -> Result<Fetched> {
+/// `GET PATH`: the reply's length and, when `hashed` (there are copies to
+/// compare), its hash; saved to `save` when given.
+async fn fetch(conn: &Connection, path: &str, save: Option<&Path>, hashed: bool) -> Result<Fetched> {
     use std::io::Write;
     let (mut send, mut recv) = conn.open_bi().await?;
     send.write_all(format!("GET {path}\r\n").as_bytes()).await?;
@@ -373,7 +374,9 @@ async fn fetch(conn: &Connection, path: &str, save: Option<&Path>) -> Result<Fet
     // A reset (404, 400) is an error here, as is a connection lost
     // before FIN.
     while let Some(chunk) = recv.read_chunk(usize::MAX, true).await? {
-        hash.write(&chunk.bytes);
+        if hashed {
+            hash.write(&chunk.bytes);
+        }
         got.bytes += chunk.bytes.len() as u64;
         if let Some(f) = &mut file {
             f.write_all(&chunk.bytes)?;

@@ -1,0 +1,298 @@
+//! QUIC bulk throughput and handshakes per second: quinn 0.11 on spate
+//! against the same quinn on a kernel UDP socket (`spate-quic` and
+//! `spate-quic --kernel`: one program, one quinn), each with the CPU time
+//! its process used per GB and per handshake, and what the peer used.
+//!
+//! The measured side sits in one namespace, the peer in another; two veth
+//! pairs join them, configured alike (TX checksum offload off at both
+//! ends: spate's raw receiver needs it, so the kernel's path has it too):
+//! `vA`-`vB` carries spate (`net_af_packet` on `vA`, 198.18.0.2), `kA`-`kB`
+//! the kernel's sockets (198.19.0.2). The peer is always quinn on the
+//! kernel's sockets (`spate-quic --kernel`) on CPU 1, serving both links.
+//!
+//! Measured sides (2 vCPUs, so where each thread runs is part of it):
+//! - `kernel`: quinn on a kernel socket, pinned to CPU 0;
+//! - `spate, beside`: the lcore on CPU 0 and quinn's thread on CPU 0 too,
+//!   the lcore sleeping 20 us between empty polls (`--idle-sleep 20`) so
+//!   that quinn gets the CPU;
+//! - `spate, apart`: the lcore busy-polling CPU 0, quinn's thread on CPU 1
+//!   beside the peer.
+//!
+//! Jobs: a client downloading a file over `hq-interop` from the peer; a
+//! server the peer's client downloads from; a client making handshakes
+//! one after another (ALPN `echo`, one byte echoed each); a server the
+//! peer's client makes them with. CPU time is the process's user and
+//! system time over the job (`/proc`), a busy-polling lcore's idle polls
+//! included; medians of the rounds, sides alternating in each round.
+//!
+//! ```text
+//! cargo bench --bench quic -- [--quick] [--json PATH]
+//! ```
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use spate_testkit::{Netns, Proc, cpu_model, unique, veth};
+
+const QUIC: &str = env!("CARGO_BIN_EXE_spate-quic");
+
+/// The peer's namespace and the measured side's, both links up.
+struct Net {
+    measured: Netns,
+    peer: Netns,
+    root: PathBuf,
+}
+
+impl Net {
+    fn new(file_bytes: usize) -> Net {
+        let measured = Netns::new("quicm");
+        let peer = Netns::new("quicp");
+        veth(&measured, "vA", &peer, "vB");
+        veth(&measured, "kA", &peer, "kB");
+        measured.must(&["ip", "link", "set", "vA", "address", "02:53:50:41:54:45"]);
+        measured.disable_ipv6("vA");
+        measured.must(&["ip", "addr", "add", "198.19.0.2/24", "dev", "kA"]);
+        peer.must(&["ip", "addr", "add", "198.18.0.1/24", "dev", "vB"]);
+        peer.must(&["ip", "addr", "add", "198.19.0.1/24", "dev", "kB"]);
+        for (ns, dev) in [(&measured, "kA"), (&peer, "vB"), (&peer, "kB")] {
+            ns.must(&["ethtool", "-K", dev, "tx", "off"]);
+        }
+        let root = PathBuf::from(format!("/tmp/{}", unique("spate-quic-bench-")));
+        std::fs::create_dir_all(&root).unwrap();
+        let mut x = 0x2545_f491_4f6c_dd1du64;
+        let body: Vec<u8> = (0..file_bytes / 8)
+            .flat_map(|_| {
+                x ^= x << 13;
+                x ^= x >> 7;
+                x ^= x << 17;
+                x.to_le_bytes()
+            })
+            .collect();
+        std::fs::write(root.join("bulk.bin"), body).unwrap();
+        Net { measured, peer, root }
+    }
+}
+
+impl Drop for Net {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.root);
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq)]
+enum Side {
+    Kernel,
+    SpateBeside,
+    SpateApart,
+}
+
+impl Side {
+    const ALL: [Side; 3] = [Side::Kernel, Side::SpateBeside, Side::SpateApart];
+
+    fn name(self) -> &'static str {
+        match self {
+            Side::Kernel => "kernel",
+            Side::SpateBeside => "spate, beside",
+            Side::SpateApart => "spate, apart",
+        }
+    }
+
+    /// The measured side's own address.
+    fn addr(self) -> &'static str {
+        if self == Side::Kernel { "198.19.0.2" } else { "198.18.0.2" }
+    }
+
+    /// The peer's address on this side's link.
+    fn peer_addr(self) -> &'static str {
+        if self == Side::Kernel { "198.19.0.1" } else { "198.18.0.1" }
+    }
+
+    /// The program and its flags (before the role's own), pinned as the
+    /// side says.
+    fn command(self, role: &str) -> (String, Vec<String>) {
+        let spate = ["--vdev", "net_af_packet0,iface=vA", "--ip", "198.18.0.2/24", "--lcores", "0", "--mbufs", "32767"];
+        let args: Vec<&str> = match self {
+            Side::Kernel => return ("taskset".into(), ["-c", "0", QUIC, role, "--kernel"].map(String::from).to_vec()),
+            Side::SpateBeside => {
+                [role].iter().chain(&spate).chain(&["--app-cpus", "0", "--idle-sleep", "20"]).copied().collect()
+            }
+            Side::SpateApart => [role].iter().chain(&spate).chain(&["--app-cpus", "1"]).copied().collect(),
+        };
+        (QUIC.into(), args.into_iter().map(String::from).collect())
+    }
+}
+
+/// What one job cost: seconds, the measured process's CPU seconds, the
+/// peer's, and the bytes or handshakes done.
+#[derive(Debug, Clone, Copy, Default)]
+struct Cost {
+    secs: f64,
+    cpu: f64,
+    peer_cpu: f64,
+    units: f64,
+}
+
+/// CPU seconds a process has used (`/proc/PID/stat`, user and system).
+fn cpu_of(pid: u32) -> f64 {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+    let rest = stat.rsplit_once(')').map(|(_, r)| r).unwrap_or("");
+    rest.split_whitespace().skip(11).take(2).filter_map(|v| v.parse::<u64>().ok()).sum::<u64>() as f64 / 100.0
+}
+
+/// The pid of the spate-quic process in `ns` (not its `timeout` wrappers).
+fn quic_pid(ns: &Netns) -> u32 {
+    let out = std::process::Command::new("ip").args(["netns", "pids", ns.name()]).output().unwrap();
+    String::from_utf8_lossy(&out.stdout)
+        .split_whitespace()
+        .filter_map(|p| p.parse::<u32>().ok())
+        .find(|p| std::fs::read_to_string(format!("/proc/{p}/comm")).is_ok_and(|c| c.trim() == "spate-quic"))
+        .unwrap_or_else(|| panic!("no spate-quic in {}", ns.name()))
+}
+
+/// A spate-quic server in `ns`, started with `program args`.
+fn server(ns: &Netns, label: &str, program: &str, args: &[String], root: &std::path::Path) -> (Proc, u32) {
+    let mut args = args.to_vec();
+    args.extend(["--root".into(), root.display().to_string()]);
+    let mut p = ns.spawn(label, program, &args, Duration::from_secs(3600)).unwrap();
+    assert!(p.wait_for_output("QUIC server on", Duration::from_secs(60)), "{label}: {}", p.output());
+    let pid = quic_pid(ns);
+    (p, pid)
+}
+
+/// Runs a client to its end: the JSON line it printed.
+fn client(ns: &Netns, label: &str, program: &str, args: &[String]) -> serde_json::Value {
+    let mut p = ns.spawn(label, program, args, Duration::from_secs(600)).unwrap();
+    assert!(p.wait_exit(Duration::from_secs(610)), "{label} did not end: {}", p.output());
+    let out = p.output();
+    let v: serde_json::Value = out
+        .lines()
+        .find_map(|l| l.starts_with("{\"alpn\"").then(|| serde_json::from_str(l).unwrap()))
+        .unwrap_or_else(|| panic!("{label}: no result in:\n{out}"));
+    assert!(v["ok"] == true, "{label}: {out}");
+    v
+}
+
+/// The peer's quinn on CPU 1, on kernel sockets.
+fn peer_command(role: &str) -> (String, Vec<String>) {
+    ("taskset".into(), ["-c", "1", QUIC, role, "--kernel"].map(String::from).to_vec())
+}
+
+/// The client jobs' flags: a download of the bulk file, or `n` handshakes.
+fn job_args(download: bool, n: u32, server: &str) -> Vec<String> {
+    let mut a: Vec<String> = ["--insecure", "--json"].map(String::from).to_vec();
+    if download {
+        a.push(format!("https://{server}:4433/bulk.bin"));
+    } else {
+        let n = n.to_string();
+        a.extend(["--alpn", "echo", "--bytes", "1", "--connections", &n].map(String::from));
+        a.push(format!("https://{server}:4433/"));
+    }
+    a
+}
+
+/// The measured side as a client, the peer serving.
+fn as_client(net: &Net, side: Side, download: bool, n: u32) -> Cost {
+    let (prog, args) = peer_command("server");
+    let (_peer, peer_pid) = server(&net.peer, "quic-peer", &prog, &args, &net.root);
+    let (prog, mut args) = side.command("client");
+    args.extend(job_args(download, n, side.peer_addr()));
+    let before = cpu_of(peer_pid);
+    let v = client(&net.measured, "quic-measured", &prog, &args);
+    let units = if download { v["bytes_received"].as_f64().unwrap() } else { n as f64 };
+    Cost {
+        secs: v["secs"].as_f64().unwrap(),
+        cpu: v["cpu_secs"].as_f64().unwrap(),
+        peer_cpu: cpu_of(peer_pid) - before,
+        units,
+    }
+}
+
+/// The measured side as a server, the peer's client fetching.
+fn as_server(net: &Net, side: Side, download: bool, n: u32) -> Cost {
+    let (prog, args) = side.command("server");
+    let (_server, pid) = server(&net.measured, "quic-measured", &prog, &args, &net.root);
+    let (prog, mut args) = peer_command("client");
+    args.extend(job_args(download, n, side.addr()));
+    let before = cpu_of(pid);
+    let v = client(&net.peer, "quic-peer", &prog, &args);
+    let cpu = cpu_of(pid) - before;
+    let units = if download { v["bytes_received"].as_f64().unwrap() } else { n as f64 };
+    Cost { secs: v["secs"].as_f64().unwrap(), cpu, peer_cpu: v["cpu_secs"].as_f64().unwrap(), units }
+}
+
+fn median(mut v: Vec<f64>) -> f64 {
+    v.sort_by(f64::total_cmp);
+    v[v.len() / 2]
+}
+
+fn main() {
+    let args: Vec<String> = std::env::args().collect();
+    let quick = args.iter().any(|a| a == "--quick");
+    let json = args.iter().position(|a| a == "--json").and_then(|i| args.get(i + 1)).cloned();
+    let (bytes, handshakes, rounds) = if quick { (100_000_000, 50, 1) } else { (400_000_000, 200, 3) };
+    let net = Net::new(bytes);
+    let jobs: [(&str, bool, bool); 4] = [
+        ("client downloads", true, true),
+        ("server uploads", false, true),
+        ("client handshakes", true, false),
+        ("server handshakes", false, false),
+    ];
+    let mut results: Vec<(String, Side, Cost)> = Vec::new();
+    for (job, as_a_client, download) in jobs {
+        let mut costs: Vec<Vec<Cost>> = vec![Vec::new(); Side::ALL.len()];
+        for _ in 0..rounds {
+            for (i, side) in Side::ALL.into_iter().enumerate() {
+                let c = if as_a_client {
+                    as_client(&net, side, download, handshakes)
+                } else {
+                    as_server(&net, side, download, handshakes)
+                };
+                costs[i].push(c);
+            }
+        }
+        for (i, side) in Side::ALL.into_iter().enumerate() {
+            let c = &costs[i];
+            let m = |f: fn(&Cost) -> f64| median(c.iter().map(f).collect());
+            let cost = Cost { secs: m(|c| c.secs), cpu: m(|c| c.cpu), peer_cpu: m(|c| c.peer_cpu), units: c[0].units };
+            results.push((job.to_string(), side, cost));
+        }
+    }
+
+    println!("QUIC over spate and over the kernel's sockets ({}; quinn 0.11, {} rounds)", cpu_model(), rounds);
+    println!(
+        "peer: quinn on kernel sockets, CPU 1; kernel side on CPU 0; spate beside: lcore and quinn on CPU 0 (idle sleep 20 us); spate apart: lcore CPU 0, quinn CPU 1"
+    );
+    println!(
+        "{:<18} {:<14} {:>12} {:>14} {:>14} {:>10}",
+        "job", "side", "rate", "CPU/unit", "peer CPU/unit", "vs kernel"
+    );
+    let mut rows = Vec::new();
+    for (job, side, c) in &results {
+        let download = job.contains("load");
+        let kernel = results.iter().find(|(j, s, _)| j == job && *s == Side::Kernel).map(|r| r.2).unwrap();
+        let per = |cpu: f64, c: &Cost| if download { cpu / (c.units / 1e9) } else { cpu / c.units * 1e3 };
+        let (rate, unit) = if download { (c.units / c.secs / 1e6, "MB/s") } else { (c.units / c.secs, "hs/s") };
+        let cpu_unit = if download { "s/GB" } else { "ms/hs" };
+        println!(
+            "{:<18} {:<14} {:>7.1} {:<4} {:>8.2} {:<5} {:>8.2} {:<5} {:>9.2}x",
+            job,
+            side.name(),
+            rate,
+            unit,
+            per(c.cpu, c),
+            cpu_unit,
+            per(c.peer_cpu, c),
+            cpu_unit,
+            per(c.cpu, c) / per(kernel.cpu, &kernel)
+        );
+        rows.push(serde_json::json!({
+            "job": job, "side": side.name(), "rate": rate, "rate_unit": unit,
+            "cpu_per_unit": per(c.cpu, c), "peer_cpu_per_unit": per(c.peer_cpu, c), "cpu_unit": cpu_unit,
+            "cpu_vs_kernel": per(c.cpu, c) / per(kernel.cpu, &kernel),
+        }));
+    }
+    if let Some(path) = json {
+        let body = serde_json::json!({ "cpu": cpu_model(), "rounds": rounds, "rows": rows });
+        std::fs::write(&path, serde_json::to_string_pretty(&body).unwrap()).unwrap();
+    }
+}
