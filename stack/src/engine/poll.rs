@@ -287,6 +287,12 @@ impl Worker<'_> {
         if inbox.is_empty() {
             return 0;
         }
+        // A neighbour removed or changed before these packets were queued
+        // holds for them, also when it happened after this iteration's
+        // first look at the table.
+        if self.memo.sync(self.shared.neigh.generation()) {
+            self.direct_until = Instant(0);
+        }
         let mut n = 0;
         while n < INBOX_BATCH {
             let Some(pkt) = inbox.pop() else { break };
