@@ -13,7 +13,7 @@ pub use spate_dpdk as dpdk;
 pub use spate_stack::{
     Cidr, Counter, Counters, Datagram, DatagramBatch, Ecn, Error, Event, GSO_MAX_SEGMENTS, Instant, Interest,
     Interface, LcoreCtx, Poller, PortSpec, RecvMeta, Result, Running, SendBuf, SendMeta, SocketBuilder, Stack,
-    StackConfig, StaticNeighbor, StaticRoute, Tunnel, UdpSocket, config, wire,
+    StackConfig, StaticNeighbor, StaticRoute, Tunnel, UdpSocket, config, control, wire,
 };
 
 #[cfg(feature = "internals")]

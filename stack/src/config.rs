@@ -461,6 +461,32 @@ pub struct StackConfig {
     /// to run. For benchmarks and tests: a secret others can guess lets a
     /// remote sender aim every flow at one bucket.
     pub hash_seed: Option<u64>,
+    /// The stack's name, for operators: its control endpoint is
+    /// `NAME.sock` instead of `PID-ID.sock` (letters, digits, `-`, `_`,
+    /// `.`; at most 64 bytes).
+    pub name: Option<String>,
+    /// The control endpoint `spate-stat` reads ([`ControlConfig`]).
+    pub control: ControlConfig,
+}
+
+/// The control endpoint: a unix socket a running stack serves off the
+/// datapath, for `spate-stat` and run-time changes of addresses, routes
+/// and neighbours. It gives access to everything the stack carries, so it
+/// is mode 0600: its owner and root only.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct ControlConfig {
+    /// Whether the stack opens it (default true). Where the folder cannot
+    /// be made (not root), the stack runs without it and says so.
+    pub enabled: bool,
+    /// The folder its socket goes in.
+    pub dir: std::path::PathBuf,
+}
+
+impl Default for ControlConfig {
+    fn default() -> Self {
+        ControlConfig { enabled: true, dir: "/run/spate".into() }
+    }
 }
 
 impl Default for StackConfig {
@@ -496,6 +522,8 @@ impl Default for StackConfig {
             pmtu_max_entries: 1024,
             reader_nap_us: 0,
             hash_seed: None,
+            name: None,
+            control: ControlConfig::default(),
         }
     }
 }
@@ -571,6 +599,14 @@ impl StackConfig {
             return Err(Error::Config("no port configured".into()));
         }
         parse_lcores(&self.lcores)?;
+        if let Some(n) = &self.name {
+            let ok = |c: char| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.');
+            if n.is_empty() || n.len() > 64 || !n.chars().all(ok) || n.starts_with('.') {
+                return Err(Error::Config(format!(
+                    "name {n:?}: 1 to 64 letters, digits, '-', '_' or '.', not starting with '.'"
+                )));
+            }
+        }
         for (i, p) in self.ports.iter().enumerate() {
             if p.ipv4.is_empty() && p.ipv6.is_empty() {
                 return Err(Error::Config(format!("port {i} ({}) has no address", p.device)));

@@ -50,7 +50,7 @@ pub use engine::LcoreCtx;
 pub use error::{Error, Result};
 pub use iface::{Interface, Tunnel};
 pub use route::StaticRoute;
-pub use setup::Running;
+pub use setup::{Running, control};
 pub use shared::Stack;
 pub use socket::{Event, GSO_MAX_SEGMENTS, Interest, Poller, SocketBuilder, UdpSocket};
 pub use stats::{Counter, Counters};

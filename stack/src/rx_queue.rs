@@ -776,6 +776,12 @@ impl<T: Truesize> RxQueue<T> {
         self.producers[p].drops.load(Ordering::Relaxed)
     }
 
+    /// Items queued now, on the producers' lists and the reader's.
+    pub fn queued(&self) -> usize {
+        let producers: usize = self.producers.iter().map(|p| p.queued.load(Ordering::Relaxed)).sum();
+        producers + self.readers.queued.load(Ordering::Relaxed)
+    }
+
     /// All drops.
     pub fn total_drops(&self) -> u64 {
         self.producers.iter().map(|p| p.drops.load(Ordering::Relaxed)).sum()

@@ -684,8 +684,9 @@ fn leftovers() -> Result {
 /// tests create, as one line each.
 fn leftover_report() -> Vec<String> {
     let mut found = Vec::new();
-    if let Ok(out) =
-        Command::new("pgrep").args(["-a", "-f", "dpdk-testpmd|spate-echo|spate-sink|spate-flood|spate-iperf"]).output()
+    if let Ok(out) = Command::new("pgrep")
+        .args(["-a", "-f", "dpdk-testpmd|spate-echo|spate-sink|spate-flood|spate-iperf|spate-quic|spate-stat"])
+        .output()
     {
         for line in String::from_utf8_lossy(&out.stdout).lines() {
             if !line.contains("pgrep") {
@@ -705,6 +706,16 @@ fn leftover_report() -> Vec<String> {
                 if name.starts_with("spate-") && (dir == "/var/run/dpdk" || name.ends_with(".sock")) {
                     found.push(format!("file: {dir}/{name}"));
                 }
+            }
+        }
+    }
+    // Control endpoints nobody serves: a stack that was never dropped (a
+    // process that exited around it) or a killed one.
+    if let Ok(entries) = std::fs::read_dir("/run/spate") {
+        for e in entries.flatten() {
+            let served = std::os::unix::net::UnixStream::connect(e.path()).is_ok();
+            if !served {
+                found.push(format!("file: {}", e.path().display()));
             }
         }
     }

@@ -119,6 +119,13 @@ impl PathMtu {
         self.entries.store(t.map.len(), Ordering::Release);
     }
 
+    /// The current entries: destination, MTU, time left.
+    pub fn entries(&self) -> Vec<(IpAddr, u16, Duration)> {
+        let now = Instant::now();
+        let t = self.table.read().unwrap_or_else(|p| p.into_inner());
+        t.map.iter().filter(|(_, (_, until))| *until > now).map(|(d, (mtu, until))| (*d, *mtu, *until - now)).collect()
+    }
+
     /// Destinations known (expired ones included until the timer forgets
     /// them).
     pub fn len(&self) -> usize {

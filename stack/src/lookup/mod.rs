@@ -116,6 +116,12 @@ fn overlaps<S>(a: &Binding<S>, b: &Binding<S>) -> bool {
 }
 
 impl<S: Clone> SocketTable<S> {
+    /// Every binding, in no order (for the control endpoint's listing).
+    pub fn bindings(&self) -> Vec<Binding<S>> {
+        let m = self.master.lock().unwrap_or_else(|p| p.into_inner());
+        m.by_port.values().flatten().cloned().collect()
+    }
+
     /// An empty table keyed with `secret` (random per stack).
     pub fn new(secret: [u64; 4]) -> Self {
         let span = (*EPHEMERAL.end() - *EPHEMERAL.start()) as u64 + 1;

@@ -409,6 +409,26 @@ impl<P> NeighTable<P> {
         self.lock().waiting
     }
 
+    /// Every entry as `ip neigh` lists it: key, MAC (none while
+    /// incomplete), state at `now`, packets waiting.
+    pub fn entries(&self, now: Instant) -> Vec<(Key, Option<MacAddr>, &'static str, usize)> {
+        let t = self.lock();
+        t.map
+            .iter()
+            .map(|(k, e)| {
+                let state = match e.state {
+                    State::Incomplete { .. } => "INCOMPLETE",
+                    State::Reachable { until } if now < until => "REACHABLE",
+                    State::Reachable { .. } | State::Stale => "STALE",
+                    State::Probe { .. } => "PROBE",
+                    State::Permanent => "PERMANENT",
+                };
+                let mac = (!matches!(e.state, State::Incomplete { .. })).then_some(e.mac);
+                (*k, mac, state, e.pending.len())
+            })
+            .collect()
+    }
+
     /// Whether the table is empty.
     #[cfg(test)]
     pub fn is_empty(&self) -> bool {

@@ -17,8 +17,24 @@ use crate::wire::MacAddr;
 
 fn errno(code: i32, what: &str) -> io::Error {
     let kind = io::Error::from_raw_os_error(code).kind();
-    io::Error::new(kind, format!("{what} ({})", io::Error::from_raw_os_error(code)))
+    io::Error::new(kind, Errno { code, text: format!("{what} ({})", io::Error::from_raw_os_error(code)) })
 }
+
+/// A refusal's errno, kept in the error (its kind alone loses ESRCH and
+/// others) for the control endpoint to pass on.
+#[derive(Debug)]
+pub(super) struct Errno {
+    pub code: i32,
+    text: String,
+}
+
+impl std::fmt::Display for Errno {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.text)
+    }
+}
+
+impl std::error::Error for Errno {}
 
 /// A prefix no longer than its family's addresses (`Cidr`'s fields are
 /// public, so one may arrive unparsed).

@@ -23,6 +23,7 @@ use crate::time::Clock;
 use crate::wire::MacAddr;
 
 mod budget;
+pub mod control;
 mod live;
 mod ports;
 pub(crate) mod run;
@@ -294,6 +295,7 @@ impl Stack {
             links: ifaces,
             announce: Mutex::new(Vec::new()),
             announce_pending: std::sync::atomic::AtomicBool::new(false),
+            endpoint: std::sync::OnceLock::new(),
             cfg,
             budget,
             pool,
@@ -310,7 +312,9 @@ impl Stack {
         }
         shared.refresh_realtime();
         tunnels::register_endpoints(&shared)?;
-        Ok(Stack { shared: Arc::new(shared) })
+        let stack = Stack { shared: Arc::new(shared) };
+        control::open(&stack)?;
+        Ok(stack)
     }
 
     /// Builds a stack from a TOML file.

@@ -150,6 +150,9 @@ pub(crate) struct Shared {
     pub(crate) control: Control,
     pub(crate) rng: Mutex<u64>,
     pub(crate) ports: Vec<Port>,
+    /// The control endpoint, once `setup` opened it: dropped with the
+    /// stack, which stops its thread and removes its socket.
+    pub(crate) endpoint: std::sync::OnceLock<ControlEndpoint>,
     // Last: queued packets above must go back to the pool first.
     pub pool: Arc<Mempool>,
 }
@@ -330,6 +333,29 @@ impl Control {
     /// Lcore `idx` stopped polling: its queue handles come back.
     pub fn give_back(&self, idx: usize, q: WorkerQueues) {
         self.queues.lock().unwrap_or_else(|p| p.into_inner())[idx] = Some(q);
+    }
+}
+
+/// The control endpoint's socket and thread (served by `setup`'s control
+/// module, which holds the stack only weakly between requests).
+#[derive(Debug)]
+pub(crate) struct ControlEndpoint {
+    pub path: std::path::PathBuf,
+    pub stop: Arc<AtomicBool>,
+    pub thread: Mutex<Option<std::thread::JoinHandle<()>>>,
+}
+
+impl Drop for ControlEndpoint {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::Release);
+        // A connection wakes the thread blocked in accept.
+        let _ = std::os::unix::net::UnixStream::connect(&self.path);
+        let t = self.thread.lock().unwrap_or_else(|p| p.into_inner()).take();
+        // The last handle may go on that thread itself, within a request.
+        if let Some(t) = t.filter(|t| t.thread().id() != std::thread::current().id()) {
+            let _ = t.join();
+        }
+        let _ = std::fs::remove_file(&self.path);
     }
 }
 
