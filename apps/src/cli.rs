@@ -68,6 +68,10 @@ pub struct StackArgs {
     /// for peers that do not answer ARP or ND, such as `testpmd txonly`).
     #[arg(long = "neighbor", value_name = "ADDR=MAC", value_parser = parse_neighbor)]
     pub neighbors: Vec<spate::StaticNeighbor>,
+    /// The stack's name: its control endpoint (for spate-stat) is
+    /// `/run/spate/NAME.sock` instead of `/run/spate/PID-1.sock`.
+    #[arg(long, value_name = "NAME")]
+    pub name: Option<String>,
     /// EAL arguments, passed through unchanged (after `--`).
     #[arg(last = true, value_name = "EAL ARGS")]
     pub eal: Vec<String>,
@@ -135,6 +139,9 @@ impl StackArgs {
                 if c.addr.is_ipv4() { t.ipv4.push(*c) } else { t.ipv6.push(*c) }
             }
             cfg.vxlan.push(t);
+        }
+        if let Some(n) = &self.name {
+            cfg.name = Some(n.clone());
         }
         cfg.eal_args.extend(self.eal.iter().cloned());
         Ok(cfg)

@@ -13,3 +13,4 @@ pub mod quic;
 pub mod relay;
 pub mod report;
 pub mod sink;
+pub mod stat;
