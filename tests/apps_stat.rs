@@ -2,12 +2,14 @@
 //! echoing a kernel peer in its namespace) through its control endpoint:
 //! the counters it prints as JSON are the ones spate-echo prints at exit,
 //! the sockets and lcores are there, `-i` gives deltas, the text form lists
-//! the same, and a user other than root is refused.
+//! the same, and a user other than root is refused; its Prometheus
+//! metrics, scraped with `curl`, pass `promtool check metrics` and say
+//! the same.
 
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
-use spate_testkit::{SpateApp, device_lock, spate_and_kernel, unique};
+use spate_testkit::{PROMTOOL, SpateApp, device_lock, spate_and_kernel, unique};
 
 const ECHO: &str = env!("CARGO_BIN_EXE_spate-echo");
 const STAT: &str = env!("CARGO_BIN_EXE_spate-stat");
@@ -54,6 +56,8 @@ fn spate_stat_reads_a_running_spate_echo() {
         "0",
         "--name",
         &name,
+        "--metrics",
+        "127.0.0.1:9464",
     ]
     .map(String::from)
     .to_vec();
@@ -73,6 +77,33 @@ fn spate_stat_reads_a_running_spate_echo() {
         back
     });
     assert!(sent >= 99, "echoed {sent} of 100");
+
+    // Prometheus: scraped in spate-echo's namespace, checked by promtool.
+    let scrape = spate_ns.must(&["curl", "-sf", "http://127.0.0.1:9464/metrics"]);
+    let file = std::env::temp_dir().join(format!("{}.prom", unique("spate-metrics-")));
+    std::fs::write(&file, &scrape).unwrap();
+    let check = std::process::Command::new("sh")
+        .args(["-c", &format!("{PROMTOOL} check metrics < {}", file.display())])
+        .output()
+        .unwrap();
+    let _ = std::fs::remove_file(&file);
+    assert!(
+        check.status.success(),
+        "promtool: {}{}\n{scrape}",
+        String::from_utf8_lossy(&check.stdout),
+        String::from_utf8_lossy(&check.stderr)
+    );
+    let series = |name: &str| -> u64 {
+        let line = scrape.lines().find(|l| l.starts_with(name)).unwrap_or_else(|| panic!("no {name} in:\n{scrape}"));
+        line.rsplit(' ').next().unwrap().parse().unwrap()
+    };
+    assert_eq!(series(&format!("spate_udp_in_datagrams_total{{stack=\"{name}\"}}")), 100);
+    assert!(scrape.contains("# HELP spate_udp_in_datagrams_total UDP/IPv4 datagrams delivered to sockets."));
+    assert!(scrape.contains("spate_socket_drops_total{local=\"[::]:7\""), "{scrape}");
+    assert!(series("spate_lcore_loops_total{lcore=\"0\"") > 0);
+    assert!(scrape.contains("spate_mempool_mbufs_in_use{"), "{scrape}");
+    let code = spate_ns.must(&["curl", "-s", "-o", "/dev/null", "-w", "%{http_code}", "http://127.0.0.1:9464/"]);
+    assert_eq!(code, "404");
 
     // The text form.
     let (ok, text) = stat(&["--name", &name], None);

@@ -72,6 +72,9 @@ pub struct StackArgs {
     /// `/run/spate/NAME.sock` instead of `/run/spate/PID-1.sock`.
     #[arg(long, value_name = "NAME")]
     pub name: Option<String>,
+    /// Serve Prometheus metrics at http://ADDR:PORT/metrics.
+    #[arg(long, value_name = "ADDR:PORT")]
+    pub metrics: Option<std::net::SocketAddr>,
     /// EAL arguments, passed through unchanged (after `--`).
     #[arg(last = true, value_name = "EAL ARGS")]
     pub eal: Vec<String>,
@@ -142,6 +145,9 @@ impl StackArgs {
         }
         if let Some(n) = &self.name {
             cfg.name = Some(n.clone());
+        }
+        if self.metrics.is_some() {
+            cfg.metrics = self.metrics;
         }
         cfg.eal_args.extend(self.eal.iter().cloned());
         Ok(cfg)

@@ -6,6 +6,7 @@
 
 pub mod check;
 pub mod cli;
+pub mod dump;
 pub mod echo;
 pub mod flood;
 pub mod iperf;

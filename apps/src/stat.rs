@@ -251,5 +251,13 @@ fn render(s: &Snapshot, prev: Option<&Snapshot>, all: bool) -> String {
         "#memory\nmbufs {} of {} in use; receive queues {} of {} bytes; reassembly {} bytes",
         m.mbufs_in_use, m.mbufs, m.receive_bytes, m.receive_limit, m.reassembly_bytes
     );
+    if let Some(c) = &s.capture {
+        let _ = writeln!(
+            out,
+            "#capture
+attached: snaplen {}, {} frames captured, {} dropped",
+            c.snaplen, c.captured, c.dropped
+        );
+    }
     out
 }

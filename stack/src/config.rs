@@ -467,6 +467,10 @@ pub struct StackConfig {
     pub name: Option<String>,
     /// The control endpoint `spate-stat` reads ([`ControlConfig`]).
     pub control: ControlConfig,
+    /// Serve Prometheus metrics at `http://ADDR:PORT/metrics` (a kernel
+    /// TCP socket in the process's network namespace, on a thread of the
+    /// stack's own); needs the `metrics` feature.
+    pub metrics: Option<std::net::SocketAddr>,
 }
 
 /// The control endpoint: a unix socket a running stack serves off the
@@ -524,6 +528,7 @@ impl Default for StackConfig {
             hash_seed: None,
             name: None,
             control: ControlConfig::default(),
+            metrics: None,
         }
     }
 }

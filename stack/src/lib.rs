@@ -23,6 +23,7 @@
 
 mod addr;
 mod app_thread;
+mod capture;
 pub mod config;
 mod datagram;
 mod engine;

@@ -34,6 +34,11 @@ macro_rules! counters {
                 match self { $( Counter::$id => $name, )* }
             }
 
+            /// What it counts, in a sentence (the table's text).
+            pub const fn doc(self) -> &'static str {
+                match self { $( Counter::$id => $doc, )* }
+            }
+
             /// Whether it counts frames, packets or datagrams spate lost or
             /// refused (`drop` in the table below), rather than work done,
             /// outcomes handled, or a loss some other counter already

@@ -26,6 +26,10 @@ pub use wire_peer::{Rng, WirePeer};
 /// independent QUIC implementation, that `cargo xtask setup --tests` makes.
 pub const AIOQUIC_PYTHON: &str = "/opt/spate-test/aioquic/bin/python3";
 
+/// `promtool` (Debian's `prometheus` package, unpacked by `cargo xtask
+/// setup --tests`).
+pub const PROMTOOL: &str = "/opt/spate-test/prometheus/usr/bin/promtool";
+
 /// The CPU's model name (`/proc/cpuinfo`), printed with every benchmark
 /// table: the same code costs different cycles on different machines.
 pub fn cpu_model() -> String {

@@ -31,7 +31,11 @@ const TEST_PACKAGES: &[&str] = &[
     "python3-scapy",
     // The aioquic peer's virtual environment (see AIOQUIC_VENV).
     "python3-venv",
+    // Scraping /metrics.
+    "curl",
     "tcpdump",
+    // Reading spate-dump's pcapng files.
+    "tshark",
     "util-linux",
     "procps",
     "iputils-ping",
@@ -61,6 +65,10 @@ const TEST_PACKAGES: &[&str] = &[
 const AIOQUIC_VENV: &str = "/opt/spate-test/aioquic";
 /// The aioquic release the tests were written against.
 const AIOQUIC: &str = "aioquic==1.7.2";
+/// Where the tests find `promtool` (testkit's `PROMTOOL`): Debian's
+/// `prometheus` package unpacked, not installed (installing it would start
+/// a Prometheus server).
+const PROMETHEUS_DIR: &str = "/opt/spate-test/prometheus";
 const HUGEPAGES_2M: u32 = 1024;
 const HUGEPAGE_SYSFS: &str = "/sys/kernel/mm/hugepages/hugepages-2048kB/nr_hugepages";
 
@@ -152,9 +160,39 @@ fn setup(tests: bool) -> Result {
     }
     if tests {
         aioquic()?;
+        promtool()?;
     }
     hugepages();
     Ok(())
+}
+
+/// promtool from Debian's `prometheus` package, unpacked into
+/// [`PROMETHEUS_DIR`] unless there.
+fn promtool() -> Result {
+    let bin = format!("{PROMETHEUS_DIR}/usr/bin/promtool");
+    if Path::new(&bin).exists() {
+        return Ok(());
+    }
+    let work = std::env::temp_dir().join(format!("spate-promtool-{}", std::process::id()));
+    std::fs::create_dir_all(&work).map_err(|e| format!("{}: {e}", work.display()))?;
+    let download = |update: bool| {
+        if update {
+            let _ = run(Command::new("apt-get").args(["update", "-q"]));
+        }
+        run(Command::new("apt-get").current_dir(&work).args(["download", "-q", "prometheus"]))
+    };
+    let got = download(false).or_else(|_| download(true));
+    let deb = std::fs::read_dir(&work)
+        .ok()
+        .and_then(|d| d.flatten().map(|e| e.path()).find(|p| p.extension().is_some_and(|x| x == "deb")));
+    let result = match (got, deb) {
+        (Ok(()), Some(deb)) => run(Command::new("dpkg-deb").arg("-x").arg(&deb).arg(PROMETHEUS_DIR)),
+        (Err(e), _) => Err(e),
+        (Ok(()), None) => Err("apt-get download prometheus left no package".into()),
+    };
+    let _ = std::fs::remove_dir_all(&work);
+    result?;
+    if Path::new(&bin).exists() { Ok(()) } else { Err(format!("{bin} is not in Debian's prometheus package")) }
 }
 
 /// aioquic in a virtual environment of its own, from PyPI, unless there.

@@ -28,6 +28,7 @@ use std::sync::Arc;
 
 use spate_dpdk::{Burst, Mbuf, RxQueue, TxQueue};
 
+use crate::capture::Tap;
 use crate::datagram::Datagram;
 use crate::frag::reassembly::{Limits, Reassembler};
 use crate::lookup::Snapshot;
@@ -168,6 +169,12 @@ pub(crate) struct Worker<'s> {
     // Several lcores.
     /// Software RSS and the rings to the other lcores (several lcores).
     steer: Option<Steering>,
+
+    // Capture.
+    /// The attached capture, taken when the slot's generation moves (one
+    /// load per loop iteration otherwise).
+    tap: Option<Arc<Tap>>,
+    tap_gen: u64,
 }
 
 impl<'s> Worker<'s> {
@@ -208,6 +215,8 @@ impl<'s> Worker<'s> {
             frame_no: 0,
             train: Default::default(),
             decapsulated: None,
+            tap: None,
+            tap_gen: 0,
             reasm: Reassembler::new(Limits {
                 high: shared.budget.reassembly_high_bytes,
                 low: shared.budget.reassembly_low_bytes,
@@ -242,6 +251,15 @@ impl<'s> Worker<'s> {
     #[inline(always)]
     fn gro_stage(&self) -> bool {
         !cfg!(feature = "no-gro-stage") && self.gro_active
+    }
+
+    /// Copies `frames` of interface `iface` to the attached capture, if
+    /// any.
+    #[inline(always)]
+    fn tap(&self, iface: u16, outbound: bool, frames: &[Mbuf]) {
+        if let Some(t) = &self.tap {
+            t.offer(self.idx, self.now.0, iface, outbound, frames);
+        }
     }
 
     /// Stages a datagram for binding `index`, for the callback or the

@@ -104,6 +104,11 @@ impl Worker<'_> {
             // look-up too.
             self.direct_until = Instant(0);
         }
+        let tap_gen = self.shared.capture.generation();
+        if tap_gen != self.tap_gen {
+            self.tap = self.shared.capture.current();
+            self.tap_gen = tap_gen;
+        }
         let mut total = 0;
         let mut burst: Burst<BURST> = Burst::new();
         for q in 0..self.rx.len() {
@@ -119,6 +124,7 @@ impl Worker<'_> {
             for m in burst.as_slice() {
                 m.prefetch_data();
             }
+            self.tap(iface, false, burst.as_slice());
             if self.steer.is_some() {
                 let how = self.shared.iface_steered(iface);
                 if how != PortSteering::None {
@@ -188,7 +194,10 @@ impl Worker<'_> {
                     self.inc(outcome);
                 }
                 match self.decapsulated.take() {
-                    Some(inner) => (ifc, m) = inner,
+                    Some(inner) => {
+                        self.tap(inner.0, false, std::slice::from_ref(&inner.1));
+                        (ifc, m) = inner
+                    }
                     None => break,
                 }
             }

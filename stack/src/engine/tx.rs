@@ -127,6 +127,7 @@ impl Worker<'_> {
             return;
         }
         if let Some(t) = ifc.tunnel {
+            self.tap(iface, true, std::slice::from_ref(&m));
             self.vxlan_encap(t, m);
             return;
         }
@@ -145,9 +146,11 @@ impl Worker<'_> {
     /// Sends what waits for port `i`, retrying a full ring a few times.
     pub(super) fn flush(&mut self, i: usize) {
         if self.tx[i].is_none() {
+            // Captured by the lcore that sends them.
             self.hand_tx(i);
             return;
         }
+        self.tap(i as u16, true, self.txbuf[i].as_slice());
         let mut tries = 0;
         while !self.txbuf[i].is_empty() {
             let sent = self.tx[i].as_mut().map_or(0, |q| q.tx_burst(&mut self.txbuf[i]));

@@ -27,9 +27,11 @@ use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
+pub use super::capture::{CaptureRequest, CaptureStart, Message};
+pub use crate::capture::bpf::Insn;
 use crate::config::Cidr;
 use crate::error::{Error, Result};
-use crate::shared::{ControlEndpoint, Shared, Stack};
+use crate::shared::{Listener, ServiceThread, Shared, Stack};
 use crate::stats::Counter;
 use crate::wire::MacAddr;
 
@@ -86,6 +88,10 @@ pub enum Request {
         /// The neighbour's address.
         ip: IpAddr,
     },
+    /// A capture: the answer is a [`CaptureStart`], then the connection
+    /// carries the capture's [`Message`]s until the client sends anything
+    /// or closes.
+    Capture(CaptureRequest),
 }
 
 /// The answer to a request.
@@ -267,6 +273,20 @@ pub struct Snapshot {
     pub path_mtus: Vec<PathMtuInfo>,
     /// Memory.
     pub memory: MemoryInfo,
+    /// The attached capture, if any.
+    #[serde(default)]
+    pub capture: Option<CaptureInfo>,
+}
+
+/// An attached capture (`spate-dump`).
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct CaptureInfo {
+    /// Its snap length.
+    pub snaplen: u32,
+    /// Frames copied so far.
+    pub captured: u64,
+    /// Frames dropped for want of a free record.
+    pub dropped: u64,
 }
 
 /// A counter's name as `nstat` prints it: group then name.
@@ -318,7 +338,7 @@ pub(super) fn open(stack: &Stack) -> Result<()> {
         .name("spate-control".into())
         .spawn(move || serve(listener, weak, flag))
         .map_err(|e| Error::Config(format!("control endpoint: no thread: {e}")))?;
-    let endpoint = ControlEndpoint { path: path.clone(), stop, thread: Mutex::new(Some(thread)) };
+    let endpoint = ServiceThread { listener: Listener::Unix(path.clone()), stop, thread: Mutex::new(Some(thread)) };
     if shared.endpoint.set(endpoint).is_err() {
         return Err(Error::State("the control endpoint was opened twice".into()));
     }
@@ -421,6 +441,10 @@ fn client(conn: UnixStream, shared: &Weak<Shared>, stop: &AtomicBool) {
             Err(_) => return,
         }
         let answer = match serde_json::from_slice::<Request>(&line) {
+            Ok(Request::Capture(req)) => {
+                drop(out);
+                return super::capture::session(input.into_inner(), shared, stop, req);
+            }
             Ok(req) => match shared.upgrade() {
                 Some(s) => handle(&Stack { shared: s }, req),
                 None => return,
@@ -457,7 +481,7 @@ fn read_line(input: &mut BufReader<UnixStream>, line: &mut Vec<u8>) -> io::Resul
     }
 }
 
-fn reply(out: &mut UnixStream, r: &Reply) -> io::Result<()> {
+pub(super) fn reply(out: &mut UnixStream, r: &Reply) -> io::Result<()> {
     let mut text = serde_json::to_vec(r).map_err(io::Error::other)?;
     text.push(b'\n');
     out.write_all(&text)
@@ -497,10 +521,12 @@ fn handle(stack: &Stack, req: Request) -> Reply {
             Err(e) => bad(&mac, e.to_string()),
         },
         Request::RemoveNeighbor { iface, ip } => done(stack.remove_neighbor(iface, ip)),
+        // Served by the connection's loop.
+        Request::Capture(_) => Reply::Error { message: "not here".into(), errno: Some(libc::EINVAL) },
     }
 }
 
-fn info(stack: &Stack) -> Info {
+pub(super) fn info(stack: &Stack) -> Info {
     let s = &stack.shared;
     Info {
         pid: std::process::id(),
@@ -638,6 +664,10 @@ pub(crate) fn snapshot(stack: &Stack) -> Snapshot {
             receive_limit,
             reassembly_bytes: stack.reassembly_bytes(),
         },
+        capture: s.capture.current().map(|t| {
+            let (captured, dropped) = t.totals();
+            CaptureInfo { snaplen: t.snaplen(), captured, dropped }
+        }),
     }
 }
 
@@ -685,6 +715,48 @@ impl Client {
     pub fn snapshot(&mut self) -> io::Result<Snapshot> {
         serde_json::from_value(self.request(&Request::Snapshot)?)
             .map_err(|e| io::Error::new(io::ErrorKind::InvalidData, e))
+    }
+
+    /// Attaches a capture ([`Request::Capture`]): the connection carries
+    /// its messages from now on.
+    pub fn capture(mut self, req: CaptureRequest) -> io::Result<(CaptureStart, Capture)> {
+        let start = serde_json::from_value(self.request(&Request::Capture(req))?)
+            .map_err(|e| io::Error::new(io::ErrorKind::InvalidData, e))?;
+        // Frames may be seconds apart.
+        self.output.set_read_timeout(None)?;
+        Ok((start, Capture { input: self.input, output: self.output }))
+    }
+}
+
+/// An attached capture's stream.
+#[derive(Debug)]
+pub struct Capture {
+    input: BufReader<UnixStream>,
+    output: UnixStream,
+}
+
+impl Capture {
+    /// The next message; `None` once the stack closed the stream (after
+    /// the last counts, or when it went away).
+    pub fn next_message(&mut self) -> io::Result<Option<Message>> {
+        Message::read(&mut self.input)
+    }
+
+    /// A handle that ends the capture from another thread: the stack
+    /// writes what its lcores copied so far, the last counts, and closes.
+    pub fn stopper(&self) -> io::Result<CaptureStopper> {
+        Ok(CaptureStopper(self.output.try_clone()?))
+    }
+}
+
+/// Ends a [`Capture`] ([`Capture::stopper`]).
+#[derive(Debug)]
+pub struct CaptureStopper(UnixStream);
+
+impl CaptureStopper {
+    /// Asks the stack to end the capture.
+    pub fn stop(&self) -> io::Result<()> {
+        (&self.0).write_all(b"\n")
     }
 }
 

@@ -23,8 +23,10 @@ use crate::time::Clock;
 use crate::wire::MacAddr;
 
 mod budget;
+mod capture;
 pub mod control;
 mod live;
+mod metrics;
 mod ports;
 pub(crate) mod run;
 mod tunnels;
@@ -296,6 +298,8 @@ impl Stack {
             announce: Mutex::new(Vec::new()),
             announce_pending: std::sync::atomic::AtomicBool::new(false),
             endpoint: std::sync::OnceLock::new(),
+            metrics: std::sync::OnceLock::new(),
+            capture: Default::default(),
             cfg,
             budget,
             pool,
@@ -314,6 +318,7 @@ impl Stack {
         tunnels::register_endpoints(&shared)?;
         let stack = Stack { shared: Arc::new(shared) };
         control::open(&stack)?;
+        metrics::open(&stack)?;
         Ok(stack)
     }
 

@@ -152,7 +152,12 @@ pub(crate) struct Shared {
     pub(crate) ports: Vec<Port>,
     /// The control endpoint, once `setup` opened it: dropped with the
     /// stack, which stops its thread and removes its socket.
-    pub(crate) endpoint: std::sync::OnceLock<ControlEndpoint>,
+    pub(crate) endpoint: std::sync::OnceLock<ServiceThread>,
+    /// The metrics endpoint (`metrics`), likewise.
+    #[cfg_attr(not(feature = "metrics"), allow(dead_code))]
+    pub(crate) metrics: std::sync::OnceLock<ServiceThread>,
+    /// The attached capture (`spate-dump`), if any.
+    pub capture: crate::capture::TapSlot,
     // Last: queued packets above must go back to the pool first.
     pub pool: Arc<Mempool>,
 }
@@ -336,26 +341,42 @@ impl Control {
     }
 }
 
-/// The control endpoint's socket and thread (served by `setup`'s control
-/// module, which holds the stack only weakly between requests).
+/// A thread that serves the stack from outside the datapath (the control
+/// endpoint, the metrics endpoint: `setup` starts them, holding the stack
+/// only weakly between requests), blocked in `accept` on its listener.
 #[derive(Debug)]
-pub(crate) struct ControlEndpoint {
-    pub path: std::path::PathBuf,
+pub(crate) struct ServiceThread {
+    pub listener: Listener,
     pub stop: Arc<AtomicBool>,
     pub thread: Mutex<Option<std::thread::JoinHandle<()>>>,
 }
 
-impl Drop for ControlEndpoint {
+/// Where a [`ServiceThread`] listens.
+#[derive(Debug)]
+pub(crate) enum Listener {
+    /// A unix socket, removed when the thread stops.
+    Unix(std::path::PathBuf),
+    /// A TCP address.
+    #[cfg_attr(not(feature = "metrics"), allow(dead_code))]
+    Tcp(std::net::SocketAddr),
+}
+
+impl Drop for ServiceThread {
     fn drop(&mut self) {
         self.stop.store(true, Ordering::Release);
         // A connection wakes the thread blocked in accept.
-        let _ = std::os::unix::net::UnixStream::connect(&self.path);
+        match &self.listener {
+            Listener::Unix(p) => drop(std::os::unix::net::UnixStream::connect(p)),
+            Listener::Tcp(a) => drop(std::net::TcpStream::connect_timeout(a, std::time::Duration::from_secs(1))),
+        }
         let t = self.thread.lock().unwrap_or_else(|p| p.into_inner()).take();
         // The last handle may go on that thread itself, within a request.
         if let Some(t) = t.filter(|t| t.thread().id() != std::thread::current().id()) {
             let _ = t.join();
         }
-        let _ = std::fs::remove_file(&self.path);
+        if let Listener::Unix(p) = &self.listener {
+            let _ = std::fs::remove_file(p);
+        }
     }
 }
 

@@ -1,0 +1,306 @@
+//! A capture over the control endpoint (`{"op": "capture", ...}`): the
+//! connection's thread attaches a [`Tap`], answers with the interfaces,
+//! then writes the records the lcores copy as a stream of [`Message`]s
+//! until the client sends anything or closes, the stack goes, or a write
+//! fails (the client was killed); then it detaches the tap. The lcores let
+//! go of it at their next loop iteration, and what they copied meanwhile
+//! is still written, with a last count of what was captured and dropped.
+//!
+//! The stream: each message is a tag byte, then little-endian fields:
+//! `F` a frame (interface u16, outbound u8, wire length u32,
+//! `CLOCK_REALTIME` ns u64, captured length u32, the bytes), `S` the counts
+//! so far and `E` the last counts (captured u64, dropped u64).
+
+use std::io::{self, BufWriter, Read, Write};
+use std::os::unix::net::UnixStream;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Weak};
+use std::time::{Duration, Instant};
+
+use serde::{Deserialize, Serialize};
+
+use super::control::{InterfaceInfo, Reply, info};
+use crate::capture::bpf::{Insn, Program};
+use crate::capture::{DEFAULT_RECORDS, MAX_SNAPLEN, Tap, TapConfig};
+use crate::shared::{Shared, Stack};
+
+/// What a capture asks for.
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+pub struct CaptureRequest {
+    /// Bytes of each frame kept at most (default and most: 65,535).
+    #[serde(default)]
+    pub snaplen: Option<u32>,
+    /// A classic BPF program over Ethernet frames (libpcap's
+    /// `pcap_compile` for `DLT_EN10MB` makes one); none keeps every frame.
+    #[serde(default)]
+    pub filter: Option<Vec<Insn>>,
+    /// Only this interface's frames.
+    #[serde(default)]
+    pub iface: Option<u16>,
+    /// Records each lcore may have waiting for the writer (default 4,096).
+    #[serde(default)]
+    pub records: Option<usize>,
+}
+
+/// The answer to a capture request, before the stream.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct CaptureStart {
+    /// Every interface a frame may name.
+    pub interfaces: Vec<InterfaceInfo>,
+    /// The snap length in force.
+    pub snaplen: u32,
+}
+
+/// One message of the capture stream.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Message {
+    /// A frame.
+    Frame {
+        /// The interface.
+        iface: u16,
+        /// Sent (true) or received.
+        outbound: bool,
+        /// Its length on the wire.
+        wire_len: u32,
+        /// When the lcore took it, `CLOCK_REALTIME` nanoseconds.
+        time_ns: u64,
+        /// Its first bytes.
+        data: Vec<u8>,
+    },
+    /// Frames captured and frames dropped so far.
+    Counts {
+        /// Captured.
+        captured: u64,
+        /// Dropped for want of a free record.
+        dropped: u64,
+        /// The last message: the capture has ended.
+        last: bool,
+    },
+}
+
+impl Message {
+    /// Reads the next message; `None` at the end of the stream.
+    pub fn read(r: &mut impl Read) -> io::Result<Option<Message>> {
+        let mut tag = [0u8; 1];
+        match r.read_exact(&mut tag) {
+            Err(e) if e.kind() == io::ErrorKind::UnexpectedEof => return Ok(None),
+            other => other?,
+        }
+        match tag[0] {
+            b'F' => {
+                let mut h = [0u8; 19];
+                r.read_exact(&mut h)?;
+                let len = u32::from_le_bytes([h[15], h[16], h[17], h[18]]);
+                if len > MAX_SNAPLEN {
+                    return Err(io::Error::new(io::ErrorKind::InvalidData, "capture: a frame longer than 65,535"));
+                }
+                let mut data = vec![0u8; len as usize];
+                r.read_exact(&mut data)?;
+                Ok(Some(Message::Frame {
+                    iface: u16::from_le_bytes([h[0], h[1]]),
+                    outbound: h[2] != 0,
+                    wire_len: u32::from_le_bytes([h[3], h[4], h[5], h[6]]),
+                    time_ns: u64::from_le_bytes(h[7..15].try_into().unwrap_or_default()),
+                    data,
+                }))
+            }
+            t @ (b'S' | b'E') => {
+                let mut h = [0u8; 16];
+                r.read_exact(&mut h)?;
+                Ok(Some(Message::Counts {
+                    captured: u64::from_le_bytes(h[..8].try_into().unwrap_or_default()),
+                    dropped: u64::from_le_bytes(h[8..].try_into().unwrap_or_default()),
+                    last: t == b'E',
+                }))
+            }
+            t => Err(io::Error::new(io::ErrorKind::InvalidData, format!("capture: unknown message {t:#x}"))),
+        }
+    }
+
+    fn write_counts(w: &mut impl Write, (captured, dropped): (u64, u64), last: bool) -> io::Result<()> {
+        w.write_all(&[if last { b'E' } else { b'S' }])?;
+        w.write_all(&captured.to_le_bytes())?;
+        w.write_all(&dropped.to_le_bytes())
+    }
+}
+
+/// How often the counts go out while frames flow or not.
+const COUNTS_EVERY: Duration = Duration::from_millis(200);
+/// How long the writer waits for a word from the client when the lanes
+/// are empty (its idle pause).
+const IDLE_WAIT: Duration = Duration::from_millis(2);
+/// How long a write may block before the client counts as gone.
+const WRITE_TIMEOUT: Duration = Duration::from_secs(5);
+/// How long the lcores get to let go of a detached tap.
+const LET_GO: Duration = Duration::from_secs(2);
+
+/// Checks a request and makes its tap.
+fn tap_for(stack: &Stack, req: &CaptureRequest) -> Result<Tap, String> {
+    let snaplen = req.snaplen.unwrap_or(MAX_SNAPLEN);
+    if snaplen == 0 || snaplen > MAX_SNAPLEN {
+        return Err(format!("snaplen {snaplen}: 1 to {MAX_SNAPLEN}"));
+    }
+    let filter = match &req.filter {
+        Some(insns) => Some(Program::new(insns.clone()).map_err(|e| format!("filter: {e}"))?),
+        None => None,
+    };
+    let links = &stack.shared.links;
+    if let Some(i) = req.iface.filter(|i| *i as usize >= links.len()) {
+        return Err(format!("no interface {i}"));
+    }
+    let records = req.records.unwrap_or(DEFAULT_RECORDS);
+    if !(1..=1 << 20).contains(&records) {
+        return Err(format!("records {records}: 1 to 1,048,576"));
+    }
+    // The largest frame: MTU, Ethernet header and a VLAN tag.
+    let frame_max = links.iter().map(|l| l.mtu as usize + 18).max().unwrap_or(1518);
+    Ok(Tap::new(TapConfig { snaplen, filter, records, iface: req.iface }, stack.shared.workers, frame_max))
+}
+
+/// Serves a capture on `conn` until it ends; holds the stack only
+/// weakly meanwhile, and ends when it goes or `stop` is set.
+pub(super) fn session(conn: UnixStream, shared: &Weak<Shared>, stop: &AtomicBool, req: CaptureRequest) {
+    let Some(stack) = shared.upgrade().map(|shared| Stack { shared }) else { return };
+    let mut out = match conn.try_clone() {
+        Ok(o) => o,
+        Err(_) => return,
+    };
+    let refuse = |out: &mut UnixStream, message: String, errno: i32| {
+        let _ = super::control::reply(out, &Reply::Error { message, errno: Some(errno) });
+    };
+    let tap = match tap_for(&stack, &req) {
+        Ok(t) => Arc::new(t),
+        Err(e) => return refuse(&mut out, e, libc::EINVAL),
+    };
+    if !stack.shared.capture.attach(tap.clone()) {
+        return refuse(&mut out, "a capture is attached already (one at a time)".into(), libc::EBUSY);
+    }
+    log::info!("spate: capture attached (snaplen {})", tap.snaplen());
+    let start = CaptureStart { interfaces: info(&stack).interfaces, snaplen: tap.snaplen() };
+    let started = match serde_json::to_value(start) {
+        Ok(v) => super::control::reply(&mut out, &Reply::Ok(v)).is_ok(),
+        Err(_) => false,
+    };
+    drop(stack);
+    let result = if started { stream(&conn, out, shared, stop, &tap) } else { Err(io::ErrorKind::BrokenPipe.into()) };
+    if let Some(s) = shared.upgrade() {
+        s.capture.detach(&tap);
+    }
+    let (captured, dropped) = tap.totals();
+    match result {
+        Ok(()) => log::info!("spate: capture detached: {captured} frames captured, {dropped} dropped"),
+        Err(e) => log::info!("spate: capture detached ({e}): {captured} frames captured, {dropped} dropped"),
+    }
+}
+
+/// Writes records until the client asks to stop, the stack goes or
+/// `stop` is set (then the last ones and the last counts), or a write
+/// fails.
+fn stream(
+    conn: &UnixStream,
+    out: UnixStream,
+    shared: &Weak<Shared>,
+    stop: &AtomicBool,
+    tap: &Arc<Tap>,
+) -> io::Result<()> {
+    out.set_write_timeout(Some(WRITE_TIMEOUT))?;
+    conn.set_read_timeout(Some(IDLE_WAIT))?;
+    let mut w = BufWriter::with_capacity(256 << 10, out);
+    let mut counts_at = Instant::now();
+    loop {
+        let Some(s) = shared.upgrade() else { break };
+        let n = write_records(&mut w, &s, tap)?;
+        drop(s);
+        if counts_at.elapsed() >= COUNTS_EVERY {
+            Message::write_counts(&mut w, tap.totals(), false)?;
+            counts_at = Instant::now();
+        }
+        if n > 0 {
+            continue;
+        }
+        w.flush()?;
+        if stop.load(Ordering::Acquire) {
+            break;
+        }
+        // Anything from the client, or its end, stops the capture.
+        match (&*conn).read(&mut [0u8; 64]) {
+            Ok(_) => break,
+            Err(e) if matches!(e.kind(), io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut) => {}
+            Err(e) => return Err(e),
+        }
+    }
+    // The lcores drop their handle at their next iteration; what they
+    // copied before goes out too.
+    if let Some(shared) = shared.upgrade() {
+        shared.capture.detach(tap);
+        let waited = Instant::now();
+        while Arc::strong_count(tap) > 1 && waited.elapsed() < LET_GO {
+            write_records(&mut w, &shared, tap)?;
+            std::thread::sleep(Duration::from_micros(200));
+        }
+        while write_records(&mut w, &shared, tap)? > 0 {}
+    }
+    Message::write_counts(&mut w, tap.totals(), true)?;
+    w.flush()
+}
+
+/// Writes what waits in the lanes, a batch at most; returns how many.
+fn write_records(w: &mut impl Write, shared: &Shared, tap: &Tap) -> io::Result<usize> {
+    let real = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_nanos() as u64);
+    let offset = real.wrapping_sub(shared.clock.now().0);
+    let mut failed = None;
+    let n = tap.drain(1024, |r| {
+        if failed.is_some() {
+            return;
+        }
+        let mut h = [0u8; 20];
+        h[0] = b'F';
+        h[1..3].copy_from_slice(&r.iface.to_le_bytes());
+        h[3] = r.outbound as u8;
+        h[4..8].copy_from_slice(&r.wire_len.to_le_bytes());
+        h[8..16].copy_from_slice(&r.time.wrapping_add(offset).to_le_bytes());
+        h[16..20].copy_from_slice(&(r.data.len() as u32).to_le_bytes());
+        if let Err(e) = w.write_all(&h).and_then(|_| w.write_all(&r.data)) {
+            failed = Some(e);
+        }
+    });
+    match failed {
+        Some(e) => Err(e),
+        None => Ok(n),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Message;
+
+    #[test]
+    fn messages_read_back_as_written() {
+        let mut buf = Vec::new();
+        buf.push(b'F');
+        buf.extend_from_slice(&3u16.to_le_bytes());
+        buf.push(1);
+        buf.extend_from_slice(&60u32.to_le_bytes());
+        buf.extend_from_slice(&1_700_000_000_123_456_789u64.to_le_bytes());
+        buf.extend_from_slice(&4u32.to_le_bytes());
+        buf.extend_from_slice(&[1, 2, 3, 4]);
+        Message::write_counts(&mut buf, (7, 2), true).unwrap();
+        let mut r = &buf[..];
+        let frame = Message::read(&mut r).unwrap().unwrap();
+        assert_eq!(
+            frame,
+            Message::Frame {
+                iface: 3,
+                outbound: true,
+                wire_len: 60,
+                time_ns: 1_700_000_000_123_456_789,
+                data: vec![1, 2, 3, 4]
+            }
+        );
+        assert_eq!(Message::read(&mut r).unwrap(), Some(Message::Counts { captured: 7, dropped: 2, last: true }));
+        assert_eq!(Message::read(&mut r).unwrap(), None);
+        // A frame cut short is an error, not an end.
+        assert!(Message::read(&mut &buf[..10]).is_err());
+        assert!(Message::read(&mut &[b'X'][..]).is_err());
+    }
+}
