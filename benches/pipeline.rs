@@ -11,8 +11,10 @@
 //!
 //! ```text
 //! cargo bench --bench pipeline -- [--callgrind] [--datagrams N] [--flows F] [--sockets S] [--burst B] [--lcores L] [--yield-idle] [--queued] [--json PATH]
-//! cargo bench --bench pipeline -- --gro-table | --frag-table | --scale-table | --guard
+//! cargo bench --bench pipeline -- --gro-table | --frag-table | --scale-table | --capture-table | --guard
 //! ```
+//! `--capture` attaches a capture (as `spate-dump` does) before the run;
+//! `--capture-table` prints the echo's cost with none and with one.
 //! `--guard` prints spate's own instructions per datagram on the paths
 //! `cargo xtask perf-guard` holds to their budgets (receive with one
 //! socket and with a 64-member group, the group read through its receive
@@ -189,6 +191,10 @@ struct Args {
     /// (`UdpSocket::recv_batch`, as a thread reads) instead of where the
     /// lcore staged them (`LcoreCtx::recv_staged`).
     queued: bool,
+    /// A capture is attached through the control endpoint (as
+    /// `spate-dump` attaches one, snap length 128, room for every frame),
+    /// read by a thread that discards it.
+    capture: bool,
 }
 
 fn parse() -> (Args, bool, Option<String>) {
@@ -209,6 +215,7 @@ fn parse() -> (Args, bool, Option<String>) {
         burst: flag("--burst").and_then(|v| v.parse().ok()).unwrap_or(32u64).clamp(1, 32),
         yield_idle: args.iter().any(|a| a == "--yield-idle"),
         queued: args.iter().any(|a| a == "--queued"),
+        capture: args.iter().any(|a| a == "--capture"),
     };
     (a, args.iter().any(|a| a == "--callgrind"), flag("--json"))
 }
@@ -310,7 +317,14 @@ fn run_once(a: &Args) {
         t.ipv4.push("198.19.0.2/24".parse().unwrap());
         cfg.vxlan.push(t);
     }
+    let name = format!("pipeline-{}", std::process::id());
+    if a.capture {
+        cfg.name = Some(name.clone());
+    }
     let stack = Stack::new(cfg).expect("stack");
+    if a.capture {
+        attach_capture(&name);
+    }
     if let Some(seg) = a.send {
         transmit(&stack, source, seg, a.gso, a.datagrams, start);
         return;
@@ -542,6 +556,50 @@ fn echo(stack: &Stack, source: Source, target: u64, start: u64, staged: bool) {
     let (n, bytes) = (done.0.load(Ordering::Relaxed), done.1.load(Ordering::Relaxed));
     assert!(n >= target, "echoed {n} of {target}");
     println!("{n} {} {bytes} {}", spate::dpdk::lcore::tsc() - start, spate::dpdk::lcore::tsc_hz());
+}
+
+/// Attaches a capture to the stack named `name`, as spate-dump does, and
+/// reads it on a thread of its own until the stack goes.
+fn attach_capture(name: &str) {
+    use spate::control::{CaptureRequest, Client};
+    let path = Path::new("/run/spate").join(format!("{name}.sock"));
+    let client = Client::connect(&path).expect("the stack's control endpoint");
+    // Room for every frame of the runs: the lcore never finds its lane
+    // full, whatever the reader's pace (valgrind runs one thread at a time).
+    let req = CaptureRequest { snaplen: Some(128), records: Some(1 << 17), ..Default::default() };
+    let (_, mut capture) = client.capture(req).expect("attach a capture");
+    std::thread::spawn(move || while let Ok(Some(_)) = capture.next_message() {});
+}
+
+/// Echo of 64-byte datagrams with no capture and with one attached:
+/// instructions per datagram (callgrind, less the echo's floor) and cycles
+/// per datagram natively, the two taking turns.
+fn capture_table(json: Option<String>) {
+    let n = 10_000;
+    let base: Vec<String> = ["--echo", "64", "--flows", "16"].map(String::from).to_vec();
+    let with = |extra: &str| -> Vec<String> {
+        let mut v = base.clone();
+        v.push(extra.into());
+        v
+    };
+    let floor = instructions_per_datagram(&with("--inject-only"), n);
+    let none = instructions_per_datagram(&base, n) - floor;
+    let attached = instructions_per_datagram(&with("--capture"), n) - floor;
+    let cycles = cycles_per_datagram(&[base.clone(), with("--capture")], 300_000);
+    println!("CPU: {}", spate_testkit::cpu_model());
+    println!("Echo of 64-byte datagrams (16 flows): a request and its reply captured per datagram, snap length 128");
+    println!("| capture | spate's own instructions per datagram | cycles per datagram |");
+    println!("|---|---|---|");
+    println!("| none | {none:.1} | {:.1} |", cycles[0]);
+    println!("| attached | {attached:.1} | {:.1} |", cycles[1]);
+    println!("| attached less none | {:.1} | {:.1} |", attached - none, cycles[1] - cycles[0]);
+    if let Some(path) = json {
+        let body = serde_json::json!({
+            "bench": "pipeline-capture", "cpu": spate_testkit::cpu_model(), "floor": floor,
+            "none": none, "attached": attached, "cycles_none": cycles[0], "cycles_attached": cycles[1],
+        });
+        std::fs::write(path, body.to_string()).expect("write JSON");
+    }
 }
 
 /// What `cargo xtask perf-guard` holds to its budget: spate's own
@@ -1054,6 +1112,10 @@ fn main() {
     }
     if std::env::args().any(|a| a == "--scale-table") {
         scale_table(json);
+        return;
+    }
+    if std::env::args().any(|a| a == "--capture-table") {
+        capture_table(json);
         return;
     }
     if std::env::args().any(|a| a == "--guard") {

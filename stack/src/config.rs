@@ -606,9 +606,12 @@ impl StackConfig {
         parse_lcores(&self.lcores)?;
         if let Some(n) = &self.name {
             let ok = |c: char| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.');
-            if n.is_empty() || n.len() > 64 || !n.chars().all(ok) || n.starts_with('.') {
+            // `PID-ID` is what unnamed stacks' endpoints are called.
+            let unnamed =
+                n.split_once('-').is_some_and(|(pid, _)| !pid.is_empty() && pid.bytes().all(|b| b.is_ascii_digit()));
+            if n.is_empty() || n.len() > 64 || !n.chars().all(ok) || n.starts_with('.') || unnamed {
                 return Err(Error::Config(format!(
-                    "name {n:?}: 1 to 64 letters, digits, '-', '_' or '.', not starting with '.'"
+                    "name {n:?}: 1 to 64 letters, digits, '-', '_' or '.', not starting with '.' nor with digits and '-' (unnamed stacks' PID-ID)"
                 )));
             }
         }
@@ -764,6 +767,20 @@ mod tests {
         for bad in ["198.18.0.2", "198.18.0.2/33", "fd00::1/129", "0.0.0.0/0", "x/1", "224.0.0.1/4"] {
             assert!(bad.parse::<Cidr>().is_err(), "{bad}");
         }
+    }
+
+    #[test]
+    fn names_that_look_like_an_unnamed_stacks_are_refused() {
+        let named = |n: &str| {
+            let mut c = StackConfig { name: Some(n.into()), ..StackConfig::default() };
+            c.ports.push(PortSpec::new("net_null0").addr("198.18.0.2/24").unwrap());
+            c.validate()
+        };
+        assert!(named("echo-1").is_ok());
+        assert!(named("1echo").is_ok());
+        assert!(named("123-4").is_err());
+        assert!(named("123-x").is_err());
+        assert!(named(".hidden").is_err());
     }
 
     #[test]

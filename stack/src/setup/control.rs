@@ -18,7 +18,7 @@
 use std::collections::BTreeMap;
 use std::io::{self, BufRead, BufReader, Write};
 use std::net::IpAddr;
-use std::os::unix::fs::{DirBuilderExt, FileTypeExt, PermissionsExt};
+use std::os::unix::fs::{DirBuilderExt, FileTypeExt, MetadataExt, PermissionsExt};
 use std::os::unix::net::{UnixListener, UnixStream};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
@@ -28,6 +28,7 @@ use std::time::Duration;
 use serde::{Deserialize, Serialize};
 
 pub use super::capture::{CaptureRequest, CaptureStart, Message};
+pub use super::live::Errno;
 pub use crate::capture::bpf::Insn;
 use crate::config::Cidr;
 use crate::error::{Error, Result};
@@ -300,6 +301,8 @@ const MAX_CLIENTS: usize = 16;
 const MAX_LINE: usize = 64 << 10;
 /// How often a waiting connection looks whether the stack is gone.
 const READ_TICK: Duration = Duration::from_secs(1);
+/// How long the accepting thread naps between looks at its listener.
+pub(crate) const ACCEPT_NAP: Duration = Duration::from_millis(25);
 
 /// Opens `stack`'s endpoint, unless configured off; where its folder
 /// cannot be made (not root), the stack goes on without it, said in the
@@ -314,6 +317,10 @@ pub(super) fn open(stack: &Stack) -> Result<()> {
         log::warn!("spate: no control endpoint: cannot make {}: {e}", cfg.dir.display());
         return Ok(());
     }
+    if let Err(why) = trusted_dir(&cfg.dir) {
+        log::warn!("spate: no control endpoint: {}: {why}", cfg.dir.display());
+        return Ok(());
+    }
     sweep(&cfg.dir);
     let pid = std::process::id();
     let file = match &shared.cfg.name {
@@ -321,7 +328,7 @@ pub(super) fn open(stack: &Stack) -> Result<()> {
         None => format!("{pid}-{}.sock", shared.id),
     };
     let path = cfg.dir.join(file);
-    let listener = match bind_private(&path) {
+    let (listener, ino) = match bind_private(&path) {
         Ok(l) => l,
         Err(e) if e.kind() == io::ErrorKind::AddrInUse => {
             return Err(Error::Config(format!("control endpoint {}: a running stack serves it", path.display())));
@@ -338,7 +345,8 @@ pub(super) fn open(stack: &Stack) -> Result<()> {
         .name("spate-control".into())
         .spawn(move || serve(listener, weak, flag))
         .map_err(|e| Error::Config(format!("control endpoint: no thread: {e}")))?;
-    let endpoint = ServiceThread { listener: Listener::Unix(path.clone()), stop, thread: Mutex::new(Some(thread)) };
+    let endpoint =
+        ServiceThread { listener: Listener::Unix(path.clone(), ino), stop, thread: Mutex::new(Some(thread)) };
     if shared.endpoint.set(endpoint).is_err() {
         return Err(Error::State("the control endpoint was opened twice".into()));
     }
@@ -346,10 +354,13 @@ pub(super) fn open(stack: &Stack) -> Result<()> {
     Ok(())
 }
 
-/// Binds `path` with mode 0600: in a folder of mode 0700, then moved into
-/// place. A stale socket there (nobody listening) is replaced; a live one
-/// is `AddrInUse`; anything else there is left alone.
-fn bind_private(path: &Path) -> io::Result<UnixListener> {
+/// Binds `path` with mode 0600: in a folder of mode 0700, then linked
+/// into place (a link fails where a name exists: of two stacks starting
+/// with one name, the second is `AddrInUse`, never silently replacing the
+/// first). A stale socket there (nobody listening) is replaced; a live one
+/// is `AddrInUse`; anything else there is left alone. Returns the
+/// listener and the socket's inode.
+fn bind_private(path: &Path) -> io::Result<(UnixListener, u64)> {
     if let Ok(meta) = std::fs::symlink_metadata(path) {
         if !meta.file_type().is_socket() {
             return Err(io::Error::new(io::ErrorKind::AlreadyExists, "not a socket: left alone"));
@@ -368,8 +379,12 @@ fn bind_private(path: &Path) -> io::Result<UnixListener> {
         let inside = private.join("s");
         let listener = UnixListener::bind(&inside)?;
         std::fs::set_permissions(&inside, std::fs::Permissions::from_mode(0o600))?;
-        std::fs::rename(&inside, path)?;
-        Ok(listener)
+        let ino = std::fs::metadata(&inside)?.ino();
+        std::fs::hard_link(&inside, path).map_err(|e| match e.kind() {
+            io::ErrorKind::AlreadyExists => io::Error::from(io::ErrorKind::AddrInUse),
+            _ => e,
+        })?;
+        Ok((listener, ino))
     })();
     let _ = std::fs::remove_dir_all(&private);
     result
@@ -377,7 +392,24 @@ fn bind_private(path: &Path) -> io::Result<UnixListener> {
 
 static NEXT_BIND: AtomicUsize = AtomicUsize::new(0);
 
-/// Removes the sockets (`PID-ID.sock`) of processes that are gone.
+/// The control folder is this user's or root's, and nobody else may
+/// write in it (else another user could put a socket of theirs where
+/// clients look, or remove ours).
+fn trusted_dir(dir: &Path) -> std::result::Result<(), String> {
+    let meta = std::fs::metadata(dir).map_err(|e| e.to_string())?;
+    // /proc/self belongs to this process's effective user.
+    let me = std::fs::metadata("/proc/self").map(|m| m.uid()).map_err(|e| format!("/proc/self: {e}"))?;
+    if meta.uid() != me && meta.uid() != 0 {
+        return Err(format!("owned by user {}, neither this user ({me}) nor root", meta.uid()));
+    }
+    if meta.mode() & 0o022 != 0 {
+        return Err(format!("mode {:o}: others may write in it", meta.mode() & 0o7777));
+    }
+    Ok(())
+}
+
+/// Removes the sockets (`PID-ID.sock`) of processes that are gone: only
+/// those nobody listens on (a connect refused), whatever their name says.
 fn sweep(dir: &Path) {
     let Ok(entries) = std::fs::read_dir(dir) else { return };
     for e in entries.flatten() {
@@ -386,34 +418,47 @@ fn sweep(dir: &Path) {
         else {
             continue;
         };
-        if !Path::new(&format!("/proc/{pid}")).exists() {
+        if Path::new(&format!("/proc/{pid}")).exists() {
+            continue;
+        }
+        if UnixStream::connect(e.path()).is_err_and(|err| err.kind() == io::ErrorKind::ConnectionRefused) {
             let _ = std::fs::remove_file(e.path());
         }
     }
 }
 
 /// Accepts until the stack goes: a thread per connection, at most
-/// [`MAX_CLIENTS`] at once.
+/// [`MAX_CLIENTS`] at once. The listener does not block: the thread naps
+/// between looks, so the stack's drop stops it within a nap whatever
+/// happens to the socket's path.
 fn serve(listener: UnixListener, shared: Weak<Shared>, stop: Arc<AtomicBool>) {
     // Threads started by the EAL's main thread inherit its pinning.
     let _ = spate_dpdk::lcore::unpin_current_thread();
+    if listener.set_nonblocking(true).is_err() {
+        return;
+    }
     let clients = Arc::new(AtomicUsize::new(0));
-    for conn in listener.incoming() {
-        if stop.load(Ordering::Acquire) {
-            break;
-        }
-        let Ok(mut conn) = conn else { continue };
+    while !stop.load(Ordering::Acquire) {
+        let mut conn = match listener.accept() {
+            Ok((c, _)) => c,
+            Err(_) => {
+                std::thread::sleep(ACCEPT_NAP);
+                continue;
+            }
+        };
         if clients.load(Ordering::Relaxed) >= MAX_CLIENTS {
             let _ = reply(&mut conn, &Reply::Error { message: "too many clients".into(), errno: Some(libc::EBUSY) });
             continue;
         }
         clients.fetch_add(1, Ordering::Relaxed);
-        let (shared, stop, clients) = (shared.clone(), stop.clone(), clients.clone());
+        let (shared, stop, clients, mine) = (shared.clone(), stop.clone(), clients.clone(), clients.clone());
         let spawned = std::thread::Builder::new().name("spate-control-client".into()).spawn(move || {
             client(conn, &shared, &stop);
             clients.fetch_sub(1, Ordering::Relaxed);
         });
         if spawned.is_err() {
+            // The connection went with the closure: its place is free.
+            mine.fetch_sub(1, Ordering::Relaxed);
             log::warn!("spate: control endpoint: no thread for a client");
         }
     }
@@ -570,6 +615,10 @@ pub(crate) fn snapshot(stack: &Stack) -> Snapshot {
             }
         })
         .collect();
+    // Not every driver's statistics calls may run on two threads at once
+    // (the control endpoint's clients and the metrics endpoint).
+    static PORT_STATS: Mutex<()> = Mutex::new(());
+    let _one_at_a_time = PORT_STATS.lock().unwrap_or_else(|p| p.into_inner());
     let ports = s
         .ports
         .iter()
@@ -699,9 +748,10 @@ impl Client {
         }
         match serde_json::from_str::<Reply>(&line).map_err(|e| io::Error::new(io::ErrorKind::InvalidData, e))? {
             Reply::Ok(v) => Ok(v),
-            Reply::Error { message, errno: Some(n) } => {
-                Err(io::Error::new(io::Error::from_raw_os_error(n).kind(), format!("{message} (errno {n})")))
-            }
+            Reply::Error { message, errno: Some(n) } => Err(io::Error::new(
+                io::Error::from_raw_os_error(n).kind(),
+                Errno::new(n, format!("{message} (errno {n})")),
+            )),
             Reply::Error { message, errno: None } => Err(io::Error::other(message)),
         }
     }
@@ -810,5 +860,37 @@ pub fn find(dir: &Path, pid: Option<u32>, name: Option<&str>) -> io::Result<Path
                 many.iter().map(|(p, i)| format!("pid {} {}", i.pid, p.display())).collect::<Vec<_>>().join(", ")
             ),
         )),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::os::unix::fs::PermissionsExt;
+
+    use super::{bind_private, trusted_dir};
+
+    #[test]
+    fn a_folder_others_may_write_in_is_not_trusted() {
+        let dir = std::env::temp_dir().join(format!("spate-control-dir-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o700)).unwrap();
+        assert_eq!(trusted_dir(&dir), Ok(()));
+        std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o777)).unwrap();
+        assert!(trusted_dir(&dir).unwrap_err().contains("others may write"), "{:?}", trusted_dir(&dir));
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn a_name_in_use_is_never_taken_over() {
+        let dir = std::env::temp_dir().join(format!("spate-control-bind-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("x.sock");
+        let (_first, ino) = bind_private(&path).unwrap();
+        assert_eq!(std::fs::metadata(&path).unwrap().mode() & 0o777, 0o600);
+        let second = bind_private(&path).unwrap_err();
+        assert_eq!(second.kind(), std::io::ErrorKind::AddrInUse);
+        use std::os::unix::fs::MetadataExt;
+        assert_eq!(std::fs::metadata(&path).unwrap().ino(), ino, "the first stack's socket is still there");
+        std::fs::remove_dir_all(&dir).unwrap();
     }
 }

@@ -23,9 +23,17 @@ fn errno(code: i32, what: &str) -> io::Error {
 /// A refusal's errno, kept in the error (its kind alone loses ESRCH and
 /// others) for the control endpoint to pass on.
 #[derive(Debug)]
-pub(super) struct Errno {
+pub struct Errno {
+    /// Linux's errno.
     pub code: i32,
     text: String,
+}
+
+impl Errno {
+    /// An errno with its message.
+    pub(super) fn new(code: i32, text: String) -> Errno {
+        Errno { code, text }
+    }
 }
 
 impl std::fmt::Display for Errno {

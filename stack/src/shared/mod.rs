@@ -343,7 +343,8 @@ impl Control {
 
 /// A thread that serves the stack from outside the datapath (the control
 /// endpoint, the metrics endpoint: `setup` starts them, holding the stack
-/// only weakly between requests), blocked in `accept` on its listener.
+/// only weakly between requests), napping between looks at its
+/// non-blocking listener until `stop` is set.
 #[derive(Debug)]
 pub(crate) struct ServiceThread {
     pub listener: Listener,
@@ -354,28 +355,29 @@ pub(crate) struct ServiceThread {
 /// Where a [`ServiceThread`] listens.
 #[derive(Debug)]
 pub(crate) enum Listener {
-    /// A unix socket, removed when the thread stops.
-    Unix(std::path::PathBuf),
-    /// A TCP address.
+    /// A unix socket (its path and inode), removed when the thread stops
+    /// if it is still ours.
+    Unix(std::path::PathBuf, u64),
+    /// A TCP socket.
     #[cfg_attr(not(feature = "metrics"), allow(dead_code))]
-    Tcp(std::net::SocketAddr),
+    Tcp,
 }
 
 impl Drop for ServiceThread {
     fn drop(&mut self) {
         self.stop.store(true, Ordering::Release);
-        // A connection wakes the thread blocked in accept.
-        match &self.listener {
-            Listener::Unix(p) => drop(std::os::unix::net::UnixStream::connect(p)),
-            Listener::Tcp(a) => drop(std::net::TcpStream::connect_timeout(a, std::time::Duration::from_secs(1))),
-        }
         let t = self.thread.lock().unwrap_or_else(|p| p.into_inner()).take();
-        // The last handle may go on that thread itself, within a request.
+        // The last handle may go on that thread itself, within a request;
+        // otherwise it sees the flag within a nap.
         if let Some(t) = t.filter(|t| t.thread().id() != std::thread::current().id()) {
             let _ = t.join();
         }
-        if let Listener::Unix(p) = &self.listener {
-            let _ = std::fs::remove_file(p);
+        // Only our own socket: another stack may have its name now.
+        if let Listener::Unix(p, ino) = &self.listener {
+            use std::os::unix::fs::MetadataExt;
+            if std::fs::symlink_metadata(p).is_ok_and(|m| m.ino() == *ino) {
+                let _ = std::fs::remove_file(p);
+            }
         }
     }
 }
