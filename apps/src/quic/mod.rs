@@ -16,6 +16,7 @@ mod tls;
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::thread::JoinHandle;
 use std::time::Duration;
 
@@ -151,8 +152,10 @@ impl Net {
 
     /// Runs `job` on a thread of its own with a tokio runtime while the
     /// stack polls on this thread (the kernel's socket needs no polling:
-    /// the job runs here). The job's end stops the stack; a signal ends
-    /// the job, which sees [`stop_requested`].
+    /// the job runs here). The job's end, also by a panic, stops the
+    /// stack: the lcore's callback sees it at its next iteration, whether
+    /// the job ended before the lcores started or after; a signal ends the
+    /// job, which sees [`stop_requested`].
     fn run<T: Send + 'static>(&self, args: &NetArgs, job: impl FnOnce() -> Result<T> + Send + 'static) -> Result<T> {
         let Net::Spate { stack, .. } = self else {
             return job();
@@ -163,19 +166,33 @@ impl Net {
         };
         let reporter = (args.interval > 0.0)
             .then(|| report::print_every(stack.clone(), Duration::from_secs_f64(args.interval), report::line));
-        let s = stack.clone();
+        /// Says the job ended when dropped, however it ended.
+        struct Ended(Arc<AtomicBool>);
+        impl Drop for Ended {
+            fn drop(&mut self) {
+                self.0.store(true, Ordering::Release);
+            }
+        }
+        let ended = Arc::new(AtomicBool::new(false));
+        let mark = Ended(ended.clone());
         let quic: JoinHandle<Result<T>> = std::thread::Builder::new().name("quic".into()).spawn(move || {
+            let _mark = mark;
             // Threads inherit the EAL main lcore's pinning: undo it.
             let _ = if cpus.is_empty() {
                 spate::dpdk::lcore::unpin_current_thread()
             } else {
                 spate::dpdk::lcore::set_affinity(&cpus)
             };
-            let out = job();
-            s.stop();
-            out
+            job()
         })?;
-        let polled = stack.run(|_| |_: &mut spate::LcoreCtx<'_>| {});
+        let polled = stack.run(move |_| {
+            let ended = ended.clone();
+            move |ctx: &mut spate::LcoreCtx<'_>| {
+                if ended.load(Ordering::Acquire) {
+                    ctx.stack().stop();
+                }
+            }
+        });
         if polled.is_err() {
             // The lcores never ran: end the job instead of waiting for it.
             spate::dpdk::signal::request_stop();

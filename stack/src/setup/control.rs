@@ -301,8 +301,9 @@ const MAX_CLIENTS: usize = 16;
 const MAX_LINE: usize = 64 << 10;
 /// How often a waiting connection looks whether the stack is gone.
 const READ_TICK: Duration = Duration::from_secs(1);
-/// How long the accepting thread naps between looks at its listener.
-pub(crate) const ACCEPT_NAP: Duration = Duration::from_millis(25);
+/// How long `accept` waits before the serving thread looks at its stop
+/// flag again (a wake-up connection normally ends the wait at once).
+pub(crate) const ACCEPT_TICK: Duration = Duration::from_secs(1);
 
 /// Opens `stack`'s endpoint, unless configured off; where its folder
 /// cannot be made (not root), the stack goes on without it, said in the
@@ -428,23 +429,22 @@ fn sweep(dir: &Path) {
 }
 
 /// Accepts until the stack goes: a thread per connection, at most
-/// [`MAX_CLIENTS`] at once. The listener does not block: the thread naps
-/// between looks, so the stack's drop stops it within a nap whatever
-/// happens to the socket's path.
+/// [`MAX_CLIENTS`] at once. The stack's drop wakes `accept` with a
+/// connection; should that miss (the socket's path is gone or another's),
+/// the accept timeout ends the wait within [`ACCEPT_TICK`].
 fn serve(listener: UnixListener, shared: Weak<Shared>, stop: Arc<AtomicBool>) {
     // Threads started by the EAL's main thread inherit its pinning.
     let _ = spate_dpdk::lcore::unpin_current_thread();
-    if listener.set_nonblocking(true).is_err() {
+    if socket2::SockRef::from(&listener).set_read_timeout(Some(ACCEPT_TICK)).is_err() {
         return;
     }
     let clients = Arc::new(AtomicUsize::new(0));
     while !stop.load(Ordering::Acquire) {
         let mut conn = match listener.accept() {
-            Ok((c, _)) => c,
-            Err(_) => {
-                std::thread::sleep(ACCEPT_NAP);
-                continue;
-            }
+            Ok((c, _)) if !stop.load(Ordering::Acquire) => c,
+            Ok(_) => break,
+            // The timeout (EAGAIN), or a connection gone before accept.
+            Err(_) => continue,
         };
         if clients.load(Ordering::Relaxed) >= MAX_CLIENTS {
             let _ = reply(&mut conn, &Reply::Error { message: "too many clients".into(), errno: Some(libc::EBUSY) });

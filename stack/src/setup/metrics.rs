@@ -55,7 +55,7 @@ mod server {
             .name("spate-metrics".into())
             .spawn(move || serve(listener, weak, flag))
             .map_err(|e| Error::Config(format!("metrics: no thread: {e}")))?;
-        let service = ServiceThread { listener: Listener::Tcp, stop, thread: Mutex::new(Some(thread)) };
+        let service = ServiceThread { listener: Listener::Tcp(bound), stop, thread: Mutex::new(Some(thread)) };
         if stack.shared.metrics.set(service).is_err() {
             return Err(Error::State("the metrics endpoint was opened twice".into()));
         }
@@ -63,20 +63,18 @@ mod server {
         Ok(())
     }
 
-    /// One connection at a time: scrapes are seconds apart. The listener
-    /// does not block (see the control endpoint's).
+    /// One connection at a time: scrapes are seconds apart. Woken and
+    /// timed out as the control endpoint's.
     fn serve(listener: TcpListener, shared: Weak<Shared>, stop: Arc<AtomicBool>) {
         let _ = spate_dpdk::lcore::unpin_current_thread();
-        if listener.set_nonblocking(true).is_err() {
+        if socket2::SockRef::from(&listener).set_read_timeout(Some(super::super::control::ACCEPT_TICK)).is_err() {
             return;
         }
         while !stop.load(Ordering::Acquire) {
             let conn = match listener.accept() {
-                Ok((c, _)) => c,
-                Err(_) => {
-                    std::thread::sleep(super::super::control::ACCEPT_NAP);
-                    continue;
-                }
+                Ok((c, _)) if !stop.load(Ordering::Acquire) => c,
+                Ok(_) => break,
+                Err(_) => continue,
             };
             let Some(s) = shared.upgrade() else { break };
             let _ = answer(conn, &Stack { shared: s });

@@ -343,8 +343,8 @@ impl Control {
 
 /// A thread that serves the stack from outside the datapath (the control
 /// endpoint, the metrics endpoint: `setup` starts them, holding the stack
-/// only weakly between requests), napping between looks at its
-/// non-blocking listener until `stop` is set.
+/// only weakly between requests), blocked in `accept` on its listener
+/// (with a timeout) until `stop` is set.
 #[derive(Debug)]
 pub(crate) struct ServiceThread {
     pub listener: Listener,
@@ -358,26 +358,38 @@ pub(crate) enum Listener {
     /// A unix socket (its path and inode), removed when the thread stops
     /// if it is still ours.
     Unix(std::path::PathBuf, u64),
-    /// A TCP socket.
+    /// A TCP address.
     #[cfg_attr(not(feature = "metrics"), allow(dead_code))]
-    Tcp,
+    Tcp(std::net::SocketAddr),
 }
 
 impl Drop for ServiceThread {
     fn drop(&mut self) {
+        use std::os::unix::fs::MetadataExt;
         self.stop.store(true, Ordering::Release);
+        // A connection wakes the thread blocked in accept; if it cannot
+        // reach it, the accept timeout does, within a second.
+        let ours = match &self.listener {
+            Listener::Unix(p, ino) => {
+                // Only our own socket: another stack may have its name now.
+                let ours = std::fs::symlink_metadata(p).is_ok_and(|m| m.ino() == *ino);
+                if ours {
+                    drop(std::os::unix::net::UnixStream::connect(p));
+                }
+                ours
+            }
+            Listener::Tcp(a) => {
+                drop(std::net::TcpStream::connect_timeout(a, std::time::Duration::from_millis(200)));
+                false
+            }
+        };
         let t = self.thread.lock().unwrap_or_else(|p| p.into_inner()).take();
-        // The last handle may go on that thread itself, within a request;
-        // otherwise it sees the flag within a nap.
+        // The last handle may go on that thread itself, within a request.
         if let Some(t) = t.filter(|t| t.thread().id() != std::thread::current().id()) {
             let _ = t.join();
         }
-        // Only our own socket: another stack may have its name now.
-        if let Listener::Unix(p, ino) = &self.listener {
-            use std::os::unix::fs::MetadataExt;
-            if std::fs::symlink_metadata(p).is_ok_and(|m| m.ino() == *ino) {
-                let _ = std::fs::remove_file(p);
-            }
+        if let (Listener::Unix(p, _), true) = (&self.listener, ours) {
+            let _ = std::fs::remove_file(p);
         }
     }
 }
