@@ -206,3 +206,25 @@ mod tests {
         assert!(parse_vxlan("x@198.18.0.1").is_err());
     }
 }
+
+/// Which running stack a tool reads (spate-stat, spate-dump): by process,
+/// by name, or the only one.
+#[derive(Debug, Clone, clap::Args)]
+pub struct TargetArgs {
+    /// The stack of this process.
+    #[arg(long, conflicts_with = "name")]
+    pub pid: Option<u32>,
+    /// The stack of this name (`name` in its configuration).
+    #[arg(long)]
+    pub name: Option<String>,
+    /// Where the stacks' control sockets are.
+    #[arg(long, value_name = "DIR", default_value = "/run/spate")]
+    pub dir: std::path::PathBuf,
+}
+
+impl TargetArgs {
+    /// The chosen stack's control endpoint.
+    pub fn endpoint(&self) -> std::io::Result<std::path::PathBuf> {
+        spate::control::find(&self.dir, self.pid, self.name.as_deref())
+    }
+}

@@ -4,25 +4,18 @@
 //! it; `-i SECS` for deltas every SECS.
 
 use std::fmt::Write as _;
-use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 use clap::Parser;
-use spate::control::{self, Client, Snapshot};
+use spate::control::{Client, Snapshot};
 
 /// Command line of spate-stat.
 #[derive(Debug, Parser)]
 #[command(name = "spate-stat", version, about = "Counters, sockets, lcores, ports and tables of a running spate stack")]
 pub struct StatArgs {
-    /// The stack of this process.
-    #[arg(long, conflicts_with = "name")]
-    pub pid: Option<u32>,
-    /// The stack of this name (`name` in its configuration).
-    #[arg(long)]
-    pub name: Option<String>,
-    /// Where the stacks' control sockets are.
-    #[arg(long, value_name = "DIR", default_value = "/run/spate")]
-    pub dir: PathBuf,
+    /// Which stack.
+    #[command(flatten)]
+    pub target: crate::cli::TargetArgs,
     /// One JSON object (a line each interval with -i).
     #[arg(long)]
     pub json: bool,
@@ -53,7 +46,7 @@ pub fn main(args: StatArgs) -> i32 {
 }
 
 fn run(args: &StatArgs) -> std::io::Result<()> {
-    let path = control::find(&args.dir, args.pid, args.name.as_deref())?;
+    let path = args.target.endpoint()?;
     let mut client = Client::connect(&path).map_err(|e| {
         if e.kind() == std::io::ErrorKind::PermissionDenied {
             std::io::Error::new(e.kind(), format!("{}: {e} (its owner and root only)", path.display()))

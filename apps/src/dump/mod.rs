@@ -13,7 +13,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use clap::Parser;
-use spate::control::{self, CaptureRequest, Client, Message};
+use spate::control::{CaptureRequest, Client, Message};
 
 mod libpcap_ffi;
 pub mod pcapng;
@@ -22,15 +22,9 @@ pub mod pcapng;
 #[derive(Debug, Parser)]
 #[command(name = "spate-dump", version, about = "Capture a running spate stack's frames to a pcapng file")]
 pub struct DumpArgs {
-    /// The stack of this process.
-    #[arg(long, conflicts_with = "name")]
-    pub pid: Option<u32>,
-    /// The stack of this name (`name` in its configuration).
-    #[arg(long)]
-    pub name: Option<String>,
-    /// Where the stacks' control sockets are.
-    #[arg(long, value_name = "DIR", default_value = "/run/spate")]
-    pub dir: PathBuf,
+    /// Which stack.
+    #[command(flatten)]
+    pub target: crate::cli::TargetArgs,
     /// The pcapng file to write (`-` for standard output).
     #[arg(short = 'w', value_name = "FILE")]
     pub write: PathBuf,
@@ -85,7 +79,7 @@ fn run(args: &DumpArgs) -> Result<(), String> {
     } else {
         Some(libpcap_ffi::compile(&expr, snaplen).map_err(|e| format!("filter {expr:?}: {e}"))?)
     };
-    let path = control::find(&args.dir, args.pid, args.name.as_deref()).map_err(|e| e.to_string())?;
+    let path = args.target.endpoint().map_err(|e| e.to_string())?;
     let mut client = Client::connect(&path).map_err(|e| {
         let only = if e.kind() == std::io::ErrorKind::PermissionDenied { " (its owner and root only)" } else { "" };
         format!("{}: {e}{only}", path.display())
