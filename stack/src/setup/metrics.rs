@@ -38,8 +38,8 @@ mod server {
 
     use prometheus::{Encoder, IntCounter, IntCounterVec, IntGauge, IntGaugeVec, Opts, Registry, TextEncoder};
 
-    use super::super::control::snapshot;
     use crate::error::{Error, Result};
+    use crate::setup::control::snapshot;
     use crate::shared::{Listener, ServiceThread, Shared, Stack};
     use crate::stats::Counter;
 
@@ -67,7 +67,7 @@ mod server {
     /// timed out as the control endpoint's.
     fn serve(listener: TcpListener, shared: Weak<Shared>, stop: Arc<AtomicBool>) {
         let _ = spate_dpdk::lcore::unpin_current_thread();
-        if socket2::SockRef::from(&listener).set_read_timeout(Some(super::super::control::ACCEPT_TICK)).is_err() {
+        if socket2::SockRef::from(&listener).set_read_timeout(Some(crate::setup::control::ACCEPT_TICK)).is_err() {
             return;
         }
         while !stop.load(Ordering::Acquire) {
@@ -145,7 +145,7 @@ mod server {
         let reg = Registry::new_custom(Some("spate".into()), Some(labels))?;
         for c in Counter::ALL {
             let m = IntCounter::with_opts(Opts::new(format!("{}_total", snake(&[c.group(), c.name()])), c.doc()))?;
-            m.inc_by(s.counters.get(&super::super::control::nstat_name(*c)).copied().unwrap_or(0));
+            m.inc_by(s.counters.get(&crate::setup::control::nstat_name(*c)).copied().unwrap_or(0));
             reg.register(Box::new(m))?;
         }
         let counter_vec = |name: &str, help: &str, labels: &[&str]| -> prometheus::Result<IntCounterVec> {
