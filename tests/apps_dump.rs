@@ -6,38 +6,14 @@
 //! client is killed detaches (the stack's snapshot says so, and a new one
 //! attaches); one capture at a time; a user other than root is refused.
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::time::{Duration, Instant};
 
 use spate::control::{self, Client};
-use spate_testkit::{Proc, SpateApp, device_lock, spate_and_kernel, unique};
+use spate_testkit::{Proc, SpateApp, capture_frames, device_lock, spate_and_kernel, start_dump, unique};
 
 const ECHO: &str = env!("CARGO_BIN_EXE_spate-echo");
 const DUMP: &str = env!("CARGO_BIN_EXE_spate-dump");
-
-/// The frames of a capture file as `tcpdump -r -xx` prints them, each
-/// with its time.
-fn frames(file: &Path) -> Vec<(f64, Vec<u8>)> {
-    let out = std::process::Command::new("tcpdump")
-        .args(["-r", file.to_str().unwrap(), "-nn", "-xx", "-tt"])
-        .output()
-        .expect("tcpdump");
-    assert!(out.status.success(), "tcpdump -r {}: {}", file.display(), String::from_utf8_lossy(&out.stderr));
-    let mut all: Vec<(f64, Vec<u8>)> = Vec::new();
-    for line in String::from_utf8_lossy(&out.stdout).lines() {
-        if let Some(hex) = line.trim_start().strip_prefix("0x").and_then(|l| l.split_once(':')) {
-            let bytes = hex
-                .1
-                .split_whitespace()
-                .flat_map(|w| (0..w.len()).step_by(2).map(move |i| u8::from_str_radix(&w[i..i + 2], 16).unwrap()));
-            all.last_mut().expect("a frame's header line first").1.extend(bytes);
-        } else if !line.starts_with(char::is_whitespace) {
-            let t: f64 = line.split(' ').next().unwrap().parse().unwrap();
-            all.push((t, Vec::new()));
-        }
-    }
-    all
-}
 
 /// The stack's attached capture, as its snapshot says.
 fn attached(endpoint: &Path) -> Option<u64> {
@@ -46,12 +22,7 @@ fn attached(endpoint: &Path) -> Option<u64> {
 }
 
 fn dump(args: &[&str], file: &Path) -> Proc {
-    let mut all: Vec<String> = args.iter().map(|a| a.to_string()).collect();
-    all.splice(0..0, ["-w".to_string(), file.display().to_string()]);
-    let log = PathBuf::from(format!("/tmp/{}.log", unique("spate-dump-")));
-    let mut p = Proc::spawn("spate-dump", DUMP, &all, &log, Duration::from_secs(120)).unwrap();
-    p.remove_on_drop(file);
-    p
+    start_dump(DUMP, file, args)
 }
 
 #[test]
@@ -118,7 +89,7 @@ fn spate_dump_writes_what_the_kernel_sent_and_received() {
     std::thread::sleep(Duration::from_millis(200));
     ktcpdump.stop();
 
-    let (spate, kernel_frames) = (frames(&sfile), frames(&kfile));
+    let (spate, kernel_frames) = (capture_frames(&sfile), capture_frames(&kfile));
     assert_eq!(spate.len(), 2 * N as usize, "{}", sdump.output());
     let mut a: Vec<&Vec<u8>> = spate.iter().map(|(_, f)| f).collect();
     let mut b: Vec<&Vec<u8>> = kernel_frames.iter().map(|(_, f)| f).collect();
@@ -181,7 +152,7 @@ fn spate_dump_writes_what_the_kernel_sent_and_received() {
     assert!(again.wait_for_output("capturing from", Duration::from_secs(10)), "{}", again.output());
     kernel.must(&["ping", "-c", "1", "-W", "5", "198.18.0.2"]);
     assert!(again.wait_exit(Duration::from_secs(10)), "{}", again.output());
-    assert_eq!(frames(&file4).len(), 2);
+    assert_eq!(capture_frames(&file4).len(), 2);
 
     // A user who is not root is refused by the socket's mode; a bad
     // filter is refused before anything attaches.

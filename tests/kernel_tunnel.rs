@@ -17,9 +17,12 @@ use std::time::Duration;
 
 use spate::dpdk::Memory;
 use spate::{Counter, PortSpec, Stack, StackConfig, UdpSocket};
-use spate_testkit::{Netns, SpateApp, counter, device_lock, shared_eal, spate_and_kernel, unique};
+use spate_testkit::{
+    Netns, SpateApp, capture_frames, counter, device_lock, shared_eal, spate_and_kernel, start_dump, unique,
+};
 
 const ECHO: &str = env!("CARGO_BIN_EXE_spate-echo");
+const DUMP: &str = env!("CARGO_BIN_EXE_spate-dump");
 
 /// Echoes payloads of 0 to `max` bytes through `target` from a kernel
 /// socket bound to `local`; returns how many came back.
@@ -69,10 +72,43 @@ fn vxlan_case(outer_v6: bool) {
             .to_vec();
     args.extend(["--ip".into(), "198.18.0.2/24".into(), "--ip6".into(), "fd00::2/64".into()]);
     args.extend(["--vxlan".into(), remote, "--inner-ip".into(), "198.19.0.2/24".into()]);
+    let name = unique("vxlan-");
+    args.extend(["--name".into(), name.clone()]);
     let app = SpateApp::start(&spate_ns, ECHO, &args, "UDP echo on");
+
+    // The pings captured on the tunnel's own interface (1) by spate-dump,
+    // and on vx0 by the kernel's tcpdump: the same inner frames.
+    let kfile = std::env::temp_dir().join(format!("{}.pcap", unique("spate-vx0-")));
+    let mut ktcpdump = kernel
+        .spawn(
+            "tcpdump",
+            "tcpdump",
+            &["-i", "vx0", "-U", "--immediate-mode", "-w", &kfile.display().to_string(), "icmp"].map(String::from),
+            Duration::from_secs(120),
+        )
+        .unwrap();
+    ktcpdump.remove_on_drop(&kfile);
+    assert!(ktcpdump.wait_for_output("listening on vx0", Duration::from_secs(10)), "{}", ktcpdump.output());
+    let sfile = std::env::temp_dir().join(format!("{}.pcapng", unique("spate-dump-vxlan-")));
+    let mut dump = start_dump(DUMP, &sfile, &["--name", &name, "-i", "1", "-c", "6", "icmp"]);
+    assert!(dump.wait_for_output("capturing from", Duration::from_secs(10)), "{}", dump.output());
 
     let ping = kernel.exec(&["ping", "-c", "3", "-i", "0.2", "-W", "2", "198.19.0.2"]);
     assert!(ping.status.success(), "ping through the tunnel: {}", String::from_utf8_lossy(&ping.stdout));
+    assert!(dump.wait_exit(Duration::from_secs(10)), "{}", dump.output());
+    std::thread::sleep(Duration::from_millis(200));
+    ktcpdump.stop();
+    let mut inner: Vec<Vec<u8>> = capture_frames(&sfile).into_iter().map(|(_, f)| f).collect();
+    let mut kernels: Vec<Vec<u8>> = capture_frames(&kfile).into_iter().map(|(_, f)| f).collect();
+    inner.sort();
+    kernels.sort();
+    assert_eq!(inner.len(), 6, "{}", dump.output());
+    assert_eq!(inner, kernels, "the tunnel's inner frames, as spate-dump and the kernel's vx0 saw them");
+    let ids = std::process::Command::new("/usr/bin/tshark")
+        .args(["-r", &sfile.display().to_string(), "-T", "fields", "-e", "frame.interface_id"])
+        .output()
+        .unwrap();
+    assert_eq!(String::from_utf8_lossy(&ids.stdout).lines().collect::<Vec<_>>(), ["1"; 6], "the tunnel's interface");
     // The inner MTU is the outer 1500 less VXLAN's overhead.
     let max = if outer_v6 { 1500 - 70 - 28 } else { 1500 - 50 - 28 };
     let echoed = echo_through(&kernel, "198.19.0.1:0", "198.19.0.2:7".parse().unwrap(), max);

@@ -109,3 +109,38 @@ pub fn stop_relay(p: &mut Proc) -> (RelayLeg, RelayLeg) {
     let (ab, ba) = line.split_once("b->a").unwrap_or_else(|| panic!("no b->a in {line}"));
     (leg(ab), leg(ba))
 }
+
+/// The frames of a capture file (pcap or pcapng) as `tcpdump -r -xx -tt`
+/// prints them: each with its time in seconds.
+pub fn capture_frames(file: &std::path::Path) -> Vec<(f64, Vec<u8>)> {
+    let out = std::process::Command::new("tcpdump")
+        .args(["-r", &file.display().to_string(), "-nn", "-xx", "-tt"])
+        .output()
+        .expect("tcpdump");
+    assert!(out.status.success(), "tcpdump -r {}: {}", file.display(), String::from_utf8_lossy(&out.stderr));
+    let mut all: Vec<(f64, Vec<u8>)> = Vec::new();
+    for line in String::from_utf8_lossy(&out.stdout).lines() {
+        if let Some((_, hex)) = line.trim_start().strip_prefix("0x").and_then(|l| l.split_once(':')) {
+            let bytes = hex
+                .split_whitespace()
+                .flat_map(|w| (0..w.len()).step_by(2).map(move |i| u8::from_str_radix(&w[i..i + 2], 16).expect("hex")));
+            all.last_mut().expect("a frame's header line first").1.extend(bytes);
+        } else if !line.starts_with(char::is_whitespace) {
+            let t: f64 = line.split(' ').next().and_then(|t| t.parse().ok()).expect("a time first");
+            all.push((t, Vec::new()));
+        }
+    }
+    all
+}
+
+/// Starts `spate-dump` (`bin`) writing `file` (removed with the process)
+/// with `args`, and waits until its capture is attached.
+pub fn start_dump(bin: &str, file: &std::path::Path, args: &[&str]) -> crate::process::Proc {
+    let mut all: Vec<String> = vec!["-w".into(), file.display().to_string()];
+    all.extend(args.iter().map(|a| a.to_string()));
+    let log = std::path::PathBuf::from(format!("/tmp/{}.log", crate::names::unique("spate-dump-")));
+    let mut p =
+        crate::process::Proc::spawn("spate-dump", bin, &all, &log, Duration::from_secs(120)).expect("spate-dump");
+    p.remove_on_drop(file);
+    p
+}
