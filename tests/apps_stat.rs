@@ -58,6 +58,7 @@ fn spate_stat_reads_a_running_spate_echo() {
         &name,
         "--metrics",
         "127.0.0.1:9464",
+        "--read-delay-histograms",
     ]
     .map(String::from)
     .to_vec();
@@ -102,6 +103,10 @@ fn spate_stat_reads_a_running_spate_echo() {
     assert!(scrape.contains("spate_socket_drops_total{local=\"[::]:7\""), "{scrape}");
     assert!(series("spate_lcore_loops_total{lcore=\"0\"") > 0);
     assert!(scrape.contains("spate_mempool_mbufs_in_use{"), "{scrape}");
+    // The echo's socket keeps its read delays (spate-echo reads what the
+    // lcore staged: none counted), as a histogram.
+    assert!(scrape.contains("# TYPE spate_socket_read_delay_seconds histogram"), "{scrape}");
+    assert!(scrape.contains("spate_socket_read_delay_seconds_bucket{local=\"[::]:7\""), "{scrape}");
     let code = spate_ns.must(&["curl", "-s", "-o", "/dev/null", "-w", "%{http_code}", "http://127.0.0.1:9464/"]);
     assert_eq!(code, "404");
 
@@ -118,6 +123,7 @@ fn spate_stat_reads_a_running_spate_echo() {
         "net_af_packet0",
         "#neighbors",
         "198.18.0.1 dev if0",
+        "read delay: no reads yet",
     ] {
         assert!(text.contains(want), "{want} not in:\n{text}");
     }

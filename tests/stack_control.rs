@@ -69,7 +69,10 @@ fn the_control_endpoint_shows_the_stack_and_changes_it() {
     for i in 0..5u8 {
         peer.send(&udp_frame(mac, false, 4000, 7, &[i; 100]));
     }
-    let s = wait_for(&mut client, |s| s.sockets.iter().any(|k| k.local == "0.0.0.0:7" && k.queued == 5));
+    // A snapshot reads the counters before the sockets: both are waited for.
+    let s = wait_for(&mut client, |s| {
+        s.counters["UdpInDatagrams"] == 5 && s.sockets.iter().any(|k| k.local == "0.0.0.0:7" && k.queued == 5)
+    });
     assert_eq!(s.info.name.as_deref(), Some(name.as_str()));
     assert_eq!(s.info.pid, std::process::id());
     assert!(s.info.running);
@@ -216,4 +219,56 @@ fn clients_that_leave_mid_request_leave_nothing_attached() {
     line.clear();
     r.read_line(&mut line).unwrap();
     assert!(line.starts_with("{\"ok\""), "{line}");
+}
+
+#[test]
+fn a_socket_keeps_its_read_delays_when_asked() {
+    let _serial = device_lock();
+    shared_eal(Memory::Auto);
+    let (mut peer, port, _p) = WirePeer::new(1023);
+    let name = unique("delay-");
+    let stack = stack_on(&port, Some(name.clone())).unwrap();
+    let mac = stack.interfaces()[0].mac;
+    let kept = UdpSocket::bind(&stack, "0.0.0.0:7").unwrap();
+    let plain = UdpSocket::bind(&stack, "0.0.0.0:8").unwrap();
+    kept.set_read_delay_histogram(true).unwrap();
+    assert!(kept.read_delay_histogram().unwrap() && !plain.read_delay_histogram().unwrap());
+    kept.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+    plain.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+    let running = stack.spawn_polling().unwrap();
+    let mut client = Client::connect(&path_of(&name)).unwrap();
+
+    // Five read 50 ms after they arrived, five as they arrive.
+    let mut buf = [0u8; 200];
+    for i in 0..5u8 {
+        peer.send(&udp_frame(mac, false, 4000, 7, &[i; 10]));
+        peer.send(&udp_frame(mac, false, 4000, 8, &[i; 10]));
+    }
+    wait_for(&mut client, |s| s.sockets.iter().any(|k| k.id == kept.id() && k.queued == 5));
+    std::thread::sleep(Duration::from_millis(50));
+    for _ in 0..5 {
+        kept.recv_from(&mut buf).unwrap();
+        plain.recv_from(&mut buf).unwrap();
+    }
+    for i in 0..5u8 {
+        peer.send(&udp_frame(mac, false, 4000, 7, &[i; 10]));
+        kept.recv_from(&mut buf).unwrap();
+    }
+    let s = client.snapshot().unwrap();
+    let d = s.sockets.iter().find(|k| k.id == kept.id()).unwrap().read_delay.clone().expect("kept");
+    assert_eq!(d.count, 10, "{d:?}");
+    let late: u64 = d.buckets.iter().filter(|(b, _)| b.is_none_or(|ns| ns > 50_000_000)).map(|(_, n)| n).sum();
+    assert_eq!(late, 5, "five waited 50 ms or more: {d:?}");
+    assert!(d.sum_ns >= 250_000_000, "{d:?}");
+    assert!(d.quantile_bound_ns(0.5).is_some_and(|b| b <= 50_000_000), "half were read at once: {d:?}");
+    assert!(s.sockets.iter().find(|k| k.id == plain.id()).unwrap().read_delay.is_none());
+    // Off: nothing more is counted, what was stays.
+    kept.set_read_delay_histogram(false).unwrap();
+    peer.send(&udp_frame(mac, false, 4000, 7, &[9; 10]));
+    kept.recv_from(&mut buf).unwrap();
+    let s = client.snapshot().unwrap();
+    assert_eq!(s.sockets.iter().find(|k| k.id == kept.id()).unwrap().read_delay.as_ref().unwrap().count, 10);
+
+    running.stop();
+    drop((kept, plain, client));
 }

@@ -75,6 +75,10 @@ pub struct StackArgs {
     /// Serve Prometheus metrics at http://ADDR:PORT/metrics.
     #[arg(long, value_name = "ADDR:PORT")]
     pub metrics: Option<std::net::SocketAddr>,
+    /// Every socket keeps a histogram of its datagrams' waits from RX
+    /// burst to read (spate-stat and the metrics show it).
+    #[arg(long)]
+    pub read_delay_histograms: bool,
     /// EAL arguments, passed through unchanged (after `--`).
     #[arg(last = true, value_name = "EAL ARGS")]
     pub eal: Vec<String>,
@@ -148,6 +152,9 @@ impl StackArgs {
         }
         if self.metrics.is_some() {
             cfg.metrics = self.metrics;
+        }
+        if self.read_delay_histograms {
+            cfg.read_delay_histograms = true;
         }
         cfg.eal_args.extend(self.eal.iter().cloned());
         Ok(cfg)

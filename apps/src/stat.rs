@@ -203,6 +203,9 @@ fn render(s: &Snapshot, prev: Option<&Snapshot>, all: bool) -> String {
             k.reuseport_group.map(|g| g.to_string()).unwrap_or_else(|| "-".into()),
             if k.tunnel { " (tunnel)" } else { "" }
         );
+        if let Some(d) = &k.read_delay {
+            let _ = writeln!(out, "       read delay: {}", delay_line(d));
+        }
     }
     let _ = writeln!(out, "#ports");
     for p in &s.ports {
@@ -253,4 +256,34 @@ attached: snaplen {}, {} frames captured, {} dropped",
         );
     }
     out
+}
+
+/// A read-delay histogram in a line: reads, mean, and the bounds under
+/// which half, 99% and all of them fell.
+fn delay_line(d: &spate::control::DelayInfo) -> String {
+    if d.count == 0 {
+        return "no reads yet".into();
+    }
+    let bound = |q: f64| match d.quantile_bound_ns(q) {
+        Some(ns) => format!("< {}", duration(ns)),
+        None => format!(">= {}", duration(d.buckets.iter().rev().find_map(|(b, _)| *b).unwrap_or(0))),
+    };
+    format!(
+        "{} reads, mean {}, p50 {}, p99 {}, max {}",
+        d.count,
+        duration(d.sum_ns / d.count),
+        bound(0.5),
+        bound(0.99),
+        bound(1.0)
+    )
+}
+
+/// Nanoseconds as ns, us, ms or s.
+fn duration(ns: u64) -> String {
+    match ns {
+        0..1_000 => format!("{ns} ns"),
+        1_000..1_000_000 => format!("{:.1} us", ns as f64 / 1e3),
+        1_000_000..1_000_000_000 => format!("{:.1} ms", ns as f64 / 1e6),
+        _ => format!("{:.2} s", ns as f64 / 1e9),
+    }
 }

@@ -467,6 +467,10 @@ pub struct StackConfig {
     pub name: Option<String>,
     /// The control endpoint `spate-stat` reads ([`ControlConfig`]).
     pub control: ControlConfig,
+    /// Every socket keeps a histogram of its datagrams' waits from RX
+    /// burst to read (`UdpSocket::set_read_delay_histogram`), for
+    /// `spate-stat` and the metrics; the lcores then stamp every burst.
+    pub read_delay_histograms: bool,
     /// Serve Prometheus metrics at `http://ADDR:PORT/metrics` (a kernel
     /// TCP socket in the process's network namespace, on a thread of the
     /// stack's own); needs the `metrics` feature.
@@ -529,6 +533,7 @@ impl Default for StackConfig {
             name: None,
             control: ControlConfig::default(),
             metrics: None,
+            read_delay_histograms: false,
         }
     }
 }

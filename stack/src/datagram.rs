@@ -245,6 +245,17 @@ impl Datagram {
         Some(std::time::UNIX_EPOCH + std::time::Duration::from_nanos(ns))
     }
 
+    /// The receive time as `CLOCK_REALTIME` nanoseconds, when stamped.
+    #[inline]
+    pub(crate) fn stamp_ns(&self) -> Option<u64> {
+        if self.headers & STAMPED == 0 {
+            return None;
+        }
+        let room = self.mbuf.headroom_bytes();
+        let at = room.len().checked_sub((self.headers & SPAN) as usize + STAMP_LEN)?;
+        Some(u64::from_ne_bytes(room[at..at + STAMP_LEN].try_into().ok()?))
+    }
+
     /// The IPv4 TOS byte or the IPv6 traffic class, as received: DSCP in
     /// the top six bits, ECN in the low two (`IP_RECVTOS`,
     /// `IPV6_RECVTCLASS`).

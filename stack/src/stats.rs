@@ -7,7 +7,7 @@
 //! blocks. Threads outside the lcores (application senders) write a
 //! shared block with atomic adds, on error paths only.
 
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
 use crossbeam_utils::CachePadded;
 
@@ -445,5 +445,93 @@ mod tests {
         assert_eq!(s.rx_drops(), 1, "the steering loss, not the held fragments");
         assert_eq!(s.drops(), 2, "and the hand-off loss; a withheld error is no drop");
         assert!(!Counter::RxReasmHeld.is_drop() && !Counter::UdpInErrors.is_drop());
+    }
+}
+
+/// Buckets of a [`DelayHistogram`].
+pub const DELAY_BUCKETS: usize = 24;
+/// The first bucket's upper bound, in nanoseconds; each next one doubles.
+const DELAY_FIRST_NS: u64 = 250;
+
+/// How long datagrams waited from their RX burst to the application's
+/// read, in buckets of powers of two from 250 ns to about a second (the
+/// last bucket: longer). Kept by a socket that asks for it; its readers
+/// add to it, relaxed.
+#[derive(Debug, Default)]
+pub struct DelayHistogram {
+    on: AtomicBool,
+    buckets: [AtomicU64; DELAY_BUCKETS],
+    sum_ns: AtomicU64,
+}
+
+impl DelayHistogram {
+    /// Whether it is kept.
+    #[inline]
+    pub fn is_on(&self) -> bool {
+        self.on.load(Ordering::Relaxed)
+    }
+
+    /// Turns it on or off; returns whether it was on.
+    pub fn set_on(&self, on: bool) -> bool {
+        self.on.swap(on, Ordering::AcqRel)
+    }
+
+    /// The bucket of a delay: 0 below 250 ns, then `i` for
+    /// `[250 << (i - 1), 250 << i)`, the last for the rest.
+    #[inline]
+    pub fn bucket_of(ns: u64) -> usize {
+        ((u64::BITS - (ns / DELAY_FIRST_NS).leading_zeros()) as usize).min(DELAY_BUCKETS - 1)
+    }
+
+    /// Bucket `i`'s upper bound in nanoseconds (exclusive); `None` for the
+    /// last.
+    pub fn bound_ns(i: usize) -> Option<u64> {
+        (i < DELAY_BUCKETS - 1).then(|| DELAY_FIRST_NS << i)
+    }
+
+    /// Notes one delay.
+    #[inline]
+    pub fn record(&self, ns: u64) {
+        self.buckets[Self::bucket_of(ns)].fetch_add(1, Ordering::Relaxed);
+        self.sum_ns.fetch_add(ns, Ordering::Relaxed);
+    }
+
+    /// The counts, by bucket.
+    pub fn counts(&self) -> [u64; DELAY_BUCKETS] {
+        std::array::from_fn(|i| self.buckets[i].load(Ordering::Relaxed))
+    }
+
+    /// The delays' sum in nanoseconds.
+    pub fn sum_ns(&self) -> u64 {
+        self.sum_ns.load(Ordering::Relaxed)
+    }
+}
+
+#[cfg(test)]
+mod delay_tests {
+    use super::{DELAY_BUCKETS, DelayHistogram};
+
+    #[test]
+    fn delays_fall_in_power_of_two_buckets() {
+        assert_eq!(DelayHistogram::bucket_of(0), 0);
+        assert_eq!(DelayHistogram::bucket_of(249), 0);
+        assert_eq!(DelayHistogram::bucket_of(250), 1);
+        assert_eq!(DelayHistogram::bucket_of(499), 1);
+        assert_eq!(DelayHistogram::bucket_of(500), 2);
+        assert_eq!(DelayHistogram::bucket_of(1_000_000), 12);
+        assert_eq!(DelayHistogram::bucket_of(u64::MAX), DELAY_BUCKETS - 1);
+        // Each delay lies below its bucket's bound and at or above the one
+        // before.
+        for ns in [1, 250, 777, 40_000, 50_000_000, 1 << 40] {
+            let b = DelayHistogram::bucket_of(ns);
+            assert!(DelayHistogram::bound_ns(b).is_none_or(|up| ns < up), "{ns} in {b}");
+            assert!(b == 0 || ns >= DelayHistogram::bound_ns(b - 1).unwrap(), "{ns} in {b}");
+        }
+        let h = DelayHistogram::default();
+        h.record(300);
+        h.record(2_000_000_000);
+        assert_eq!(h.counts()[1], 1);
+        assert_eq!(h.counts()[DELAY_BUCKETS - 1], 1);
+        assert_eq!(h.sum_ns(), 2_000_000_300);
     }
 }

@@ -33,7 +33,7 @@ pub use crate::capture::bpf::Insn;
 use crate::config::Cidr;
 use crate::error::{Error, Result};
 use crate::shared::{Listener, ServiceThread, Shared, Stack};
-use crate::stats::Counter;
+use crate::stats::{Counter, DelayHistogram};
 use crate::wire::MacAddr;
 
 /// What a client asks (`{"op": "snapshot"}`, `{"op": "add_address",
@@ -212,6 +212,38 @@ pub struct SocketInfo {
     pub gro: bool,
     /// A tunnel endpoint the stack made itself.
     pub tunnel: bool,
+    /// Its datagrams' waits from RX burst to read, when it keeps them
+    /// (`set_read_delay_histogram`).
+    #[serde(default)]
+    pub read_delay: Option<DelayInfo>,
+}
+
+/// A socket's read-delay histogram.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct DelayInfo {
+    /// Reads counted.
+    pub count: u64,
+    /// Their delays' sum, in nanoseconds.
+    pub sum_ns: u64,
+    /// Per bucket: its upper bound in nanoseconds (exclusive; none for the
+    /// last) and how many delays fell in it.
+    pub buckets: Vec<(Option<u64>, u64)>,
+}
+
+impl DelayInfo {
+    /// The bound under which at least `q` (0 to 1) of the delays fell
+    /// (`None`: the last, open bucket; or no delays at all).
+    pub fn quantile_bound_ns(&self, q: f64) -> Option<u64> {
+        let want = (q * self.count as f64).ceil().max(1.0) as u64;
+        let mut seen = 0;
+        for (bound, n) in &self.buckets {
+            seen += n;
+            if seen >= want {
+                return *bound;
+            }
+        }
+        None
+    }
 }
 
 /// A neighbour entry.
@@ -676,6 +708,16 @@ pub(crate) fn snapshot(stack: &Stack) -> Snapshot {
                 reader_wakeups: q.wakeups(),
                 gro: b.sock.gro.load(Ordering::Relaxed),
                 tunnel: b.sock.tunnel.is_some(),
+                read_delay: {
+                    let h = &b.sock.read_delay;
+                    let counts = h.counts();
+                    let count = counts.iter().sum::<u64>();
+                    (h.is_on() || count > 0).then(|| DelayInfo {
+                        count,
+                        sum_ns: h.sum_ns(),
+                        buckets: counts.iter().enumerate().map(|(i, n)| (DelayHistogram::bound_ns(i), *n)).collect(),
+                    })
+                },
             }
         })
         .collect();

@@ -141,7 +141,7 @@ mod server {
             Some(n) => n.clone(),
             None => format!("{}-{}", s.info.pid, s.info.id),
         };
-        let labels = [("stack".to_string(), label)].into_iter().collect();
+        let labels = [("stack".to_string(), label.clone())].into_iter().collect();
         let reg = Registry::new_custom(Some("spate".into()), Some(labels))?;
         for c in Counter::ALL {
             let m = IntCounter::with_opts(Opts::new(format!("{}_total", snake(&[c.group(), c.name()])), c.doc()))?;
@@ -217,7 +217,46 @@ mod server {
 
         let mut out = Vec::new();
         TextEncoder::new().encode(&reg.gather(), &mut out)?;
-        Ok(String::from_utf8_lossy(&out).into_owned())
+        let mut text = String::from_utf8_lossy(&out).into_owned();
+        read_delays(&mut text, &label, &s);
+        Ok(text)
+    }
+
+    /// The sockets' read-delay histograms, in the text format (the
+    /// prometheus crate's histograms observe values one by one; these
+    /// are counted already).
+    fn read_delays(out: &mut String, stack: &str, s: &crate::setup::control::Snapshot) {
+        use std::fmt::Write;
+        let name = "spate_socket_read_delay_seconds";
+        let mut head = false;
+        for k in &s.sockets {
+            let Some(d) = &k.read_delay else { continue };
+            if !head {
+                let _ = writeln!(
+                    out,
+                    "# HELP {name} How long datagrams waited from their RX burst to the application's read."
+                );
+                let _ = writeln!(out, "# TYPE {name} histogram");
+                head = true;
+            }
+            let labels = format!(
+                "local=\"{}\",peer=\"{}\",socket=\"{}\",stack=\"{stack}\"",
+                k.local,
+                k.peer.as_deref().unwrap_or(""),
+                k.id
+            );
+            let mut seen = 0;
+            for (bound, n) in &d.buckets {
+                seen += n;
+                let le = match bound {
+                    Some(ns) => format!("{}", *ns as f64 / 1e9),
+                    None => "+Inf".into(),
+                };
+                let _ = writeln!(out, "{name}_bucket{{{labels},le=\"{le}\"}} {seen}");
+            }
+            let _ = writeln!(out, "{name}_sum{{{labels}}} {}", d.sum_ns as f64 / 1e9);
+            let _ = writeln!(out, "{name}_count{{{labels}}} {}", d.count);
+        }
     }
 
     #[cfg(test)]

@@ -51,6 +51,8 @@ pub(crate) struct SocketCore {
     /// The tunnel interface this socket terminates (a VXLAN endpoint the
     /// stack made); `None` for an application's socket.
     pub tunnel: Option<u16>,
+    /// The delays from RX burst to read, while the socket keeps them.
+    pub read_delay: crate::stats::DelayHistogram,
 }
 
 /// Load figures of one lcore, written by it alone.

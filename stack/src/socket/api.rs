@@ -104,6 +104,7 @@ impl SocketBuilder {
             epoch: AtomicU64::new(0),
             gro: AtomicBool::new(false),
             tunnel: None,
+            read_delay: Default::default(),
         });
         let binding = Binding {
             id,
@@ -131,7 +132,7 @@ impl SocketBuilder {
             route_gen: 0,
             ip: IpOptions::DEFAULT,
         };
-        Ok(UdpSocket {
+        let sock = UdpSocket {
             stack: self.stack.clone(),
             core: core.clone(),
             family,
@@ -148,7 +149,11 @@ impl SocketBuilder {
                 dont_fragment: AtomicBool::new(false),
                 timestamps: AtomicBool::new(false),
             }),
-        })
+        };
+        if shared.cfg.read_delay_histograms {
+            sock.set_read_delay_histogram(true)?;
+        }
+        Ok(sock)
     }
 }
 
@@ -398,6 +403,7 @@ impl UdpSocket {
             .queue
             .pop(self.wait_mode())
             .ok_or_else(|| self.pending_error().err().unwrap_or_else(|| self.no_data()))?;
+        self.note_delay(std::slice::from_ref(&d));
         let n = d.copy_to(buf);
         Ok((n, self.present(d.src())))
     }
@@ -411,11 +417,32 @@ impl UdpSocket {
     pub fn recv_datagram(&self) -> io::Result<Datagram> {
         crate::app_thread::enter();
         self.pending_error()?;
-        self.inner
+        let d = self
+            .inner
             .core
             .queue
             .pop(self.wait_mode())
-            .ok_or_else(|| self.pending_error().err().unwrap_or_else(|| self.no_data()))
+            .ok_or_else(|| self.pending_error().err().unwrap_or_else(|| self.no_data()))?;
+        self.note_delay(std::slice::from_ref(&d));
+        Ok(d)
+    }
+
+    /// Adds the datagrams' waits since their RX burst to the socket's
+    /// histogram, when it keeps one: one relaxed load otherwise.
+    #[inline]
+    pub(super) fn note_delay(&self, read: &[Datagram]) {
+        let h = &self.core.read_delay;
+        if !h.is_on() {
+            return;
+        }
+        // The stamps' own clock: the stack's, as CLOCK_REALTIME.
+        let shared = &self.stack.shared;
+        let now = shared.clock.now().0.wrapping_add(shared.realtime_offset.load(Ordering::Relaxed));
+        for d in read {
+            if let Some(t) = d.stamp_ns() {
+                h.record(now.saturating_sub(t));
+            }
+        }
     }
 
     /// Moves up to `max` datagrams into `out` without copying them; waits
@@ -431,6 +458,7 @@ impl UdpSocket {
                 // A thread reading what a polling lcore queued finds every
                 // line in that lcore's cache: all misses at once.
                 out.prefetch_from(held);
+                self.note_delay(&out.vec()[held..]);
                 Ok(n)
             }
         }
@@ -455,6 +483,10 @@ impl Drop for Inner {
             shared.gro_users.fetch_sub(1, Ordering::AcqRel);
         }
         if self.timestamps.swap(false, Ordering::AcqRel) {
+            shared.stamp_users.fetch_sub(1, Ordering::AcqRel);
+        }
+        // The counts stay readable in the core; the stamps stop.
+        if self.core.read_delay.set_on(false) {
             shared.stamp_users.fetch_sub(1, Ordering::AcqRel);
         }
     }

@@ -118,6 +118,31 @@ impl UdpSocket {
         Ok(self.inner.timestamps.load(Ordering::Acquire))
     }
 
+    /// Keeps a histogram of how long this socket's datagrams wait from
+    /// their RX burst to the application's read (`recv_from`, `recv_batch`,
+    /// `recv_datagram`, `recv_msg`, the poll calls), which `spate-stat`
+    /// and the metrics show: the receive timestamps' clock (the stamps are
+    /// taken while the histogram is on, as for
+    /// [`set_recv_timestamps`](Self::set_recv_timestamps)). Datagrams a
+    /// run-to-completion callback takes where the lcore staged them are
+    /// read in the loop iteration that received them, and not counted.
+    /// The stack's `read_delay_histograms` turns it on for every socket.
+    pub fn set_read_delay_histogram(&self, on: bool) -> io::Result<()> {
+        let shared = self.shared();
+        if on && !self.core.read_delay.set_on(true) {
+            shared.refresh_realtime();
+            shared.stamp_users.fetch_add(1, Ordering::AcqRel);
+        } else if !on && self.core.read_delay.set_on(false) {
+            shared.stamp_users.fetch_sub(1, Ordering::AcqRel);
+        }
+        Ok(())
+    }
+
+    /// Whether the read-delay histogram is kept.
+    pub fn read_delay_histogram(&self) -> io::Result<bool> {
+        Ok(self.core.read_delay.is_on())
+    }
+
     /// A second handle to this socket (as `dup` makes one): both send and
     /// receive on the same binding and queue and share every option; the
     /// socket is closed when the last handle is dropped.

@@ -36,6 +36,7 @@ impl UdpSocket {
                 return Poll::Ready(Err(e));
             }
             if let Some(d) = queue.pop(Wait::No) {
+                self.note_delay(std::slice::from_ref(&d));
                 return Poll::Ready(Ok(d));
             }
             if queue.register_waker(cx.waker()) {
