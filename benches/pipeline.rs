@@ -322,9 +322,12 @@ fn run_once(a: &Args) {
         cfg.name = Some(name.clone());
     }
     let stack = Stack::new(cfg).expect("stack");
-    if a.capture {
+    // The process may end while the capture's thread still holds the
+    // stack: its endpoint's socket goes with this guard.
+    let _endpoint = a.capture.then(|| {
         attach_capture(&name);
-    }
+        RemoveOnDrop(Path::new("/run/spate").join(format!("{name}.sock")))
+    });
     if let Some(seg) = a.send {
         transmit(&stack, source, seg, a.gso, a.datagrams, start);
         return;
@@ -556,6 +559,15 @@ fn echo(stack: &Stack, source: Source, target: u64, start: u64, staged: bool) {
     let (n, bytes) = (done.0.load(Ordering::Relaxed), done.1.load(Ordering::Relaxed));
     assert!(n >= target, "echoed {n} of {target}");
     println!("{n} {} {bytes} {}", spate::dpdk::lcore::tsc() - start, spate::dpdk::lcore::tsc_hz());
+}
+
+/// Removes a file when dropped.
+struct RemoveOnDrop(PathBuf);
+
+impl Drop for RemoveOnDrop {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_file(&self.0);
+    }
 }
 
 /// Attaches a capture to the stack named `name`, as spate-dump does, and

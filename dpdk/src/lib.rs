@@ -38,6 +38,7 @@ pub mod lcore;
 pub mod mbuf;
 pub mod mempool;
 pub mod port;
+pub mod process;
 pub mod ring;
 pub mod signal;
 pub mod sys;

@@ -70,6 +70,8 @@ pub mod internals {
         pub use crate::frag::reassembly::*;
         pub use crate::time::Instant;
     }
+    /// The capture's filter language (the fuzz target runs programs).
+    pub use crate::capture::bpf;
     /// Frames captured from Linux (the fuzz test mutates them).
     pub mod fixtures {
         pub use crate::wire::fixtures::*;

@@ -57,10 +57,14 @@ pub fn compile(expr: &str, snaplen: u32) -> Result<Vec<Insn>, String> {
         // SAFETY: pcap_geterr returns the handle's NUL-terminated message.
         Err(unsafe { CStr::from_ptr(pcap_geterr(p)) }.to_string_lossy().into_owned())
     } else {
-        // SAFETY: on success bf_insns holds bf_len instructions until
-        // pcap_freecode.
-        let insns = unsafe { std::slice::from_raw_parts(prog.bf_insns, prog.bf_len as usize) };
-        let out = insns.iter().map(|i| Insn { code: i.code, jt: i.jt, jf: i.jf, k: i.k }).collect();
+        let out = if prog.bf_insns.is_null() {
+            Vec::new()
+        } else {
+            // SAFETY: on success bf_insns holds bf_len instructions until
+            // pcap_freecode.
+            let insns = unsafe { std::slice::from_raw_parts(prog.bf_insns, prog.bf_len as usize) };
+            insns.iter().map(|i| Insn { code: i.code, jt: i.jt, jf: i.jf, k: i.k }).collect()
+        };
         // SAFETY: compiled above, freed once.
         unsafe { pcap_freecode(&mut prog) };
         Ok(out)

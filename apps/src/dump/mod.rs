@@ -73,6 +73,12 @@ fn run(args: &DumpArgs) -> Result<(), String> {
     if snaplen == 0 || snaplen > 65_535 {
         return Err(format!("-s {snaplen}: 1 to 65,535"));
     }
+    if args.count == Some(0) {
+        return Err("-c 0: at least one frame".into());
+    }
+    if let Some(d) = args.duration.filter(|d| !d.is_finite() || *d <= 0.0 || *d > 1e9) {
+        return Err(format!("--duration {d}: a number of seconds above 0"));
+    }
     let expr = args.filter.join(" ");
     let filter = if expr.trim().is_empty() {
         None
@@ -162,6 +168,11 @@ fn run(args: &DumpArgs) -> Result<(), String> {
                 last = Some((captured, dropped));
                 if end {
                     break Ok(());
+                }
+                // Every 200 ms: a reader of the file (`-w - | tcpdump -r -`)
+                // sees the frames so far.
+                if let Err(e) = file.flush() {
+                    break Err(format!("{}: {e}", args.write.display()));
                 }
             }
             Ok(None) => break Err("the stack closed the capture (it stopped?)".into()),

@@ -24,7 +24,7 @@ const IF_TSRESOL: u16 = 9;
 const EPB_FLAGS: u16 = 2;
 const ISB_STARTTIME: u16 = 2;
 const ISB_ENDTIME: u16 = 3;
-const ISB_IFRECV: u16 = 4;
+const ISB_USRDELIV: u16 = 8;
 const ISB_OSDROP: u16 = 7;
 
 /// A block's body, built before its length is known.
@@ -112,13 +112,15 @@ impl<W: Write> Writer<W> {
         b.write(&mut self.out, EPB)
     }
 
-    /// Statistics of interface `iface` over the capture.
+    /// Statistics of interface `iface` over the capture: frames written
+    /// (`isb_usrdeliv`) and, where given, dropped by the capture
+    /// (`isb_osdrop`).
     pub fn stats(
         &mut self,
         iface: u32,
         start_ns: u64,
         end_ns: u64,
-        recv: u64,
+        delivered: u64,
         dropped: Option<u64>,
         comment: &str,
     ) -> io::Result<()> {
@@ -131,7 +133,7 @@ impl<W: Write> Writer<W> {
         t.clear();
         t.extend_from_slice(&((end_ns >> 32) as u32).to_le_bytes());
         t.extend_from_slice(&(end_ns as u32).to_le_bytes());
-        b.opt(ISB_ENDTIME, &t).opt(ISB_IFRECV, &recv.to_le_bytes());
+        b.opt(ISB_ENDTIME, &t).opt(ISB_USRDELIV, &delivered.to_le_bytes());
         if let Some(d) = dropped {
             b.opt(ISB_OSDROP, &d.to_le_bytes());
         }

@@ -94,6 +94,65 @@ const A: u16 = 0x10;
 const TAX: u16 = 0x00;
 const TXA: u16 = 0x80;
 
+/// The instructions Linux's classic BPF takes (`bpf_check_classic`'s
+/// table), and no others.
+const VALID: &[u16] = &[
+    // Loads into A and X.
+    LD | W | ABS,
+    LD | H | ABS,
+    LD | B | ABS,
+    LD | W | LEN,
+    LD | W | IND,
+    LD | H | IND,
+    LD | B | IND,
+    LD | IMM,
+    LD | MEM,
+    LDX | W | IMM,
+    LDX | W | MEM,
+    LDX | W | LEN,
+    LDX | B | MSH,
+    // Stores.
+    ST,
+    STX,
+    // Arithmetic, with a constant or X.
+    ALU | ADD | K,
+    ALU | ADD | X,
+    ALU | SUB | K,
+    ALU | SUB | X,
+    ALU | MUL | K,
+    ALU | MUL | X,
+    ALU | DIV | K,
+    ALU | DIV | X,
+    ALU | MOD | K,
+    ALU | MOD | X,
+    ALU | AND | K,
+    ALU | AND | X,
+    ALU | OR | K,
+    ALU | OR | X,
+    ALU | XOR | K,
+    ALU | XOR | X,
+    ALU | LSH | K,
+    ALU | LSH | X,
+    ALU | RSH | K,
+    ALU | RSH | X,
+    ALU | NEG,
+    // Jumps.
+    JMP | JA,
+    JMP | JEQ | K,
+    JMP | JEQ | X,
+    JMP | JGT | K,
+    JMP | JGT | X,
+    JMP | JGE | K,
+    JMP | JGE | X,
+    JMP | JSET | K,
+    JMP | JSET | X,
+    // Returns and register moves.
+    RET | K,
+    RET | A,
+    MISC | TAX,
+    MISC | TXA,
+];
+
 impl Program {
     /// Checks `insns`.
     pub fn new(insns: Vec<Insn>) -> Result<Program, Invalid> {
@@ -103,60 +162,28 @@ impl Program {
         }
         for (at, i) in insns.iter().enumerate() {
             let bad = |why| Err(Invalid { at, why });
-            let class = i.code & 0x07;
-            let ok = match class {
-                LD | LDX => {
-                    let (size, mode) = (i.code & 0x18, i.code & 0xe0);
-                    let sized = matches!(size, W | H | B);
-                    match (class, mode) {
-                        (LD, ABS | IND) => sized,
-                        (LD, IMM | LEN) | (LDX, IMM | LEN) => size == W,
-                        (_, MEM) => {
-                            if i.k >= MEMWORDS {
-                                return bad("scratch memory index out of range");
-                            }
-                            size == W
-                        }
-                        (LDX, MSH) => size == B,
-                        _ => false,
-                    }
-                }
-                ST | STX => {
-                    if i.k >= MEMWORDS {
-                        return bad("scratch memory index out of range");
-                    }
-                    i.code & !0x07 == 0
-                }
-                ALU => {
-                    let (op, src) = (i.code & 0xf0, i.code & 0x08);
-                    if matches!(op, DIV | MOD) && src == K && i.k == 0 {
-                        return bad("division by a constant zero");
-                    }
-                    i.code & !0xff == 0 && matches!(op, ADD | SUB | MUL | DIV | OR | AND | LSH | RSH | NEG | MOD | XOR)
-                }
-                JMP => {
-                    let op = i.code & 0xf0;
-                    let after = at + 1;
-                    if op == JA {
-                        if i.code != JMP | JA {
-                            return bad("unknown jump");
-                        }
-                        if (i.k as usize) >= n - after {
-                            return bad("jump out of the program");
-                        }
-                        true
-                    } else {
-                        if after + i.jt as usize >= n || after + i.jf as usize >= n {
-                            return bad("jump out of the program");
-                        }
-                        i.code & !0xf8 == JMP && matches!(op, JEQ | JGT | JGE | JSET)
-                    }
-                }
-                RET => matches!(i.code & !0x07, K | X | A),
-                _ => matches!(i.code, c if c == MISC | TAX || c == MISC | TXA),
-            };
-            if !ok {
+            if !VALID.contains(&i.code) {
                 return bad("unknown instruction");
+            }
+            let (class, op) = (i.code & 0x07, i.code & 0xf0);
+            let uses_mem = matches!(class, ST | STX) || (matches!(class, LD | LDX) && i.code & 0xe0 == MEM);
+            if uses_mem && i.k >= MEMWORDS {
+                return bad("scratch memory index out of range");
+            }
+            if class == ALU && i.code & 0x08 == K {
+                if matches!(op, DIV | MOD) && i.k == 0 {
+                    return bad("division by a constant zero");
+                }
+                if matches!(op, LSH | RSH) && i.k >= 32 {
+                    return bad("shift by 32 or more");
+                }
+            }
+            if class == JMP {
+                let left = n - at - 1;
+                let out = if op == JA { i.k as usize >= left } else { i.jt as usize >= left || i.jf as usize >= left };
+                if out {
+                    return bad("jump out of the program");
+                }
             }
         }
         if insns[n - 1].code & 0x07 != RET {
@@ -245,11 +272,7 @@ impl Program {
                     pc += if taken { i.jt } else { i.jf } as usize;
                 }
                 RET => {
-                    return match i.code & 0x18 {
-                        X => x,
-                        A => a,
-                        _ => i.k,
-                    };
+                    return if i.code & 0x18 == A { a } else { i.k };
                 }
                 _ => {
                     if i.code & 0xf8 == TXA {
@@ -361,6 +384,10 @@ mod tests {
         assert_eq!(refused(vec![i(ALU | DIV | K, 0, 0, 0), ret]).why, "division by a constant zero");
         assert_eq!(refused(vec![i(0xffff, 0, 0, 0), ret]).why, "unknown instruction");
         assert_eq!(refused(vec![i(LDX | H | ABS, 0, 0, 0), ret]).at, 0);
+        assert_eq!(refused(vec![i(ALU | LSH | K, 0, 0, 32), ret]).why, "shift by 32 or more");
+        assert_eq!(refused(vec![i(RET | X, 0, 0, 0)]).why, "unknown instruction");
+        assert_eq!(refused(vec![i(ALU | NEG | X, 0, 0, 0), ret]).why, "unknown instruction");
+        assert_eq!(refused(vec![i(0x100 | LD | IMM, 0, 0, 0), ret]).why, "unknown instruction");
         // A jump to the last instruction is fine.
         assert!(Program::new(vec![i(JMP | JA, 0, 0, 0), ret]).is_ok());
     }

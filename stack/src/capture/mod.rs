@@ -12,7 +12,7 @@
 
 use std::sync::Arc;
 use std::sync::Mutex;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 
 use crossbeam::queue::ArrayQueue;
 use crossbeam_utils::CachePadded;
@@ -71,6 +71,9 @@ pub struct Tap {
     filter: Option<bpf::Program>,
     iface: Option<u16>,
     lanes: Box<[CachePadded<Lane>]>,
+    /// The lane the writer's next drain starts at: each in turn, so one
+    /// busy lcore cannot keep the others' records waiting.
+    next_lane: AtomicUsize,
 }
 
 impl Tap {
@@ -94,7 +97,13 @@ impl Tap {
                 })
             })
             .collect();
-        Tap { snaplen: cfg.snaplen.clamp(1, MAX_SNAPLEN), filter: cfg.filter, iface: cfg.iface, lanes }
+        Tap {
+            snaplen: cfg.snaplen.clamp(1, MAX_SNAPLEN),
+            filter: cfg.filter,
+            iface: cfg.iface,
+            lanes,
+            next_lane: AtomicUsize::new(0),
+        }
     }
 
     /// Lcore `lane` took `frames` on interface `iface` at `time`: copies
@@ -147,7 +156,10 @@ impl Tap {
     /// hands each to `f`, and recycles it. Returns how many.
     pub fn drain(&self, max: usize, mut f: impl FnMut(&Record)) -> usize {
         let mut n = 0;
-        for l in self.lanes.iter() {
+        let first = self.next_lane.fetch_add(1, Ordering::Relaxed);
+        let lanes = self.lanes.len();
+        for k in 0..lanes {
+            let l = &self.lanes[(first + k) % lanes];
             while n < max {
                 let Some(r) = l.full.pop() else { break };
                 f(&r);

@@ -126,9 +126,13 @@ impl Message {
 
 /// How often the counts go out while frames flow or not.
 const COUNTS_EVERY: Duration = Duration::from_millis(200);
-/// How long the writer waits for a word from the client when the lanes
-/// are empty (its idle pause).
+/// How long the writer pauses when the lanes are empty.
 const IDLE_WAIT: Duration = Duration::from_millis(2);
+/// How often the writer looks for a word from the client and the stop
+/// flag while records keep coming.
+const LOOK_EVERY: Duration = Duration::from_millis(2);
+/// What a capture's records may take at most, over all lcores.
+const MAX_TAP_BYTES: usize = 256 << 20;
 /// How long a write may block before the client counts as gone.
 const WRITE_TIMEOUT: Duration = Duration::from_secs(5);
 /// How long the lcores get to let go of a detached tap.
@@ -154,6 +158,16 @@ fn tap_for(stack: &Stack, req: &CaptureRequest) -> Result<Tap, String> {
     }
     // The largest frame: MTU, Ethernet header and a VLAN tag.
     let frame_max = links.iter().map(|l| l.mtu as usize + 18).max().unwrap_or(1518);
+    let bytes = records.saturating_mul((snaplen as usize).min(frame_max)).saturating_mul(stack.shared.workers);
+    if bytes > MAX_TAP_BYTES {
+        return Err(format!(
+            "records {records} of {} bytes on {} lcores: {} MiB, more than {} MiB (fewer records or a shorter snaplen)",
+            (snaplen as usize).min(frame_max),
+            stack.shared.workers,
+            bytes >> 20,
+            MAX_TAP_BYTES >> 20
+        ));
+    }
     Ok(Tap::new(TapConfig { snaplen, filter, records, iface: req.iface }, stack.shared.workers, frame_max))
 }
 
@@ -195,7 +209,9 @@ pub(super) fn session(conn: UnixStream, shared: &Weak<Shared>, stop: &AtomicBool
 
 /// Writes records until the client asks to stop, the stack goes or
 /// `stop` is set (then the last ones and the last counts), or a write
-/// fails.
+/// fails. The client and the flag are looked at every [`LOOK_EVERY`]
+/// also while records keep coming, and the stack is held only to read
+/// its clock, never across a write.
 fn stream(
     conn: &UnixStream,
     out: UnixStream,
@@ -204,50 +220,73 @@ fn stream(
     tap: &Arc<Tap>,
 ) -> io::Result<()> {
     out.set_write_timeout(Some(WRITE_TIMEOUT))?;
-    conn.set_read_timeout(Some(IDLE_WAIT))?;
     let mut w = BufWriter::with_capacity(256 << 10, out);
-    let mut counts_at = Instant::now();
-    loop {
-        let Some(s) = shared.upgrade() else { break };
-        let n = write_records(&mut w, &s, tap)?;
-        drop(s);
+    let (mut counts_at, mut looked_at) = (Instant::now(), Instant::now());
+    while let Some(offset) = realtime_offset(shared) {
+        let n = write_records(&mut w, offset, tap)?;
         if counts_at.elapsed() >= COUNTS_EVERY {
             Message::write_counts(&mut w, tap.totals(), false)?;
+            w.flush()?;
             counts_at = Instant::now();
         }
-        if n > 0 {
+        if n > 0 && looked_at.elapsed() < LOOK_EVERY {
             continue;
         }
-        w.flush()?;
-        if stop.load(Ordering::Acquire) {
+        looked_at = Instant::now();
+        if n == 0 {
+            w.flush()?;
+        }
+        if stop.load(Ordering::Acquire) || client_spoke(conn)? {
             break;
         }
-        // Anything from the client, or its end, stops the capture.
-        match (&*conn).read(&mut [0u8; 64]) {
-            Ok(_) => break,
-            Err(e) if matches!(e.kind(), io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut) => {}
-            Err(e) => return Err(e),
+        if n == 0 {
+            std::thread::sleep(IDLE_WAIT);
         }
     }
     // The lcores drop their handle at their next iteration; what they
     // copied before goes out too.
-    if let Some(shared) = shared.upgrade() {
-        shared.capture.detach(tap);
-        let waited = Instant::now();
-        while Arc::strong_count(tap) > 1 && waited.elapsed() < LET_GO {
-            write_records(&mut w, &shared, tap)?;
-            std::thread::sleep(Duration::from_micros(200));
+    let offset = realtime_offset(shared);
+    if let Some(s) = shared.upgrade() {
+        s.capture.detach(tap);
+    }
+    let waited = Instant::now();
+    while Arc::strong_count(tap) > 1 && waited.elapsed() < LET_GO {
+        if let Some(o) = offset {
+            write_records(&mut w, o, tap)?;
         }
-        while write_records(&mut w, &shared, tap)? > 0 {}
+        std::thread::sleep(Duration::from_micros(200));
+    }
+    // What the lcores counted before they let go.
+    std::sync::atomic::fence(Ordering::Acquire);
+    if let Some(o) = offset {
+        while write_records(&mut w, o, tap)? > 0 {}
     }
     Message::write_counts(&mut w, tap.totals(), true)?;
     w.flush()
 }
 
-/// Writes what waits in the lanes, a batch at most; returns how many.
-fn write_records(w: &mut impl Write, shared: &Shared, tap: &Tap) -> io::Result<usize> {
+/// `CLOCK_REALTIME` less the stack's clock, in nanoseconds; `None` once
+/// the stack is gone.
+fn realtime_offset(shared: &Weak<Shared>) -> Option<u64> {
+    let s = shared.upgrade()?;
     let real = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_nanos() as u64);
-    let offset = real.wrapping_sub(shared.clock.now().0);
+    Some(real.wrapping_sub(s.clock.now().0))
+}
+
+/// Whether the client sent anything or closed, without waiting.
+fn client_spoke(conn: &UnixStream) -> io::Result<bool> {
+    let mut buf = [std::mem::MaybeUninit::<u8>::uninit(); 64];
+    match socket2::SockRef::from(conn).recv_with_flags(&mut buf, libc::MSG_DONTWAIT) {
+        // Bytes, or the end of the stream.
+        Ok(_) => Ok(true),
+        Err(e) if matches!(e.kind(), io::ErrorKind::WouldBlock | io::ErrorKind::Interrupted) => Ok(false),
+        Err(e) => Err(e),
+    }
+}
+
+/// Writes what waits in the lanes, a batch at most, their times moved by
+/// `offset` onto `CLOCK_REALTIME`; returns how many.
+fn write_records(w: &mut impl Write, offset: u64, tap: &Tap) -> io::Result<usize> {
     let mut failed = None;
     let n = tap.drain(1024, |r| {
         if failed.is_some() {

@@ -430,8 +430,7 @@ static NEXT_BIND: AtomicUsize = AtomicUsize::new(0);
 /// clients look, or remove ours).
 fn trusted_dir(dir: &Path) -> std::result::Result<(), String> {
     let meta = std::fs::metadata(dir).map_err(|e| e.to_string())?;
-    // /proc/self belongs to this process's effective user.
-    let me = std::fs::metadata("/proc/self").map(|m| m.uid()).map_err(|e| format!("/proc/self: {e}"))?;
+    let me = spate_dpdk::process::effective_uid();
     if meta.uid() != me && meta.uid() != 0 {
         return Err(format!("owned by user {}, neither this user ({me}) nor root", meta.uid()));
     }

@@ -45,6 +45,8 @@ mod server {
 
     /// A request's head at most.
     const MAX_HEAD: usize = 8 << 10;
+    /// How long a request's head may take to arrive, and a reply to leave.
+    const HEAD_TIME: Duration = Duration::from_secs(5);
 
     pub(super) fn open(stack: &Stack, addr: SocketAddr) -> Result<()> {
         let listener = TcpListener::bind(addr).map_err(|e| Error::Config(format!("metrics = \"{addr}\": {e}")))?;
@@ -76,17 +78,27 @@ mod server {
                 Ok(_) => break,
                 Err(_) => continue,
             };
-            let Some(s) = shared.upgrade() else { break };
-            let _ = answer(conn, &Stack { shared: s });
+            if shared.strong_count() == 0 {
+                break;
+            }
+            let _ = answer(conn, &shared);
         }
     }
 
-    fn answer(mut conn: TcpStream, stack: &Stack) -> io::Result<()> {
-        conn.set_read_timeout(Some(Duration::from_secs(5)))?;
-        conn.set_write_timeout(Some(Duration::from_secs(5)))?;
+    /// Answers one request: its head must come within [`HEAD_TIME`]
+    /// (whatever the client's pace), and the stack is held only while the
+    /// snapshot is rendered.
+    fn answer(mut conn: TcpStream, shared: &Weak<Shared>) -> io::Result<()> {
+        conn.set_write_timeout(Some(HEAD_TIME))?;
+        let deadline = std::time::Instant::now() + HEAD_TIME;
         let mut head = Vec::new();
         let mut buf = [0u8; 1024];
         while !head.windows(4).any(|w| w == b"\r\n\r\n") {
+            let left = deadline.saturating_duration_since(std::time::Instant::now());
+            if left.is_zero() {
+                return Ok(());
+            }
+            conn.set_read_timeout(Some(left))?;
             let n = conn.read(&mut buf)?;
             if n == 0 || head.len() + n > MAX_HEAD {
                 return Ok(());
@@ -97,9 +109,10 @@ mod server {
         let mut words = line.split(|b| *b == b' ');
         let (method, path) = (words.next().unwrap_or_default(), words.next().unwrap_or_default());
         let (status, kind, body) = match (method, path) {
-            (b"GET", b"/metrics") => match render(stack) {
-                Ok(text) => ("200 OK", "text/plain; version=0.0.4; charset=utf-8", text),
-                Err(e) => ("500 Internal Server Error", "text/plain", format!("{e}\n")),
+            (b"GET", b"/metrics") => match shared.upgrade().map(|shared| render(&Stack { shared })) {
+                Some(Ok(text)) => ("200 OK", "text/plain; version=0.0.4; charset=utf-8", text),
+                Some(Err(e)) => ("500 Internal Server Error", "text/plain", format!("{e}\n")),
+                None => ("503 Service Unavailable", "text/plain", "the stack is gone\n".into()),
             },
             (b"GET", _) => ("404 Not Found", "text/plain", "spate serves /metrics\n".into()),
             _ => ("405 Method Not Allowed", "text/plain", "GET /metrics\n".into()),
