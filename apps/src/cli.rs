@@ -72,6 +72,11 @@ pub struct StackArgs {
     /// `/run/spate/NAME.sock` instead of `/run/spate/PID-1.sock`.
     #[arg(long, value_name = "NAME")]
     pub name: Option<String>,
+    /// Join multicast group GROUP on the tool's receiving sockets, from
+    /// any source or only from SOURCE (repeatable: several groups, or
+    /// several sources of one).
+    #[arg(long = "join", value_name = "GROUP[,SOURCE]", value_parser = parse_join)]
+    pub joins: Vec<(std::net::IpAddr, Option<std::net::IpAddr>)>,
     /// Serve Prometheus metrics at http://ADDR:PORT/metrics.
     #[arg(long, value_name = "ADDR:PORT")]
     pub metrics: Option<std::net::SocketAddr>,
@@ -233,5 +238,59 @@ impl TargetArgs {
     /// The chosen stack's control endpoint.
     pub fn endpoint(&self) -> std::io::Result<std::path::PathBuf> {
         spate::control::find(&self.dir, self.pid, self.name.as_deref())
+    }
+}
+
+/// `GROUP[,SOURCE]`: a multicast group and, for a source-specific join,
+/// the source (both of one family).
+fn parse_join(s: &str) -> Result<(std::net::IpAddr, Option<std::net::IpAddr>), String> {
+    let (g, src) = match s.split_once(',') {
+        Some((g, src)) => (g, Some(src)),
+        None => (s, None),
+    };
+    let group: std::net::IpAddr = g.trim().parse().map_err(|e| format!("{g}: {e}"))?;
+    if !group.is_multicast() {
+        return Err(format!("{group} is not a multicast group"));
+    }
+    let source = match src {
+        Some(x) => Some(x.trim().parse::<std::net::IpAddr>().map_err(|e| format!("{x}: {e}"))?),
+        None => None,
+    };
+    if source.is_some_and(|x| x.is_ipv4() != group.is_ipv4()) {
+        return Err(format!("{s}: the source and the group are of one family"));
+    }
+    Ok((group, source))
+}
+
+impl StackArgs {
+    /// Joins `--join`'s groups on `sock` (on the stack's first interface
+    /// of each group's family).
+    pub fn join_groups(&self, sock: &spate::UdpSocket) -> std::io::Result<()> {
+        use std::net::{IpAddr, Ipv4Addr};
+        for (group, source) in &self.joins {
+            let any = Ipv4Addr::UNSPECIFIED;
+            match (group, source) {
+                (IpAddr::V4(g), None) => sock.join_multicast_v4(g, &any)?,
+                (IpAddr::V4(g), Some(IpAddr::V4(s))) => sock.join_source_multicast_v4(g, s, &any)?,
+                (IpAddr::V6(g), None) => sock.join_multicast_v6(g, 0)?,
+                (IpAddr::V6(g), Some(IpAddr::V6(s))) => sock.join_source_multicast_v6(g, s, 0)?,
+                _ => unreachable!("checked when parsed"),
+            }
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod join_tests {
+    use super::parse_join;
+
+    #[test]
+    fn joins_parse_with_and_without_a_source() {
+        assert_eq!(parse_join("239.1.2.3").unwrap(), ("239.1.2.3".parse().unwrap(), None));
+        let (g, s) = parse_join("ff0e::1, fd00::1").unwrap();
+        assert_eq!((g, s), ("ff0e::1".parse().unwrap(), Some("fd00::1".parse().unwrap())));
+        assert!(parse_join("198.18.0.1").unwrap_err().contains("not a multicast group"));
+        assert!(parse_join("239.1.2.3,fd00::1").unwrap_err().contains("one family"));
     }
 }

@@ -57,6 +57,7 @@ fn run(args: &EchoArgs) -> Result<(), Box<dyn std::error::Error>> {
     for _ in 0..args.sockets {
         let sock = UdpSocket::builder(&stack).reuseport(args.sockets > 1).bind(("::", args.port))?;
         sock.set_nonblocking(true)?;
+        args.stack.join_groups(&sock)?;
         sockets.push(sock);
     }
     let sockets = Arc::new(sockets);

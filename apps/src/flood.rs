@@ -5,7 +5,7 @@
 //! an interval line while it runs and a summary at the end, with what the
 //! stack could not put on the wire and why.
 
-use std::net::SocketAddr;
+use std::net::{IpAddr, SocketAddr};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
@@ -46,6 +46,10 @@ pub struct FloodArgs {
     /// of the rest), so a receiver can tell corrupted from lost.
     #[arg(long)]
     pub check: bool,
+    /// TTL (hop limit) of the datagrams: to a group, its multicast TTL
+    /// (1 by default, the link only); to a unicast address, its TTL (64).
+    #[arg(long, value_parser = clap::value_parser!(u32).range(1..=255))]
+    pub ttl: Option<u32>,
 }
 
 /// Datagrams written per lcore iteration at most.
@@ -77,6 +81,13 @@ fn run(args: &FloodArgs) -> Result<(), Box<dyn std::error::Error>> {
     for _ in 0..args.streams {
         let s = UdpSocket::bind(&stack, any)?;
         s.set_nonblocking(true)?;
+        match (args.ttl, args.dst.ip()) {
+            (Some(t), IpAddr::V4(g)) if g.is_multicast() => s.set_multicast_ttl_v4(t)?,
+            (Some(t), IpAddr::V6(g)) if g.is_multicast() => s.set_multicast_hops_v6(t)?,
+            (Some(t), IpAddr::V4(_)) => s.set_ttl(t)?,
+            (Some(t), IpAddr::V6(_)) => s.set_unicast_hops_v6(t)?,
+            (None, _) => {}
+        }
         sockets.push(s);
     }
     if args.check && args.len < crate::check::MIN_LEN {

@@ -161,6 +161,7 @@ fn run(args: &SinkArgs) -> Result<(), Box<dyn std::error::Error>> {
             b = b.recv_buffer_size(bytes);
         }
         let sock = b.bind(("::", args.port))?;
+        args.stack.join_groups(&sock)?;
         match args.reader {
             Reader::Lcore => sock.set_nonblocking(true)?,
             Reader::Thread => sock.set_read_timeout(Some(Duration::from_millis(100)))?,

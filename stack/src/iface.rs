@@ -139,7 +139,11 @@ impl Interface {
     /// Whether a frame to `dst` is for this interface.
     #[inline]
     pub fn accepts_mac(&self, dst: &MacAddr) -> bool {
-        *dst == self.mac || dst.is_broadcast() || (dst.0[0] == 0x33 && dst.0[1] == 0x33)
+        // Groups' frames: the IP layer keeps those of groups joined.
+        *dst == self.mac
+            || dst.is_broadcast()
+            || (dst.0[0] == 0x33 && dst.0[1] == 0x33)
+            || (dst.0[0] == 0x01 && dst.0[1] == 0x00 && dst.0[2] == 0x5e)
     }
 
     /// The source address for a packet to `dst`: one on the same prefix

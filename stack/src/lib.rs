@@ -33,6 +33,7 @@ mod hdr;
 mod iface;
 mod ip_id;
 mod lookup;
+mod mcast;
 mod neigh;
 mod route;
 mod rss;

@@ -203,6 +203,33 @@ impl Routes {
     }
 }
 
+/// The route of a datagram to group `group`: out of interface `out` if
+/// given, else the route's interface for the group, else the first with
+/// an address of its family; handed to the group itself (its MAC is the
+/// group's), from `src` or the interface's address.
+pub fn multicast_route(
+    routes: &Routes,
+    ifaces: &[Interface],
+    group: &IpAddr,
+    out: Option<u16>,
+    src: Option<&IpAddr>,
+) -> Option<Route> {
+    let v4 = group.is_ipv4();
+    let has_family = |i: &&Interface| if v4 { !i.ipv4.is_empty() } else { !i.ipv6.is_empty() };
+    let iface = match out {
+        Some(o) => ifaces.get(o as usize),
+        None => routes
+            .lookup(ifaces, group, src)
+            .and_then(|r| ifaces.get(r.iface as usize))
+            .or_else(|| ifaces.iter().find(has_family)),
+    }?;
+    let src = match src {
+        Some(s) if !s.is_unspecified() => *s,
+        _ => iface.source_for(group)?,
+    };
+    Some(route(iface, *group, src))
+}
+
 fn route(iface: &Interface, next_hop: IpAddr, src: IpAddr) -> Route {
     Route { iface: iface.index, next_hop, src, mtu: iface.mtu, offload: iface.tx_checksum }
 }

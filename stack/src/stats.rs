@@ -76,6 +76,7 @@ counters! {
     RxIcmp = kept "Rx"."Icmp": "ICMP and ICMPv6 messages handled (echo answered, errors noted, others counted).";
     RxIcmpErrors = drop "Rx"."IcmpErrors": "ICMP and ICMPv6 messages that were malformed or had a bad checksum.";
     RxArp = kept "Rx"."Arp": "ARP packets handled.";
+    RxIgmp = kept "Rx"."Igmp": "IGMP messages handled (queries answered, reports of other hosts ignored).";
     RxArpErrors = drop "Rx"."ArpErrors": "ARP packets that were short or not Ethernet/IPv4.";
     RxNd = kept "Rx"."Nd": "Neighbour-discovery messages handled.";
     RxNdErrors = drop "Rx"."NdErrors": "Neighbour-discovery messages that failed RFC 4861 validation.";
@@ -152,6 +153,8 @@ counters! {
     IpFragCreates = kept "Ip"."FragCreates": "IPv4 fragments made.";
     IpOutRequests = kept "Ip"."OutRequests": "IPv4 packets sent.";
     IpOutNoRoutes = kept "Ip"."OutNoRoutes": "IPv4 packets without a route.";
+    IpExtInMcastPkts = kept "IpExt"."InMcastPkts": "IPv4 packets received for a multicast group the interface is in (or every host's).";
+    IpExtOutMcastPkts = kept "IpExt"."OutMcastPkts": "IPv4 packets sent to a multicast group.";
     Ip6InReceives = kept "Ip6"."InReceives": "IPv6 packets received.";
     Ip6InHdrErrors = kept "Ip6"."InHdrErrors": "IPv6 packets with header errors.";
     Ip6InAddrErrors = kept "Ip6"."InAddrErrors": "IPv6 packets for an address that is not ours.";
@@ -168,6 +171,10 @@ counters! {
     Ip6FragCreates = kept "Ip6"."FragCreates": "IPv6 fragments made.";
     Ip6OutRequests = kept "Ip6"."OutRequests": "IPv6 packets sent.";
     Ip6OutNoRoutes = kept "Ip6"."OutNoRoutes": "IPv6 packets without a route.";
+    Ip6InMcastPkts = kept "Ip6"."InMcastPkts": "IPv6 packets received for a multicast group.";
+    Ip6OutMcastPkts = kept "Ip6"."OutMcastPkts": "IPv6 packets sent to a multicast group.";
+    IgmpOutReports = kept "Igmp"."OutReports": "IGMPv3 reports sent (joins, leaves, answers to queries).";
+    Mld6OutReports = kept "Mld6"."OutReports": "MLDv2 reports sent.";
 
     IcmpInMsgs = kept "Icmp"."InMsgs": "ICMP messages received.";
     IcmpInErrors = kept "Icmp"."InErrors": "ICMP messages with errors.";

@@ -34,8 +34,16 @@ impl Worker<'_> {
     ) -> Result<(), Mbuf> {
         let mut matches = std::mem::take(&mut self.group_matches);
         self.snapshot.group_matches(key, &mut matches);
-        // A tunnel's endpoint takes no group traffic.
-        matches.retain(|&i| self.snapshot.binding(i).sock.tunnel.is_none());
+        // A tunnel's endpoint takes no group traffic; a socket takes a
+        // group's only as its own membership's filter says (Linux's
+        // `ip_mc_sf_allow`).
+        let net = self.net.clone();
+        let mcast = at.dst.is_multicast();
+        matches.retain(|&i| {
+            let b = self.snapshot.binding(i);
+            let all = || b.sock.mcast_all.load(std::sync::atomic::Ordering::Relaxed);
+            b.sock.tunnel.is_none() && (!mcast || net.mcast.socket_allows(b.id, iface.index, &at.dst, &at.src, all()))
+        });
         let Some((&last, rest)) = matches.split_last() else {
             self.group_matches = matches;
             return Err(m);

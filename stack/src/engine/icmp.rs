@@ -200,6 +200,12 @@ impl Worker<'_> {
             return Counter::RxIcmpErrors;
         }
         self.inc(Counter::Icmp6InMsgs);
+        if p.msg_type() == 130 {
+            if let Some(q) = crate::mcast::report::mld_query(data) {
+                self.heard_query(iface.index, true, q);
+            }
+            return Counter::RxIcmp;
+        }
         let nd_type = matches!(
             p.msg_type(),
             icmpv6::msg_type::NEIGHBOR_SOLICIT

@@ -40,6 +40,7 @@ mod deliver;
 mod gro;
 mod group;
 mod icmp;
+mod mcast;
 mod memo;
 mod poll;
 mod rx;

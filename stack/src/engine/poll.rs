@@ -330,6 +330,7 @@ impl Worker<'_> {
         if self.idx != 0 {
             return;
         }
+        self.send_due_reports();
         self.shared.pmtu.prune();
         self.shared.log_link_changes(&mut self.link_seen);
         if self.shared.stamp_users.load(Ordering::Relaxed) != 0 {

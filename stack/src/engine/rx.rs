@@ -323,7 +323,10 @@ impl Worker<'_> {
         let (ihl, total, fragment) = (ip.header_len(), ip.total_len() as usize, ip.is_fragment());
         let (ident, frag_offset, more_frags) = (ip.ident(), ip.frag_offset(), ip.more_frags());
         let padding = data.len() - total;
-        let broadcast = !iface.has_ipv4(dst) && iface.is_ipv4_broadcast(dst);
+        // A group the interface is in (the sockets' own filters apply at
+        // delivery), or every host's.
+        let group = dst.is_multicast() && self.joined(iface.index, dst.into(), src.into());
+        let broadcast = group || (!iface.has_ipv4(dst) && iface.is_ipv4_broadcast(dst));
         if !broadcast && !iface.has_ipv4(dst) {
             self.inc(Counter::IpInAddrErrors);
             return Some(Counter::RxIpv4NotForUs);
@@ -366,6 +369,11 @@ impl Worker<'_> {
                 self.inc(Counter::IpInDelivers);
                 Some(self.rx_icmpv4(iface, m, l4, src, dst, broadcast))
             }
+            crate::mcast::report::IGMP => {
+                self.inc(Counter::IpInDelivers);
+                self.rx_igmp(iface.index, &m.data()[l4..l2 + total]);
+                Some(Counter::RxIgmp)
+            }
             _ => {
                 self.inc(Counter::IpInUnknownProtos);
                 if !broadcast {
@@ -396,7 +404,8 @@ impl Worker<'_> {
         }
         let (src, dst, hop_limit) = (ip.src(), ip.dst(), ip.hop_limit());
         let len = ipv6::HEADER_LEN + ip.payload_len() as usize;
-        if !iface.accepts_ipv6(&dst) {
+        let joined = dst.is_multicast() && self.joined(iface.index, dst.into(), src.into());
+        if !joined && !iface.accepts_ipv6(&dst) {
             self.inc(Counter::Ip6InAddrErrors);
             return Some(Counter::RxIpv6NotForUs);
         }

@@ -26,6 +26,13 @@ impl Worker<'_> {
             self.send_ip(pkt, mac);
             return;
         }
+        if pkt.next_hop.is_multicast() {
+            // A group's MAC is its address's (no ARP or ND).
+            let mac = crate::mcast::report::group_mac(&pkt.next_hop);
+            self.inc(if pkt.next_hop.is_ipv4() { Counter::IpExtOutMcastPkts } else { Counter::Ip6OutMcastPkts });
+            self.send_ip(pkt, mac);
+            return;
+        }
         let key = (pkt.iface, pkt.next_hop);
         match self.shared.neigh.resolve(self.now, key, pkt) {
             Resolve::Ready { mac, pkt, until, probe } => {

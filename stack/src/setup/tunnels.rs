@@ -84,6 +84,7 @@ pub(super) fn register_endpoints(shared: &Shared) -> Result<()> {
             gro: AtomicBool::new(false),
             tunnel: Some(t.local_port),
             read_delay: Default::default(),
+            mcast_all: AtomicBool::new(true),
         });
         let any: IpAddr = if v4 { IpAddr::from([0u8; 4]) } else { IpAddr::from([0u16; 8]) };
         // Counted before it is published: a burst that sees the endpoint

@@ -18,11 +18,12 @@ use crate::error::{Error, Result};
 use crate::iface::Interface;
 use crate::ip_id::IpIdGen;
 use crate::lookup::SocketTable;
+use crate::mcast::{Change, McastView, Memberships, SourceFilter};
 use crate::neigh::NeighTable;
 use crate::route::{Route, Routes};
 use crate::rx_queue::RxQueue;
 use crate::stats::StatsRegistry;
-use crate::time::Clock;
+use crate::time::{Clock, Instant};
 
 pub(crate) mod flow_owners;
 pub(crate) mod handoff;
@@ -53,6 +54,30 @@ pub(crate) struct SocketCore {
     pub tunnel: Option<u16>,
     /// The delays from RX burst to read, while the socket keeps them.
     pub read_delay: crate::stats::DelayHistogram,
+    /// `IP_MULTICAST_ALL` (and IPv6's): a group this socket did not join
+    /// reaches it when the interface is in it (Linux's default, true).
+    pub mcast_all: AtomicBool,
+}
+
+/// Interface `iface`'s filter for `group`, if it is in it.
+fn state_of(m: &Memberships, iface: u16, group: &IpAddr) -> Option<SourceFilter> {
+    m.iface_state(iface).into_iter().find(|(g, _)| g == group).map(|(_, f)| f)
+}
+
+/// An IGMP or MLD report lcore 0 sends when it is due.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct PendingReport {
+    /// When, on the stack's clock.
+    pub due: Instant,
+    /// The interface.
+    pub iface: u16,
+    /// IPv6 (MLD) or IPv4 (IGMP).
+    pub v6: bool,
+    /// The group; `None`: every group of the family (a general query's
+    /// answer).
+    pub group: Option<IpAddr>,
+    /// A state (answering a query) rather than a change.
+    pub current: bool,
 }
 
 /// Load figures of one lcore, written by it alone.
@@ -80,6 +105,8 @@ pub struct Net {
     pub ifaces: Vec<Interface>,
     /// The routing table.
     pub routes: Routes,
+    /// The multicast groups the interfaces and sockets are in.
+    pub mcast: Arc<McastView>,
 }
 
 impl Net {
@@ -160,6 +187,13 @@ pub(crate) struct Shared {
     pub(crate) metrics: std::sync::OnceLock<ServiceThread>,
     /// The attached capture (`spate-dump`), if any.
     pub capture: crate::capture::TapSlot,
+    /// The sockets' multicast memberships (the lcores read their view in
+    /// `Net`).
+    pub mcast: Mutex<Memberships>,
+    /// IGMP and MLD reports to send, for lcore 0's timer;
+    /// `mcast_pending` says there are some.
+    pub mcast_reports: Mutex<Vec<PendingReport>>,
+    pub mcast_pending: AtomicBool,
     // Last: queued packets above must go back to the pool first.
     pub pool: Arc<Mempool>,
 }
@@ -227,6 +261,55 @@ impl Shared {
     #[inline]
     pub fn net_generation(&self) -> u64 {
         self.net_gen.load(Ordering::Acquire)
+    }
+
+    /// Applies a membership change of socket `socket` and publishes the
+    /// interfaces' new state; a change of an interface's state is reported
+    /// (IGMPv3 or MLDv2) at once and again within a second, as RFC 3376's
+    /// robustness variable of 2 asks.
+    pub fn change_membership(&self, socket: u64, iface: u16, group: IpAddr, change: Change) -> std::io::Result<()> {
+        let mut m = self.mcast.lock().unwrap_or_else(|p| p.into_inner());
+        let before = state_of(&m, iface, &group);
+        m.change(socket, iface, group, change).map_err(|r| std::io::Error::from_raw_os_error(r.errno()))?;
+        let changed = if state_of(&m, iface, &group) != before { vec![(iface, group)] } else { Vec::new() };
+        self.publish_mcast(&m, &changed);
+        Ok(())
+    }
+
+    /// Drops every membership of a socket that closed.
+    pub fn leave_all_groups(&self, socket: u64) {
+        let mut m = self.mcast.lock().unwrap_or_else(|p| p.into_inner());
+        let groups: Vec<(u16, IpAddr)> =
+            m.all().iter().filter(|x| x.socket == socket).map(|x| (x.iface, x.group)).collect();
+        if groups.is_empty() {
+            return;
+        }
+        let before: Vec<_> = groups.iter().map(|(i, g)| state_of(&m, *i, g)).collect();
+        m.leave_all(socket);
+        let changed: Vec<(u16, IpAddr)> =
+            groups.into_iter().zip(before).filter(|((i, g), b)| state_of(&m, *i, g) != *b).map(|(x, _)| x).collect();
+        self.publish_mcast(&m, &changed);
+    }
+
+    /// Publishes the memberships' view and queues the reports of the
+    /// interface states that `changed`.
+    fn publish_mcast(&self, m: &Memberships, changed: &[(u16, IpAddr)]) {
+        let _ = self.change_net(|net| {
+            net.mcast = Arc::new(McastView::of(m, net.ifaces.len()));
+            Ok(())
+        });
+        if changed.is_empty() {
+            return;
+        }
+        let now = self.clock.now();
+        let mut reports = self.mcast_reports.lock().unwrap_or_else(|p| p.into_inner());
+        for &(iface, group) in changed {
+            let repeat = Instant(now.0 + 1 + (self.random_u32() as u64 % 1_000_000_000));
+            for due in [now, repeat] {
+                reports.push(PendingReport { due, iface, v6: group.is_ipv6(), group: Some(group), current: false });
+            }
+        }
+        self.mcast_pending.store(true, Ordering::Release);
     }
 
     /// Changes the interfaces or routes: `f` edits a copy, which is

@@ -105,6 +105,7 @@ impl SocketBuilder {
             gro: AtomicBool::new(false),
             tunnel: None,
             read_delay: Default::default(),
+            mcast_all: AtomicBool::new(true),
         });
         let binding = Binding {
             id,
@@ -231,8 +232,13 @@ impl UdpSocket {
         let bound_ip = Some(st.local.ip()).filter(|ip| !ip.is_unspecified() && ip.is_ipv4() == dst.is_ipv4());
         let net = shared.net();
         super::check_source(&net, bound_ip)?;
-        let route =
-            shared.route_in(&net, &dst.ip(), bound_ip.as_ref()).ok_or_else(|| errno(libc::ENETUNREACH, "no route"))?;
+        let route = match dst.ip().is_multicast() {
+            false => shared.route_in(&net, &dst.ip(), bound_ip.as_ref()),
+            true => {
+                crate::route::multicast_route(&net.routes, &net.ifaces, &dst.ip(), st.ip.mcast_if, bound_ip.as_ref())
+            }
+        }
+        .ok_or_else(|| errno(libc::ENETUNREACH, "no route"))?;
         super::check_broadcast(&net, &dst.ip(), &route, st.ip.broadcast)?;
         let mut local = st.local;
         if local.ip().is_unspecified() || local.is_ipv4() != dst.is_ipv4() {
@@ -489,5 +495,7 @@ impl Drop for Inner {
         if self.core.read_delay.set_on(false) {
             shared.stamp_users.fetch_sub(1, Ordering::AcqRel);
         }
+        // Its groups are left (reported if the interface leaves them).
+        shared.leave_all_groups(self.core.id);
     }
 }

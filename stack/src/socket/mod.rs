@@ -14,6 +14,7 @@ use crate::lookup::Family;
 use crate::shared::{Net, Shared, SocketCore, Stack};
 
 mod api;
+mod mcast;
 mod options;
 mod poll;
 mod poller;
@@ -56,6 +57,13 @@ struct IpOptions {
     tclass: u8,
     /// `SO_BROADCAST`.
     broadcast: bool,
+    /// `IP_MULTICAST_TTL`.
+    mcast_ttl: u8,
+    /// `IPV6_MULTICAST_HOPS`.
+    mcast_hops: u8,
+    /// `IP_MULTICAST_IF` / `IPV6_MULTICAST_IF`: the interface a datagram
+    /// to a group leaves by.
+    mcast_if: Option<u16>,
 }
 
 /// Linux's default TTL and hop limit (`net.ipv4.ip_default_ttl`,
@@ -63,7 +71,17 @@ struct IpOptions {
 pub(crate) const DEFAULT_TTL: u8 = 64;
 
 impl IpOptions {
-    const DEFAULT: IpOptions = IpOptions { ttl: DEFAULT_TTL, hops: DEFAULT_TTL, tos: 0, tclass: 0, broadcast: false };
+    const DEFAULT: IpOptions = IpOptions {
+        ttl: DEFAULT_TTL,
+        hops: DEFAULT_TTL,
+        tos: 0,
+        tclass: 0,
+        broadcast: false,
+        // Linux's: a group's datagrams stay on the link unless asked.
+        mcast_ttl: 1,
+        mcast_hops: 1,
+        mcast_if: None,
+    };
 
     /// (TTL or hop limit, TOS or traffic class) for a datagram of the family.
     #[inline(always)]

@@ -341,7 +341,17 @@ impl UdpSocket {
                 let net = shared.net();
                 let bound_ip = Some(local).filter(|ip| !ip.is_unspecified() && ip.is_ipv4() == dst.is_ipv4());
                 super::check_source(&net, bound_ip)?;
-                let Some(r) = net.routes.lookup(&net.ifaces, &dst.ip(), bound_ip.as_ref()) else {
+                let found = match dst.ip().is_multicast() {
+                    false => net.routes.lookup(&net.ifaces, &dst.ip(), bound_ip.as_ref()),
+                    true => crate::route::multicast_route(
+                        &net.routes,
+                        &net.ifaces,
+                        &dst.ip(),
+                        st.ip.mcast_if,
+                        bound_ip.as_ref(),
+                    ),
+                };
+                let Some(r) = found else {
                     let c = if dst.is_ipv4() { Counter::IpOutNoRoutes } else { Counter::Ip6OutNoRoutes };
                     shared.stats.shared().add_shared(c, 1);
                     return Err(errno(libc::ENETUNREACH, "no route"));
@@ -355,7 +365,10 @@ impl UdpSocket {
         if let Some(mtu) = shared.pmtu.get(&dst.ip()) {
             route.mtu = route.mtu.min(mtu);
         }
-        let (ttl, tos) = st.ip.for_family(dst.is_ipv4());
+        let (mut ttl, tos) = st.ip.for_family(dst.is_ipv4());
+        if dst.ip().is_multicast() {
+            ttl = if dst.is_ipv4() { st.ip.mcast_ttl } else { st.ip.mcast_hops };
+        }
         Ok(Path { port: st.local.port(), peer: st.peer, route, ttl, tos })
     }
 

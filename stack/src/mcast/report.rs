@@ -1,0 +1,210 @@
+//! IGMPv3 (RFC 3376) and MLDv2 (RFC 3810) on the wire: the reports a host
+//! sends, as whole IP packets (IPv4 with the Router Alert option, TTL 1,
+//! to 224.0.0.22; IPv6 with a hop-by-hop Router Alert, hop limit 1, to
+//! ff02::16), and the queries it answers, parsed.
+
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
+
+use super::{Mode, SourceFilter};
+use crate::wire::MacAddr;
+use crate::wire::checksum::{checksum, fold, pseudo_header_v6, sum};
+
+/// Where IGMPv3 reports go (all IGMPv3-capable routers).
+pub const IGMPV3_ROUTERS: Ipv4Addr = Ipv4Addr::new(224, 0, 0, 22);
+/// Every host of the link (joined implicitly; queries come there).
+pub const ALL_HOSTS: Ipv4Addr = Ipv4Addr::new(224, 0, 0, 1);
+/// Where MLDv2 reports go.
+pub const MLDV2_ROUTERS: Ipv6Addr = Ipv6Addr::new(0xff02, 0, 0, 0, 0, 0, 0, 0x16);
+/// IP protocol number of IGMP.
+pub const IGMP: u8 = 2;
+
+/// The MAC a multicast group's frames go to (RFC 1112: 01:00:5e and the
+/// group's low 23 bits; RFC 2464: 33:33 and its low 32 bits).
+pub fn group_mac(group: &IpAddr) -> MacAddr {
+    match group {
+        IpAddr::V4(g) => {
+            let o = g.octets();
+            MacAddr([0x01, 0x00, 0x5e, o[1] & 0x7f, o[2], o[3]])
+        }
+        IpAddr::V6(g) => {
+            let o = g.octets();
+            MacAddr([0x33, 0x33, o[12], o[13], o[14], o[15]])
+        }
+    }
+}
+
+/// A group record's type: the state (`current`, answering a query) or a
+/// change of it (RFC 3376 section 4.2.12; MLDv2 uses the same numbers).
+fn record_type(mode: Mode, current: bool) -> u8 {
+    match (mode, current) {
+        (Mode::Include, true) => 1,
+        (Mode::Exclude, true) => 2,
+        (Mode::Include, false) => 3,
+        (Mode::Exclude, false) => 4,
+    }
+}
+
+/// An IGMPv3 report of `records` (groups and their filters), from `src`
+/// (the interface's address, or 0.0.0.0): the whole IPv4 packet.
+pub fn igmpv3_report(src: Ipv4Addr, records: &[(Ipv4Addr, SourceFilter)], current: bool) -> Vec<u8> {
+    let mut igmp = vec![0x22, 0, 0, 0, 0, 0];
+    igmp.extend_from_slice(&(records.len() as u16).to_be_bytes());
+    for (group, f) in records {
+        igmp.extend_from_slice(&[record_type(f.mode, current), 0]);
+        igmp.extend_from_slice(&(f.sources.len() as u16).to_be_bytes());
+        igmp.extend_from_slice(&group.octets());
+        for s in &f.sources {
+            if let IpAddr::V4(s) = s {
+                igmp.extend_from_slice(&s.octets());
+            }
+        }
+    }
+    let c = checksum(&igmp);
+    igmp[2..4].copy_from_slice(&c.to_be_bytes());
+    // IPv4 with the Router Alert option (RFC 2113), as RFC 3376 asks.
+    let total = 24 + igmp.len();
+    let mut ip = vec![0x46, 0xc0];
+    ip.extend_from_slice(&(total as u16).to_be_bytes());
+    // No ID needed: DF, never fragmented.
+    ip.extend_from_slice(&[0, 0, 0x40, 0, 1, IGMP, 0, 0]);
+    ip.extend_from_slice(&src.octets());
+    ip.extend_from_slice(&IGMPV3_ROUTERS.octets());
+    ip.extend_from_slice(&[0x94, 0x04, 0, 0]);
+    let c = checksum(&ip);
+    ip[10..12].copy_from_slice(&c.to_be_bytes());
+    ip.extend_from_slice(&igmp);
+    ip
+}
+
+/// An MLDv2 report of `records` from `src` (the interface's link-local
+/// address, or :: before it has one): the whole IPv6 packet.
+pub fn mldv2_report(src: Ipv6Addr, records: &[(Ipv6Addr, SourceFilter)], current: bool) -> Vec<u8> {
+    let mut mld = vec![143, 0, 0, 0, 0, 0];
+    mld.extend_from_slice(&(records.len() as u16).to_be_bytes());
+    for (group, f) in records {
+        mld.extend_from_slice(&[record_type(f.mode, current), 0]);
+        mld.extend_from_slice(&(f.sources.len() as u16).to_be_bytes());
+        mld.extend_from_slice(&group.octets());
+        for s in &f.sources {
+            if let IpAddr::V6(s) = s {
+                mld.extend_from_slice(&s.octets());
+            }
+        }
+    }
+    let c = !fold(sum(&mld) + pseudo_header_v6(&src, &MLDV2_ROUTERS, 58, mld.len() as u32));
+    mld[2..4].copy_from_slice(&c.to_be_bytes());
+    // Hop-by-hop: Router Alert (MLD), then PadN to 8 bytes.
+    let hbh = [58, 0, 5, 2, 0, 0, 1, 0];
+    let mut ip = vec![0x60, 0, 0, 0];
+    ip.extend_from_slice(&((hbh.len() + mld.len()) as u16).to_be_bytes());
+    ip.extend_from_slice(&[0, 1]);
+    ip.extend_from_slice(&src.octets());
+    ip.extend_from_slice(&MLDV2_ROUTERS.octets());
+    ip.extend_from_slice(&hbh);
+    ip.extend_from_slice(&mld);
+    ip
+}
+
+/// A query heard: which group it asks about (none: every group) and how
+/// long the answer may wait, at most, in milliseconds; `older` for an
+/// IGMPv1/v2 or MLDv1 querier (answered with a v3/v2 report all the same:
+/// the compatibility modes are not kept).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Query {
+    /// The group asked about; `None` for a general query.
+    pub group: Option<IpAddr>,
+    /// The maximum response delay, in ms.
+    pub max_delay_ms: u32,
+    /// A query of an older version.
+    pub older: bool,
+}
+
+/// RFC 3376 4.1.1 and RFC 3810 5.1.3: a code below 128 is the value, else
+/// a floating-point form (mant | 0x10) << (exp + 3).
+fn decode_code(code: u32, mant_bits: u32) -> u32 {
+    let limit = 1 << (mant_bits + 3);
+    if code < limit {
+        return code;
+    }
+    let exp = (code >> mant_bits) & 0x7;
+    let mant = code & ((1 << mant_bits) - 1);
+    (mant | (1 << mant_bits)) << (exp + 3)
+}
+
+/// An IGMP message (the IPv4 payload): a membership query, checksum
+/// checked; anything else `None`.
+pub fn igmp_query(msg: &[u8]) -> Option<Query> {
+    if msg.len() < 8 || msg[0] != 0x11 || checksum(msg) != 0 {
+        return None;
+    }
+    let group = Ipv4Addr::new(msg[4], msg[5], msg[6], msg[7]);
+    let group = (!group.is_unspecified()).then_some(IpAddr::V4(group));
+    // Max Resp Code in tenths of a second; IGMPv1's is 0 (10 s).
+    let (tenths, older) = match msg.len() {
+        8 if msg[1] == 0 => (100, true),
+        8 => (msg[1] as u32, true),
+        _ => (decode_code(msg[1] as u32, 4), false),
+    };
+    Some(Query { group, max_delay_ms: tenths * 100, older })
+}
+
+/// An MLD query (the ICMPv6 message, its checksum already checked).
+pub fn mld_query(msg: &[u8]) -> Option<Query> {
+    if msg.len() < 24 || msg[0] != 130 {
+        return None;
+    }
+    let code = u16::from_be_bytes([msg[4], msg[5]]) as u32;
+    let mut g = [0u8; 16];
+    g.copy_from_slice(&msg[8..24]);
+    let group = Ipv6Addr::from(g);
+    let group = (!group.is_unspecified()).then_some(IpAddr::V6(group));
+    let older = msg.len() < 28;
+    let ms = if older { code } else { decode_code(code, 12) };
+    Some(Query { group, max_delay_ms: ms, older })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn reports_are_well_formed() {
+        let f = SourceFilter { mode: Mode::Include, sources: vec!["198.18.0.1".parse().unwrap()] };
+        let p = igmpv3_report(Ipv4Addr::new(198, 18, 0, 2), &[(Ipv4Addr::new(239, 1, 2, 3), f)], false);
+        assert_eq!(p.len(), 24 + 8 + 8 + 4);
+        assert_eq!(checksum(&p[..24]), 0, "IPv4 header checksum");
+        assert_eq!(checksum(&p[24..]), 0, "IGMP checksum");
+        assert_eq!((p[8], p[9], &p[16..20]), (1, IGMP, &[224, 0, 0, 22][..]));
+        // TO_IN with one source, 239.1.2.3.
+        assert_eq!(&p[32..44], &[3, 0, 0, 1, 239, 1, 2, 3, 198, 18, 0, 1]);
+        let v6 = mldv2_report(Ipv6Addr::UNSPECIFIED, &[("ff0e::1".parse().unwrap(), SourceFilter::any())], true);
+        assert_eq!(v6.len(), 40 + 8 + 8 + 20);
+        let mld = &v6[48..];
+        let pseudo = pseudo_header_v6(&Ipv6Addr::UNSPECIFIED, &MLDV2_ROUTERS, 58, mld.len() as u32);
+        assert_eq!(!fold(sum(mld) + pseudo), 0, "ICMPv6 checksum");
+        // IS_EX with no source.
+        assert_eq!(&mld[8..12], &[2, 0, 0, 0]);
+        assert_eq!(group_mac(&"239.129.2.3".parse().unwrap()).0, [1, 0, 0x5e, 1, 2, 3]);
+        assert_eq!(group_mac(&"ff02::1:ff00:2".parse().unwrap()).0, [0x33, 0x33, 0xff, 0, 0, 2]);
+    }
+
+    #[test]
+    fn queries_are_read_in_every_version() {
+        let mut v3 = vec![0x11, 100, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0];
+        let c = checksum(&v3);
+        v3[2..4].copy_from_slice(&c.to_be_bytes());
+        assert_eq!(igmp_query(&v3), Some(Query { group: None, max_delay_ms: 10_000, older: false }));
+        let mut v2 = vec![0x11, 20, 0, 0, 239, 1, 2, 3];
+        let c = checksum(&v2);
+        v2[2..4].copy_from_slice(&c.to_be_bytes());
+        let q = igmp_query(&v2).unwrap();
+        assert_eq!((q.group, q.max_delay_ms, q.older), (Some("239.1.2.3".parse().unwrap()), 2_000, true));
+        v2[3] ^= 1;
+        assert_eq!(igmp_query(&v2), None, "a bad checksum");
+        // 0x8f: exp 0, mant 15: (15 | 16) << 3 = 248 tenths.
+        assert_eq!(decode_code(0x8f, 4), 248);
+        let mut mld = vec![130, 0, 0, 0, 0x27, 0x10, 0, 0];
+        mld.extend_from_slice(&[0; 16]);
+        assert_eq!(mld_query(&mld), Some(Query { group: None, max_delay_ms: 10_000, older: true }));
+    }
+}
