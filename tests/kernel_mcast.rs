@@ -105,8 +105,12 @@ fn members_get_what_their_memberships_ask_and_spate_reaches_kernel_members() {
     assert_eq!(e.kind(), std::io::ErrorKind::AddrInUse, "{e}");
     let e = any_g1.join_multicast_v4(&Ipv4Addr::new(198, 18, 0, 9), &ANY).unwrap_err();
     assert_eq!(e.kind(), std::io::ErrorKind::InvalidInput, "{e}");
-    let e = any_g1.join_source_multicast_v4(&G1, &S3, &ANY).unwrap_err();
-    assert_eq!(e.kind(), std::io::ErrorKind::InvalidInput, "a source on an any-source membership: {e}");
+    let e = only_s3.block_source_v4(&G1, &S1, &ANY).unwrap_err();
+    assert_eq!(e.kind(), std::io::ErrorKind::InvalidInput, "a block on a source-specific membership: {e}");
+    let e = no_join.block_source_v4(&G3, &S1, &ANY).unwrap_err();
+    assert_eq!(e.kind(), std::io::ErrorKind::InvalidInput, "a block without a prior join: {e}");
+    let e = only_s3.join_source_multicast_v4(&G1, &S3, &ANY).unwrap_err();
+    assert_eq!(e.kind(), std::io::ErrorKind::AddrNotAvailable, "a source twice: {e}");
     let e = any_g1.leave_multicast_v4(&G3, &ANY).unwrap_err();
     assert_eq!(e.kind(), std::io::ErrorKind::AddrNotAvailable, "{e}");
     let e = any_g1.join_multicast_v4(&G3, &Ipv4Addr::new(198, 18, 0, 77)).unwrap_err();
@@ -187,9 +191,11 @@ fn members_get_what_their_memberships_ask_and_spate_reaches_kernel_members() {
     assert!(c[spate::Counter::IpExtInMcastPkts] == 4 && c[spate::Counter::Ip6InMcastPkts] >= 1, "{named:?}");
     assert!(c[spate::Counter::IgmpOutReports] >= 4, "joins reported: {named:?}");
 
-    running.stop();
+    // Closing leaves: the interface's leave (TO_IN with no source) goes
+    // out while the lcores still poll.
     drop((any_g1, only_s3, not_s1, g1_and_all, no_join, v6, sender));
-    std::thread::sleep(Duration::from_millis(100));
+    std::thread::sleep(Duration::from_millis(300));
+    running.stop();
     tcpdump.stop();
     let frames = capture_frames(&kfile);
     // IGMPv3 reports (IPv4 protocol 2 to 224.0.0.22, type 0x22) naming G1.
@@ -198,6 +204,10 @@ fn members_get_what_their_memberships_ask_and_spate_reaches_kernel_members() {
         .filter(|(_, f)| f.len() > 46 && f[23] == 2 && f[30..34] == [224, 0, 0, 22] && f[38] == 0x22)
         .count();
     assert!(reports >= 4, "{reports} IGMPv3 reports on the wire");
+    // A leave of G1: a record of type TO_IN (3) with no source for it.
+    let leave = [3, 0, 0, 0, 239, 1, 1, 1];
+    let left = frames.iter().any(|(_, f)| f.len() > 46 && f[38] == 0x22 && f[46..].windows(8).any(|w| w == leave));
+    assert!(left, "the leave of 239.1.1.1 on the wire");
     // spate's datagram to the group: TTL 1, to 01:00:5e:05:05:05.
     let to_g5 = frames.iter().find(|(_, f)| f.len() > 34 && f[12..14] == [8, 0] && f[30..34] == [239, 5, 5, 5]);
     let (_, f) = to_g5.expect("spate's datagram to 239.5.5.5 on the wire");

@@ -201,7 +201,9 @@ impl Worker<'_> {
         }
         self.inc(Counter::Icmp6InMsgs);
         if p.msg_type() == 130 {
-            if let Some(q) = crate::mcast::report::mld_query(data) {
+            // RFC 3810 5.1.14: a query from a link-local source only.
+            let query = crate::config::is_link_local(&src).then(|| crate::mcast::report::mld_query(data)).flatten();
+            if let Some(q) = query {
                 self.heard_query(iface.index, true, q);
             }
             return Counter::RxIcmp;

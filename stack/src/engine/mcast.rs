@@ -16,13 +16,15 @@ use crate::wire::ethernet;
 impl Worker<'_> {
     /// Whether interface `iface` takes a packet from `src` to group `dst`
     /// (it is in the group and its filter takes the source; every host's
-    /// group always), counted. Out of line: the unicast path pays only
-    /// its caller's test of the address.
+    /// group always; a `query`, IGMP or MLD, whatever its source, as
+    /// Linux's `ip_check_mc_rcu`), counted. Out of line: the unicast path
+    /// pays only its caller's test of the address.
     #[cold]
     #[inline(never)]
-    pub(super) fn joined(&mut self, iface: u16, dst: IpAddr, src: IpAddr) -> bool {
+    pub(super) fn joined(&mut self, iface: u16, dst: IpAddr, src: IpAddr, query: bool) -> bool {
         let all_hosts = dst == IpAddr::V4(report::ALL_HOSTS) || dst == IpAddr::V6(crate::wire::ipv6::ALL_NODES);
-        let ok = all_hosts || self.net.mcast.iface_allows(iface, &dst, &src);
+        let view = &self.net.mcast;
+        let ok = all_hosts || if query { view.iface_in(iface, &dst) } else { view.iface_allows(iface, &dst, &src) };
         if ok {
             self.inc(if dst.is_ipv4() { Counter::IpExtInMcastPkts } else { Counter::Ip6InMcastPkts });
         }
@@ -48,17 +50,20 @@ impl Worker<'_> {
         if !in_any {
             return;
         }
-        let wait = self.shared.random_u32() as u64 % (q.max_delay_ms.max(1) as u64 * 1_000_000);
-        let r = PendingReport { due: Instant(self.now.0 + wait), iface, v6, group: q.group, current: true };
+        let random = (self.shared.random_u32() as u64) << 32 | self.shared.random_u32() as u64;
+        let due = Instant(self.now.0 + random % (q.max_delay_ms.max(1) as u64 * 1_000_000));
         let mut reports = self.shared.mcast_reports.lock().unwrap_or_else(|p| p.into_inner());
-        // One answer pending per group is enough (a general one covers all).
-        let covered = reports
-            .iter()
-            .any(|p| p.current && p.iface == iface && p.v6 == v6 && (p.group.is_none() || p.group == q.group));
-        if !covered {
-            reports.push(r);
-            self.shared.mcast_pending.store(true, Ordering::Release);
+        // RFC 3376 section 5.2: a general answer due sooner covers it; an
+        // answer for the same group pending later is brought forward.
+        let same = |p: &PendingReport| p.current && p.iface == iface && p.v6 == v6;
+        if reports.iter().any(|p| same(p) && p.group.is_none() && p.due <= due) {
+            return;
         }
+        match reports.iter_mut().find(|p| same(p) && p.group == q.group) {
+            Some(p) => p.due = p.due.min(due),
+            None => reports.push(PendingReport { due, iface, v6, group: q.group, current: true }),
+        }
+        self.shared.mcast_pending.store(true, Ordering::Release);
     }
 
     /// Lcore 0's timer: sends the reports that are due.
@@ -84,22 +89,46 @@ impl Worker<'_> {
     /// Sends one report: the interface's state of the group (or of every
     /// group of the family), as a change or as the current state.
     fn send_report(&mut self, r: PendingReport) {
-        let states = self.shared.mcast.lock().unwrap_or_else(|p| p.into_inner()).iface_state(r.iface);
+        let states = self.net.mcast.ifaces.get(r.iface as usize).cloned().unwrap_or_default();
         let ifc = self.net.ifaces.get(r.iface as usize).cloned();
         let Some(ifc) = ifc else { return };
-        let of_family = |g: &IpAddr| g.is_ipv6() == r.v6 && r.group.is_none_or(|want| want == *g);
+        let of_family =
+            |g: &IpAddr| g.is_ipv6() == r.v6 && r.group.is_none_or(|want| want == *g) && report::reported(g);
         let mut records: Vec<(IpAddr, crate::mcast::SourceFilter)> =
             states.into_iter().filter(|(g, _)| of_family(g)).collect();
         if let (Some(g), false) = (r.group, r.current) {
             // A change to no membership: TO_IN with no source, a leave.
-            if records.is_empty() {
+            if records.is_empty() && report::reported(&g) {
                 records
                     .push((g, crate::mcast::SourceFilter { mode: crate::mcast::Mode::Include, sources: Vec::new() }));
             }
         }
-        if records.is_empty() {
-            return;
+        // As many records a packet as the interface's MTU takes.
+        let per_source = if r.v6 { 16 } else { 4 };
+        let mut packet: Vec<(IpAddr, crate::mcast::SourceFilter)> = Vec::new();
+        let mut size = 0;
+        let room = (ifc.mtu as usize).saturating_sub(if r.v6 { 40 + 8 + 8 } else { 24 + 8 });
+        for rec in records {
+            let len = (if r.v6 { 20 } else { 8 }) + per_source * rec.1.sources.len();
+            if !packet.is_empty() && size + len > room {
+                self.send_records(&ifc, r, std::mem::take(&mut packet));
+                size = 0;
+            }
+            size += len;
+            packet.push(rec);
         }
+        if !packet.is_empty() {
+            self.send_records(&ifc, r, packet);
+        }
+    }
+
+    /// One report packet of `records`.
+    fn send_records(
+        &mut self,
+        ifc: &crate::iface::Interface,
+        r: PendingReport,
+        records: Vec<(IpAddr, crate::mcast::SourceFilter)>,
+    ) {
         let (packet, dst, ethertype) = if r.v6 {
             let src = ifc
                 .ipv6

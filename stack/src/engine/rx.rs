@@ -325,7 +325,8 @@ impl Worker<'_> {
         let padding = data.len() - total;
         // A group the interface is in (the sockets' own filters apply at
         // delivery), or every host's.
-        let group = dst.is_multicast() && self.joined(iface.index, dst.into(), src.into());
+        let query = protocol == crate::mcast::report::IGMP;
+        let group = dst.is_multicast() && self.joined(iface.index, dst.into(), src.into(), query);
         let broadcast = group || (!iface.has_ipv4(dst) && iface.is_ipv4_broadcast(dst));
         if !broadcast && !iface.has_ipv4(dst) {
             self.inc(Counter::IpInAddrErrors);
@@ -404,7 +405,9 @@ impl Worker<'_> {
         }
         let (src, dst, hop_limit) = (ip.src(), ip.dst(), ip.hop_limit());
         let len = ipv6::HEADER_LEN + ip.payload_len() as usize;
-        let joined = dst.is_multicast() && self.joined(iface.index, dst.into(), src.into());
+        // MLD comes behind a hop-by-hop Router Alert; UDP to a group does not.
+        let query = ip.next_header() == ip_proto::HOP_BY_HOP;
+        let joined = dst.is_multicast() && self.joined(iface.index, dst.into(), src.into(), query);
         if !joined && !iface.accepts_ipv6(&dst) {
             self.inc(Counter::Ip6InAddrErrors);
             return Some(Counter::RxIpv6NotForUs);

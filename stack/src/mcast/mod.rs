@@ -90,6 +90,9 @@ pub struct Membership {
     pub group: IpAddr,
     /// Its source filter.
     pub filter: SourceFilter,
+    /// Whether a source was ever set (Linux's `sflist`): then its mode
+    /// holds.
+    pub sources_set: bool,
 }
 
 /// What a change asks for.
@@ -143,18 +146,25 @@ pub struct Memberships {
 }
 
 impl Memberships {
-    /// Applies `change` of socket `socket` to `group` on `iface`.
+    /// Applies `change` of socket `socket` to `group` on `iface`, as
+    /// Linux's `ip_mc_source` and `ip_mc_join_group` would: a source
+    /// change needs a prior membership (`EINVAL`) except a source-specific
+    /// join, which makes one; a membership whose source list is still
+    /// unset takes either mode, a set one keeps its mode (`EINVAL`); a
+    /// source twice or one not there is `EADDRNOTAVAIL`, past the limits
+    /// `ENOBUFS` (checked first).
     pub fn change(&mut self, socket: u64, iface: u16, group: IpAddr, change: Change) -> Result<(), Refused> {
         let max_sources = if group.is_ipv4() { MAX_SOURCES_V4 } else { MAX_SOURCES_V6 };
         let at = self.all.iter().position(|m| m.socket == socket && m.iface == iface && m.group == group);
-        let joined = self.all.iter().filter(|m| m.socket == socket).count();
+        // Linux's limit is IPv4's (`igmp_max_memberships`).
+        let full = group.is_ipv4()
+            && self.all.iter().filter(|m| m.socket == socket && m.group.is_ipv4()).count() >= MAX_MEMBERSHIPS;
         match (change, at) {
             (Change::Join, Some(_)) => Err(Refused::InUse),
+            (Change::Join | Change::JoinSource(_), None) if full => Err(Refused::NoBuffers),
             (Change::Join, None) => {
-                if joined >= MAX_MEMBERSHIPS {
-                    return Err(Refused::NoBuffers);
-                }
-                self.all.push(Membership { socket, iface, group, filter: SourceFilter::any() });
+                let filter = SourceFilter::any();
+                self.all.push(Membership { socket, iface, group, filter, sources_set: false });
                 Ok(())
             }
             (Change::Leave, Some(i)) => {
@@ -162,42 +172,48 @@ impl Memberships {
                 Ok(())
             }
             (Change::JoinSource(s), None) => {
-                if joined >= MAX_MEMBERSHIPS {
-                    return Err(Refused::NoBuffers);
-                }
                 let filter = SourceFilter { mode: Mode::Include, sources: vec![s] };
-                self.all.push(Membership { socket, iface, group, filter });
+                self.all.push(Membership { socket, iface, group, filter, sources_set: true });
                 Ok(())
             }
             (Change::JoinSource(s) | Change::Block(s), Some(i)) => {
-                let f = &mut self.all[i].filter;
+                let m = &mut self.all[i];
                 let want = if matches!(change, Change::JoinSource(_)) { Mode::Include } else { Mode::Exclude };
-                if f.mode != want {
-                    return Err(Refused::WrongMode);
+                if m.filter.mode != want {
+                    if m.sources_set {
+                        return Err(Refused::WrongMode);
+                    }
+                    // An empty list takes the other mode.
+                    m.filter.mode = want;
                 }
-                match f.sources.binary_search(&s) {
-                    Ok(_) => Err(Refused::InUse),
-                    Err(_) if f.sources.len() >= max_sources => Err(Refused::NoBuffers),
+                if m.filter.sources.len() >= max_sources {
+                    return Err(Refused::NoBuffers);
+                }
+                match m.filter.sources.binary_search(&s) {
+                    Ok(_) => Err(Refused::NotThere),
                     Err(p) => {
-                        f.sources.insert(p, s);
+                        m.filter.sources.insert(p, s);
+                        m.sources_set = true;
                         Ok(())
                     }
                 }
             }
             (Change::LeaveSource(s) | Change::Unblock(s), Some(i)) => {
-                let f = &mut self.all[i].filter;
+                let m = &mut self.all[i];
                 let want = if matches!(change, Change::LeaveSource(_)) { Mode::Include } else { Mode::Exclude };
-                if f.mode != want {
-                    return Err(Refused::WrongMode);
+                if m.filter.mode != want {
+                    return Err(if m.sources_set { Refused::WrongMode } else { Refused::NotThere });
                 }
-                let p = f.sources.binary_search(&s).map_err(|_| Refused::NotThere)?;
-                f.sources.remove(p);
-                if f.is_empty() {
+                let p = m.filter.sources.binary_search(&s).map_err(|_| Refused::NotThere)?;
+                m.filter.sources.remove(p);
+                if m.filter.is_empty() {
                     self.all.swap_remove(i);
                 }
                 Ok(())
             }
-            (_, None) => Err(Refused::NotThere),
+            (Change::Leave, None) => Err(Refused::NotThere),
+            // Source changes need a prior join.
+            (_, None) => Err(Refused::WrongMode),
         }
     }
 
@@ -257,6 +273,12 @@ impl McastView {
         }
     }
 
+    /// Whether interface `iface` is in `group`, whatever its filter (a
+    /// query comes from the querier, not from a source the filter lists).
+    pub fn iface_in(&self, iface: u16, group: &IpAddr) -> bool {
+        self.ifaces.get(iface as usize).is_some_and(|g| g.binary_search_by(|(a, _)| a.cmp(group)).is_ok())
+    }
+
     /// Whether socket `socket` takes it: by its own filter where it joined
     /// the group on the interface, else as its `IP_MULTICAST_ALL` says
     /// (`all`; on by default in Linux: a wildcard-bound socket hears every
@@ -314,17 +336,29 @@ mod tests {
         let mut m = Memberships::default();
         m.change(1, 0, g, Change::Join).unwrap();
         assert_eq!(m.change(1, 0, g, Change::Join), Err(Refused::InUse));
-        assert_eq!(m.change(1, 0, g, Change::JoinSource(ip("1.2.3.4"))), Err(Refused::WrongMode));
         assert_eq!(m.change(1, 0, ip("239.0.0.9"), Change::Leave), Err(Refused::NotThere));
+        assert_eq!(m.change(1, 0, ip("239.0.0.9"), Change::Block(ip("1.2.3.4"))), Err(Refused::WrongMode));
         assert_eq!(m.change(1, 0, g, Change::Unblock(ip("1.2.3.4"))), Err(Refused::NotThere));
+        // An any-source membership whose list was never set takes a source
+        // (Linux switches it to INCLUDE); once set, the mode holds.
+        m.change(1, 0, g, Change::JoinSource(ip("1.2.3.4"))).unwrap();
+        assert_eq!(m.all()[0].filter, SourceFilter { mode: Mode::Include, sources: vec![ip("1.2.3.4")] });
+        assert_eq!(m.change(1, 0, g, Change::JoinSource(ip("1.2.3.4"))), Err(Refused::NotThere), "twice");
+        assert_eq!(m.change(1, 0, g, Change::Block(ip("1.2.3.5"))), Err(Refused::WrongMode));
+        m.change(1, 0, g, Change::Leave).unwrap();
+        m.change(1, 0, g, Change::Join).unwrap();
         for i in 0..MAX_SOURCES_V4 {
             m.change(1, 0, g, Change::Block(IpAddr::from([10, 0, 0, i as u8]))).unwrap();
         }
         assert_eq!(m.change(1, 0, g, Change::Block(ip("10.1.1.1"))), Err(Refused::NoBuffers));
+        // The limit before the duplicate, as Linux checks them.
+        assert_eq!(m.change(1, 0, g, Change::Block(ip("10.0.0.0"))), Err(Refused::NoBuffers));
         for i in 1..MAX_MEMBERSHIPS {
             m.change(1, 0, IpAddr::from([239, 0, 1, i as u8]), Change::Join).unwrap();
         }
         assert_eq!(m.change(1, 0, ip("239.0.2.1"), Change::Join), Err(Refused::NoBuffers));
+        // IPv6 groups have no such limit.
+        m.change(1, 0, ip("ff0e::1"), Change::Join).unwrap();
         assert_eq!(Refused::NoBuffers.errno(), libc::ENOBUFS);
     }
 }

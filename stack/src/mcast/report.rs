@@ -33,6 +33,16 @@ pub fn group_mac(group: &IpAddr) -> MacAddr {
     }
 }
 
+/// Whether a host reports its membership of `group`: never of every
+/// host's group 224.0.0.1 (RFC 3376 section 5), nor of ff02::1 or a group
+/// of node or reserved scope (RFC 3810 section 6).
+pub fn reported(group: &IpAddr) -> bool {
+    match group {
+        IpAddr::V4(g) => *g != ALL_HOSTS,
+        IpAddr::V6(g) => *g != Ipv6Addr::new(0xff02, 0, 0, 0, 0, 0, 0, 1) && g.octets()[1] & 0x0f > 1,
+    }
+}
+
 /// A group record's type: the state (`current`, answering a query) or a
 /// change of it (RFC 3376 section 4.2.12; MLDv2 uses the same numbers).
 fn record_type(mode: Mode, current: bool) -> u8 {
@@ -134,7 +144,8 @@ fn decode_code(code: u32, mant_bits: u32) -> u32 {
 /// An IGMP message (the IPv4 payload): a membership query, checksum
 /// checked; anything else `None`.
 pub fn igmp_query(msg: &[u8]) -> Option<Query> {
-    if msg.len() < 8 || msg[0] != 0x11 || checksum(msg) != 0 {
+    // 8 bytes (IGMPv1/v2) or 12 and more (IGMPv3): others are ignored.
+    if msg.len() < 8 || (9..12).contains(&msg.len()) || msg[0] != 0x11 || checksum(msg) != 0 {
         return None;
     }
     let group = Ipv4Addr::new(msg[4], msg[5], msg[6], msg[7]);
@@ -150,7 +161,8 @@ pub fn igmp_query(msg: &[u8]) -> Option<Query> {
 
 /// An MLD query (the ICMPv6 message, its checksum already checked).
 pub fn mld_query(msg: &[u8]) -> Option<Query> {
-    if msg.len() < 24 || msg[0] != 130 {
+    // 24 bytes (MLDv1) or 28 and more (MLDv2): others are ignored.
+    if msg.len() < 24 || (25..28).contains(&msg.len()) || msg[0] != 130 {
         return None;
     }
     let code = u16::from_be_bytes([msg[4], msg[5]]) as u32;
@@ -206,5 +218,10 @@ mod tests {
         let mut mld = vec![130, 0, 0, 0, 0x27, 0x10, 0, 0];
         mld.extend_from_slice(&[0; 16]);
         assert_eq!(mld_query(&mld), Some(Query { group: None, max_delay_ms: 10_000, older: true }));
+        mld.push(0);
+        assert_eq!(mld_query(&mld), None, "25 bytes: neither version");
+        assert!(!reported(&"224.0.0.1".parse().unwrap()) && reported(&"224.0.0.251".parse().unwrap()));
+        assert!(!reported(&"ff02::1".parse().unwrap()) && !reported(&"ff01::5".parse().unwrap()));
+        assert!(reported(&"ff02::fb".parse().unwrap()) && reported(&"ff0e::1".parse().unwrap()));
     }
 }

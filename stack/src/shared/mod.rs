@@ -303,7 +303,7 @@ impl Shared {
         }
         let now = self.clock.now();
         let mut reports = self.mcast_reports.lock().unwrap_or_else(|p| p.into_inner());
-        for &(iface, group) in changed {
+        for &(iface, group) in changed.iter().filter(|(_, g)| crate::mcast::report::reported(g)) {
             let repeat = Instant(now.0 + 1 + (self.random_u32() as u64 % 1_000_000_000));
             for due in [now, repeat] {
                 reports.push(PendingReport { due, iface, v6: group.is_ipv6(), group: Some(group), current: false });
