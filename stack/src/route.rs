@@ -203,6 +203,24 @@ impl Routes {
     }
 }
 
+impl Routes {
+    /// The route of a socket's datagram to `dst`: [`lookup`](Self::lookup)'s
+    /// for a unicast destination, [`multicast_route`]'s (leaving by
+    /// `mcast_if`, the socket's `IP_MULTICAST_IF`) for a group.
+    pub fn socket_route(
+        &self,
+        ifaces: &[Interface],
+        dst: &IpAddr,
+        src: Option<&IpAddr>,
+        mcast_if: Option<u16>,
+    ) -> Option<Route> {
+        match dst.is_multicast() {
+            false => self.lookup(ifaces, dst, src),
+            true => multicast_route(self, ifaces, dst, mcast_if, src),
+        }
+    }
+}
+
 /// The route of a datagram to group `group`: out of interface `out` if
 /// given, else the route's interface for the group, else the first with
 /// an address of its family; handed to the group itself (its MAC is the

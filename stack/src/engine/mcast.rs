@@ -122,7 +122,7 @@ impl Worker<'_> {
         }
     }
 
-    /// One report packet of `records`.
+    /// One report packet of `records` (groups of the report's family).
     fn send_records(
         &mut self,
         ifc: &crate::iface::Interface,
@@ -138,25 +138,15 @@ impl Worker<'_> {
                     _ => None,
                 })
                 .unwrap_or(Ipv6Addr::UNSPECIFIED);
-            let recs: Vec<(Ipv6Addr, _)> = records
-                .into_iter()
-                .filter_map(|(g, f)| match g {
-                    IpAddr::V6(g) => Some((g, f)),
-                    _ => None,
-                })
-                .collect();
-            (report::mldv2_report(src, &recs, r.current), IpAddr::V6(report::MLDV2_ROUTERS), ethernet::ethertype::IPV6)
+            (
+                report::mldv2_report(src, &records, r.current),
+                IpAddr::V6(report::MLDV2_ROUTERS),
+                ethernet::ethertype::IPV6,
+            )
         } else {
             let src = ifc.ipv4_addrs.first().copied().unwrap_or(Ipv4Addr::UNSPECIFIED);
-            let recs: Vec<(Ipv4Addr, _)> = records
-                .into_iter()
-                .filter_map(|(g, f)| match g {
-                    IpAddr::V4(g) => Some((g, f)),
-                    _ => None,
-                })
-                .collect();
             (
-                report::igmpv3_report(src, &recs, r.current),
+                report::igmpv3_report(src, &records, r.current),
                 IpAddr::V4(report::IGMPV3_ROUTERS),
                 ethernet::ethertype::IPV4,
             )

@@ -54,21 +54,31 @@ fn record_type(mode: Mode, current: bool) -> u8 {
     }
 }
 
-/// An IGMPv3 report of `records` (groups and their filters), from `src`
-/// (the interface's address, or 0.0.0.0): the whole IPv4 packet.
-pub fn igmpv3_report(src: Ipv4Addr, records: &[(Ipv4Addr, SourceFilter)], current: bool) -> Vec<u8> {
-    let mut igmp = vec![0x22, 0, 0, 0, 0, 0];
-    igmp.extend_from_slice(&(records.len() as u16).to_be_bytes());
+/// An IGMPv3 or MLDv2 report message (`msg_type` 0x22 or 143) of
+/// `records`, its checksum field zero: a group record each (RFC 3376
+/// 4.2.4, RFC 3810 5.2.4, the same layout but for the addresses' length).
+fn report_message(msg_type: u8, records: &[(IpAddr, SourceFilter)], current: bool) -> Vec<u8> {
+    let octets = |a: &IpAddr| match a {
+        IpAddr::V4(a) => a.octets().to_vec(),
+        IpAddr::V6(a) => a.octets().to_vec(),
+    };
+    let mut msg = vec![msg_type, 0, 0, 0, 0, 0];
+    msg.extend_from_slice(&(records.len() as u16).to_be_bytes());
     for (group, f) in records {
-        igmp.extend_from_slice(&[record_type(f.mode, current), 0]);
-        igmp.extend_from_slice(&(f.sources.len() as u16).to_be_bytes());
-        igmp.extend_from_slice(&group.octets());
+        msg.extend_from_slice(&[record_type(f.mode, current), 0]);
+        msg.extend_from_slice(&(f.sources.len() as u16).to_be_bytes());
+        msg.extend_from_slice(&octets(group));
         for s in &f.sources {
-            if let IpAddr::V4(s) = s {
-                igmp.extend_from_slice(&s.octets());
-            }
+            msg.extend_from_slice(&octets(s));
         }
     }
+    msg
+}
+
+/// An IGMPv3 report of `records` (IPv4 groups and their filters), from
+/// `src` (the interface's address, or 0.0.0.0): the whole IPv4 packet.
+pub fn igmpv3_report(src: Ipv4Addr, records: &[(IpAddr, SourceFilter)], current: bool) -> Vec<u8> {
+    let mut igmp = report_message(0x22, records, current);
     let c = checksum(&igmp);
     igmp[2..4].copy_from_slice(&c.to_be_bytes());
     // IPv4 with the Router Alert option (RFC 2113), as RFC 3376 asks.
@@ -86,21 +96,11 @@ pub fn igmpv3_report(src: Ipv4Addr, records: &[(Ipv4Addr, SourceFilter)], curren
     ip
 }
 
-/// An MLDv2 report of `records` from `src` (the interface's link-local
-/// address, or :: before it has one): the whole IPv6 packet.
-pub fn mldv2_report(src: Ipv6Addr, records: &[(Ipv6Addr, SourceFilter)], current: bool) -> Vec<u8> {
-    let mut mld = vec![143, 0, 0, 0, 0, 0];
-    mld.extend_from_slice(&(records.len() as u16).to_be_bytes());
-    for (group, f) in records {
-        mld.extend_from_slice(&[record_type(f.mode, current), 0]);
-        mld.extend_from_slice(&(f.sources.len() as u16).to_be_bytes());
-        mld.extend_from_slice(&group.octets());
-        for s in &f.sources {
-            if let IpAddr::V6(s) = s {
-                mld.extend_from_slice(&s.octets());
-            }
-        }
-    }
+/// An MLDv2 report of `records` (IPv6 groups) from `src` (the
+/// interface's link-local address, or :: before it has one): the whole
+/// IPv6 packet.
+pub fn mldv2_report(src: Ipv6Addr, records: &[(IpAddr, SourceFilter)], current: bool) -> Vec<u8> {
+    let mut mld = report_message(143, records, current);
     let c = !fold(sum(&mld) + pseudo_header_v6(&src, &MLDV2_ROUTERS, 58, mld.len() as u32));
     mld[2..4].copy_from_slice(&c.to_be_bytes());
     // Hop-by-hop: Router Alert (MLD), then PadN to 8 bytes.
@@ -182,7 +182,7 @@ mod tests {
     #[test]
     fn reports_are_well_formed() {
         let f = SourceFilter { mode: Mode::Include, sources: vec!["198.18.0.1".parse().unwrap()] };
-        let p = igmpv3_report(Ipv4Addr::new(198, 18, 0, 2), &[(Ipv4Addr::new(239, 1, 2, 3), f)], false);
+        let p = igmpv3_report(Ipv4Addr::new(198, 18, 0, 2), &[("239.1.2.3".parse().unwrap(), f)], false);
         assert_eq!(p.len(), 24 + 8 + 8 + 4);
         assert_eq!(checksum(&p[..24]), 0, "IPv4 header checksum");
         assert_eq!(checksum(&p[24..]), 0, "IGMP checksum");

@@ -232,13 +232,11 @@ impl UdpSocket {
         let bound_ip = Some(st.local.ip()).filter(|ip| !ip.is_unspecified() && ip.is_ipv4() == dst.is_ipv4());
         let net = shared.net();
         super::check_source(&net, bound_ip)?;
-        let route = match dst.ip().is_multicast() {
-            false => shared.route_in(&net, &dst.ip(), bound_ip.as_ref()),
-            true => {
-                crate::route::multicast_route(&net.routes, &net.ifaces, &dst.ip(), st.ip.mcast_if, bound_ip.as_ref())
-            }
-        }
-        .ok_or_else(|| errno(libc::ENETUNREACH, "no route"))?;
+        // Its source and interface matter here, not its MTU.
+        let route = net
+            .routes
+            .socket_route(&net.ifaces, &dst.ip(), bound_ip.as_ref(), st.ip.mcast_if)
+            .ok_or_else(|| errno(libc::ENETUNREACH, "no route"))?;
         super::check_broadcast(&net, &dst.ip(), &route, st.ip.broadcast)?;
         let mut local = st.local;
         if local.ip().is_unspecified() || local.is_ipv4() != dst.is_ipv4() {

@@ -341,16 +341,7 @@ impl UdpSocket {
                 let net = shared.net();
                 let bound_ip = Some(local).filter(|ip| !ip.is_unspecified() && ip.is_ipv4() == dst.is_ipv4());
                 super::check_source(&net, bound_ip)?;
-                let found = match dst.ip().is_multicast() {
-                    false => net.routes.lookup(&net.ifaces, &dst.ip(), bound_ip.as_ref()),
-                    true => crate::route::multicast_route(
-                        &net.routes,
-                        &net.ifaces,
-                        &dst.ip(),
-                        st.ip.mcast_if,
-                        bound_ip.as_ref(),
-                    ),
-                };
+                let found = net.routes.socket_route(&net.ifaces, &dst.ip(), bound_ip.as_ref(), st.ip.mcast_if);
                 let Some(r) = found else {
                     let c = if dst.is_ipv4() { Counter::IpOutNoRoutes } else { Counter::Ip6OutNoRoutes };
                     shared.stats.shared().add_shared(c, 1);
