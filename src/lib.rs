@@ -11,9 +11,9 @@
 
 pub use spate_dpdk as dpdk;
 pub use spate_stack::{
-    Cidr, Counter, Counters, Datagram, DatagramBatch, Ecn, Error, Event, GSO_MAX_SEGMENTS, Instant, Interest,
-    Interface, LcoreCtx, Poller, PortSpec, RecvMeta, Result, Running, SendBuf, SendMeta, SocketBuilder, Stack,
-    StackConfig, StaticNeighbor, StaticRoute, Tunnel, UdpSocket, config, control, wire,
+    Cidr, Counter, Counters, Datagram, DatagramBatch, DeviceFilter, Ecn, Error, Event, GSO_MAX_SEGMENTS, Instant,
+    Interest, Interface, LcoreCtx, Poller, PortSpec, RecvMeta, Result, Running, SendBuf, SendMeta, SocketBuilder,
+    Stack, StackConfig, StaticNeighbor, StaticRoute, Tunnel, UdpSocket, config, control, wire,
 };
 
 #[cfg(feature = "internals")]

@@ -95,7 +95,6 @@ fn bad_input_gets_clear_errors() {
     ring.stop().unwrap();
     assert!(!twin.is_started());
     // And both handles change the port's state under its one lock.
-    let mut twin = twin;
     twin.set_promiscuous(true).unwrap();
     assert!(ring.promiscuous());
 }

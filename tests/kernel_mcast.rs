@@ -219,15 +219,21 @@ fn mdb(kernel: &spate_testkit::Netns) -> String {
     kernel.must(&["bridge", "mdb", "show", "dev", "br0"])
 }
 
-#[test]
-fn a_snooping_bridge_learns_spates_memberships_and_forgets_them() {
+/// A snooping bridge with a querier of IGMP version `igmp` and MLD
+/// version `mld` in the kernel's namespace lists spate's memberships of
+/// 239.7.7.7 and ff0e::7:7 in `bridge mdb`, keeps them through its queries
+/// past its membership interval (only because spate answers) and forgets
+/// them after spate leaves. Returns the frames the bridge's port saw and
+/// spate's counters.
+fn bridge_learns_and_forgets(tag: &str, igmp: u8, mld: u8) -> (Vec<(f64, Vec<u8>)>, spate::Counters) {
     let _serial = device_lock();
     shared_eal(Memory::Hugepages);
-    let (spate_ns, kernel) = spate_and_kernel("mdb");
-    // The kernel's side becomes a snooping bridge with a querier (IGMPv3,
-    // MLDv2; a query every 2 s, answers within 1 s, a membership lasts
-    // 5 s unless reported again).
+    let (spate_ns, kernel) = spate_and_kernel(tag);
+    // The kernel's side becomes a snooping bridge with a querier (a query
+    // every 2 s, answers within 1 s, a membership lasts 5 s unless
+    // reported again).
     kernel.must(&["ip", "addr", "flush", "dev", "vB"]);
+    let (igmp, mld) = (igmp.to_string(), mld.to_string());
     kernel.must(&[
         "ip",
         "link",
@@ -240,9 +246,9 @@ fn a_snooping_bridge_learns_spates_memberships_and_forgets_them() {
         "mcast_querier",
         "1",
         "mcast_igmp_version",
-        "3",
+        &igmp,
         "mcast_mld_version",
-        "2",
+        &mld,
         "mcast_query_interval",
         "200",
         "mcast_query_response_interval",
@@ -256,6 +262,13 @@ fn a_snooping_bridge_learns_spates_memberships_and_forgets_them() {
     kernel.must(&["ip", "addr", "add", "198.18.0.1/24", "dev", "br0"]);
     kernel.must(&["ip", "-6", "addr", "add", "fd00::1/64", "dev", "br0", "nodad"]);
     kernel.must(&["ip", "link", "set", "br0", "up"]);
+    let kfile = std::env::temp_dir().join(format!("{}.pcap", unique("spate-mdb-")));
+    // MLD comes after a hop-by-hop header, which `icmp6` does not match.
+    let filter = "igmp or icmp6 or (ip6 and ip6[6] == 0)";
+    let args = ["-i", "vB", "-U", "--immediate-mode", "-w", &kfile.display().to_string(), filter];
+    let mut tcpdump = kernel.spawn("tcpdump", "tcpdump", &args.map(String::from), Duration::from_secs(120)).unwrap();
+    tcpdump.remove_on_drop(&kfile);
+    assert!(tcpdump.wait_for_output("listening on vB", Duration::from_secs(10)), "{}", tcpdump.output());
 
     let stack = af_packet_stack(&spate_ns, &["198.18.0.2/24", "fd00::2/64"], 4095);
     let running = stack.spawn_polling().unwrap();
@@ -277,7 +290,8 @@ fn a_snooping_bridge_learns_spates_memberships_and_forgets_them() {
     let seen = mdb(&kernel);
     assert!(seen.contains("239.7.7.7") && seen.contains("ff0e::7:7"), "kept through queries: {seen}");
     let answered = stack.counters();
-    assert!(answered[spate::Counter::RxIgmp] >= 1, "the querier's queries arrived");
+    assert!(answered[spate::Counter::IgmpInQueries] >= 1, "the querier's queries arrived");
+    assert!(answered[spate::Counter::Mld6InQueries] >= 1, "the querier's MLD queries arrived");
 
     // Leaving: the bridge forgets the groups (after its last-member
     // queries, a few seconds at most).
@@ -289,7 +303,57 @@ fn a_snooping_bridge_learns_spates_memberships_and_forgets_them() {
         seen = mdb(&kernel);
     }
     assert!(!seen.contains("239.7.7.7") && !seen.contains("ff0e::7:7"), "forgotten after the leave: {seen}");
+    let counters = stack.counters();
     running.stop();
+    tcpdump.stop();
+    (capture_frames(&kfile), counters)
+}
+
+/// spate's IGMP messages on the wire: (type, IPv4 destination).
+fn igmp_messages(frames: &[(f64, Vec<u8>)]) -> Vec<(u8, [u8; 4])> {
+    let from_spate = |f: &[u8]| f.len() >= 42 && f[12..14] == [8, 0] && f[23] == 2 && f[26..30] == [198, 18, 0, 2];
+    frames.iter().filter(|(_, f)| from_spate(f)).map(|(_, f)| (f[38], f[30..34].try_into().unwrap())).collect()
+}
+
+/// spate's MLD messages on the wire (ICMPv6 after a hop-by-hop header):
+/// (type, IPv6 destination).
+fn mld_messages(frames: &[(f64, Vec<u8>)]) -> Vec<(u8, Ipv6Addr)> {
+    let spate_mac = [0x02, 0x53, 0x50, 0x41, 0x54, 0x45];
+    let from_spate = |f: &[u8]| f.len() >= 70 && f[6..12] == spate_mac && f[12..14] == [0x86, 0xdd] && f[20] == 0;
+    frames
+        .iter()
+        .filter(|(_, f)| from_spate(f) && f[54] == 58)
+        .map(|(_, f)| (f[62], Ipv6Addr::from(<[u8; 16]>::try_from(&f[38..54]).unwrap())))
+        .collect()
+}
+
+#[test]
+fn a_snooping_bridge_learns_spates_memberships_and_forgets_them() {
+    let (frames, c) = bridge_learns_and_forgets("mdb", 3, 2);
+    // Reports of the latest versions only: IGMPv3 to 224.0.0.22, MLDv2
+    // (143) to ff02::16.
+    let igmp = igmp_messages(&frames);
+    assert!(!igmp.is_empty() && igmp.iter().all(|m| *m == (0x22, [224, 0, 0, 22])), "{igmp:?}");
+    let mld = mld_messages(&frames);
+    assert!(!mld.is_empty() && mld.iter().all(|m| *m == (143, "ff02::16".parse().unwrap())), "{mld:?}");
+    assert_eq!(c[spate::Counter::IgmpOutLeaves] + c[spate::Counter::Mld6OutDones], 0);
+}
+
+#[test]
+fn an_igmpv2_and_mldv1_querier_is_answered_in_its_version() {
+    let (frames, c) = bridge_learns_and_forgets("mdbv2", 2, 1);
+    // Once the older querier is heard (RFC 3376 7.2.1, RFC 3810 8.2.1):
+    // IGMPv2 reports (0x16) to the group and a leave (0x17) to 224.0.0.2;
+    // MLDv1 reports (131) to the group and a done (132) to ff02::2.
+    let igmp = igmp_messages(&frames);
+    let g4 = [239, 7, 7, 7];
+    assert!(igmp.contains(&(0x16, g4)) && igmp.contains(&(0x17, [224, 0, 0, 2])), "{igmp:?}");
+    let first_v2 = igmp.iter().position(|m| m.0 == 0x16).unwrap();
+    assert!(igmp[first_v2..].iter().all(|m| m.0 != 0x22), "no IGMPv3 report after the v2 querier: {igmp:?}");
+    let mld = mld_messages(&frames);
+    let g6: Ipv6Addr = "ff0e::7:7".parse().unwrap();
+    assert!(mld.contains(&(131, g6)) && mld.contains(&(132, "ff02::2".parse().unwrap())), "{mld:?}");
+    assert!(c[spate::Counter::IgmpOutLeaves] >= 1 && c[spate::Counter::Mld6OutDones] >= 1);
 }
 
 #[test]
@@ -320,4 +384,334 @@ fn spate_echo_joins_a_group_and_answers_from_its_own_address() {
     assert!(refused, "a datagram from a source the join does not include is not answered");
     let (c, out) = echo.stop();
     assert_eq!(spate_testkit::counter(&c, "Udp.InDatagrams"), 1, "{out}");
+}
+
+#[test]
+fn every_member_socket_gets_every_datagram_and_spates_own_sends_loop_back() {
+    let _serial = device_lock();
+    shared_eal(Memory::Hugepages);
+    let (spate_ns, kernel) = spate_and_kernel("mmany");
+    kernel.must(&["ip", "route", "add", "224.0.0.0/4", "dev", "vB"]);
+    let stack = af_packet_stack(&spate_ns, &["198.18.0.2/24", "fd00::2/64"], 4095);
+    let running = stack.spawn_polling().unwrap();
+    let g = Ipv4Addr::new(239, 6, 6, 6);
+    let builder = || UdpSocket::builder(&stack).reuseport(true);
+    // Eight members: four in one reuseport group, each joined; two bound
+    // to the group itself (Linux allows it), one of them joined; a
+    // dual-stack IPv6 socket; one bound to the interface.
+    let mut members: Vec<(String, UdpSocket)> = Vec::new();
+    for i in 0..4 {
+        let s = builder().bind("0.0.0.0:6000").unwrap();
+        s.join_multicast_v4(&g, &ANY).unwrap();
+        members.push((format!("reuseport{i}"), s));
+    }
+    for i in 0..2 {
+        let s = builder().bind("239.6.6.6:6000").unwrap();
+        assert_eq!(s.local_addr().unwrap(), "239.6.6.6:6000".parse().unwrap());
+        if i == 0 {
+            s.join_multicast_v4(&g, &ANY).unwrap();
+        }
+        members.push((format!("group-bound{i}"), s));
+    }
+    members.push(("dual-stack".into(), builder().bind("[::]:6000").unwrap()));
+    members.push(("on-vA".into(), builder().bind_device(0).bind("0.0.0.0:6000").unwrap()));
+    // Not members: bound to the unicast address, and to another group.
+    let unicast = builder().bind("198.18.0.2:6000").unwrap();
+    let other_group = builder().bind("239.9.9.9:6000").unwrap();
+
+    // The kernel sends a burst of datagrams to the group: each member gets
+    // each one (every copy but the last made per member, more than one
+    // burst's worth of copies).
+    const N: usize = 40;
+    kernel.run(|| {
+        let k = KernelSocket::bind("198.18.0.1:0").unwrap();
+        for i in 0..N {
+            k.send_to(format!("k{i:02}").as_bytes(), "239.6.6.6:6000").unwrap();
+        }
+    });
+    let all: Vec<String> = (0..N).map(|i| format!("k{i:02}")).collect();
+    let mut socks: Vec<(&str, &UdpSocket)> = members.iter().map(|(n, s)| (n.as_str(), s)).collect();
+    socks.push(("unicast", &unicast));
+    socks.push(("other-group", &other_group));
+    let got = drain(&socks, Duration::from_millis(100));
+    for (name, _) in &members {
+        assert_eq!(got[name], all, "{name} gets every datagram");
+    }
+    assert!(got["unicast"].is_empty() && got["other-group"].is_empty(), "{got:?}");
+    let c = stack.counters();
+    assert_eq!(c[spate::Counter::UdpRcvbufErrors], 0, "no copy dropped");
+
+    // spate's own send to the group: the kernel's member gets it and so
+    // does every local member (IP_MULTICAST_LOOP, on by default)...
+    let member = kernel.run(move || {
+        let k = socket2::Socket::new(socket2::Domain::IPV4, socket2::Type::DGRAM, None).unwrap();
+        k.set_reuse_address(true).unwrap();
+        k.bind(&SocketAddr::new(ANY.into(), 6000).into()).unwrap();
+        k.join_multicast_v4(&g, &S1).unwrap();
+        let k: KernelSocket = k.into();
+        k.set_read_timeout(Some(Duration::from_millis(500))).unwrap();
+        k
+    });
+    let kernel_got = |member: &KernelSocket| {
+        let mut buf = [0u8; 64];
+        member.recv_from(&mut buf).ok().map(|(n, _)| String::from_utf8_lossy(&buf[..n]).into_owned())
+    };
+    let sender = UdpSocket::bind(&stack, "0.0.0.0:0").unwrap();
+    assert!(sender.multicast_loop_v4().unwrap(), "Linux's default");
+    let to = SocketAddr::new(g.into(), 6000);
+    sender.send_to(b"own", to).unwrap();
+    let member = kernel.run(move || {
+        assert_eq!(kernel_got(&member).as_deref(), Some("own"));
+        member
+    });
+    let got = drain(&socks, Duration::from_millis(100));
+    for (name, _) in &members {
+        assert_eq!(got[name], ["own"], "{name} hears spate's own datagram");
+    }
+    assert!(got["unicast"].is_empty() && got["other-group"].is_empty(), "{got:?}");
+    // ...but none with the loop off...
+    sender.set_multicast_loop_v4(false).unwrap();
+    sender.send_to(b"not-looped", to).unwrap();
+    let member = kernel.run(move || {
+        assert_eq!(kernel_got(&member).as_deref(), Some("not-looped"));
+        member
+    });
+    let got = drain(&socks, Duration::from_millis(100));
+    assert!(got.values().all(|v| v.is_empty()), "{got:?}");
+    // ...and with TTL 0 only the local members (Linux's ip_mc_output).
+    sender.set_multicast_loop_v4(true).unwrap();
+    sender.set_multicast_ttl_v4(0).unwrap();
+    sender.send_to(b"host-only", to).unwrap();
+    let got = drain(&socks, Duration::from_millis(100));
+    for (name, _) in &members {
+        assert_eq!(got[name], ["host-only"], "{name}");
+    }
+    kernel.run(move || assert_eq!(kernel_got(&member), None, "a TTL 0 datagram stays in the host"));
+
+    // IPv6 too: a member of ff0e::6:6 hears its own stack's datagram.
+    let g6: Ipv6Addr = "ff0e::6:6".parse().unwrap();
+    let v6 = UdpSocket::builder(&stack).only_v6(true).bind("[::]:6001").unwrap();
+    v6.join_multicast_v6(&g6, 1).unwrap();
+    let sender6 = UdpSocket::bind(&stack, "[::]:0").unwrap();
+    assert!(sender6.multicast_loop_v6().unwrap());
+    sender6.send_to(b"own6", SocketAddr::new(g6.into(), 6001)).unwrap();
+    let got = drain(&[("v6", &v6)], Duration::from_millis(100));
+    assert_eq!(got["v6"], ["own6"]);
+    let c = stack.counters();
+    assert_eq!(c[spate::Counter::IpOutDiscards] + c[spate::Counter::Ip6OutDiscards], 0);
+
+    // A flood of general queries (IGMPv3, answers within 100 ms) for a
+    // second: answers stay within the rate limit (20 at once, 10 a
+    // second), the rest counted.
+    let before = stack.counters();
+    let t = std::time::Instant::now();
+    let queries = kernel.run(|| {
+        let raw =
+            socket2::Socket::new(socket2::Domain::IPV4, socket2::Type::RAW, Some(socket2::Protocol::from(2))).unwrap();
+        raw.set_multicast_if_v4(&S1).unwrap();
+        let mut q = [0x11u8, 1, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0];
+        let sum = q.chunks(2).map(|w| u16::from_be_bytes([w[0], w[1]]) as u32).sum::<u32>();
+        let sum = !(((sum & 0xffff) + (sum >> 16)) as u16);
+        q[2..4].copy_from_slice(&sum.to_be_bytes());
+        let to = SocketAddr::new(Ipv4Addr::new(224, 0, 0, 1).into(), 0).into();
+        let start = std::time::Instant::now();
+        let mut sent = 0u64;
+        while start.elapsed() < Duration::from_secs(1) {
+            raw.send_to(&q, &to).unwrap();
+            sent += 1;
+            std::thread::sleep(Duration::from_micros(500));
+        }
+        sent
+    });
+    std::thread::sleep(Duration::from_millis(300));
+    let elapsed = t.elapsed().as_secs_f64();
+    let after = stack.counters();
+    let heard = after[spate::Counter::IgmpInQueries] - before[spate::Counter::IgmpInQueries];
+    let answers = after[spate::Counter::IgmpOutReports] - before[spate::Counter::IgmpOutReports];
+    let limited = after[spate::Counter::IgmpAnswersLimited] - before[spate::Counter::IgmpAnswersLimited];
+    println!("{queries} queries sent, {heard} heard, {answers} answered, {limited} answers limited in {elapsed:.2} s");
+    assert_eq!(heard, queries, "every query arrived");
+    assert!(limited > 0, "the flood met the limit");
+    assert!(answers as f64 <= 20.0 + 10.0 * elapsed + 1.0, "{answers} answers in {elapsed:.2} s");
+    running.stop();
+}
+
+/// A stack in `ns` on `device` that does not run promiscuous, with a
+/// member of 239.10.11.12 that the kernel in `kernel` sends to: returns
+/// how the port hears its groups, once the datagram arrived.
+fn not_promiscuous(
+    ns: &spate_testkit::Netns,
+    device: String,
+    kernel: &spate_testkit::Netns,
+    dev: &str,
+) -> spate::DeviceFilter {
+    let mut port = spate::PortSpec::new(&device).addr("198.18.0.2/24").unwrap().addr("fd00::2/64").unwrap();
+    port.promiscuous = false;
+    let cfg = spate::StackConfig {
+        lcores: "1".into(),
+        ports: vec![port],
+        stop_on_signal: false,
+        mempool_size: 4095,
+        ..spate::StackConfig::default()
+    };
+    let stack = ns.run(move || spate::Stack::new(cfg).expect("the stack"));
+    if dev == "mtap0" {
+        spate_testkit::kernel_peer(kernel, dev);
+    }
+    kernel.must(&["ip", "route", "add", "224.0.0.0/4", "dev", dev]);
+    let running = stack.spawn_polling().unwrap();
+    let s = UdpSocket::bind(&stack, "0.0.0.0:5000").unwrap();
+    let g = Ipv4Addr::new(239, 10, 11, 12);
+    s.join_multicast_v4(&g, &ANY).unwrap();
+    kernel.run(|| {
+        let k = KernelSocket::bind("198.18.0.1:0").unwrap();
+        k.send_to(b"through the filter", "239.10.11.12:5000").unwrap();
+    });
+    let got = drain(&[("member", &s)], Duration::from_millis(500));
+    assert_eq!(got["member"], ["through the filter"], "{device}");
+    let filter = stack.multicast_filter(0).expect("configured not promiscuous");
+    if filter == spate::DeviceFilter::Promiscuous {
+        let link = ns.must(&["ip", "link", "show", "vA"]);
+        assert!(link.contains("PROMISC"), "{link}");
+    }
+    drop(s);
+    running.stop();
+    filter
+}
+
+#[test]
+fn a_port_that_is_not_promiscuous_hears_its_groups() {
+    let _serial = device_lock();
+    shared_eal(Memory::Hugepages);
+    // net_tap takes a multicast list (and filters nothing: its
+    // `set_mc_addr_list` accepts any and the kernel hands it every frame).
+    let ns = spate_testkit::Netns::new("mtap");
+    let tap = not_promiscuous(&ns, format!("{},iface=mtap0", unique("net_tap")), &ns, "mtap0");
+    assert_eq!(tap, spate::DeviceFilter::List);
+    // net_af_packet has neither a list nor all-multicast: spate turns the
+    // port promiscuous (the kernel shows it on vA).
+    let (spate_ns, kernel) = spate_and_kernel("mpromisc");
+    assert!(!spate_ns.must(&["ip", "link", "show", "vA"]).contains("PROMISC"));
+    let af = not_promiscuous(&spate_ns, format!("{},iface=vA", unique("net_af_packet")), &kernel, "vB");
+    assert_eq!(af, spate::DeviceFilter::Promiscuous);
+}
+
+/// Removes a file when dropped (a vhost-user socket the test named).
+struct RemoveOnDrop(std::path::PathBuf);
+
+impl Drop for RemoveOnDrop {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_file(&self.0);
+    }
+}
+
+#[test]
+fn multicast_over_net_virtio_user_through_ovs_dpdk() {
+    let _serial = device_lock();
+    shared_eal(Memory::Hugepages);
+    // The kernel (vB) to OVS-DPDK (vO, net_af_packet) to spate in this
+    // process (net_virtio_user serving a vhost-user socket OVS connects
+    // to); OVS forwards every frame, group traffic included.
+    let ovs_ns = spate_testkit::Netns::new("movs");
+    let kernel = spate_testkit::Netns::new("movspeer");
+    spate_testkit::veth(&ovs_ns, "vO", &kernel, "vB");
+    ovs_ns.must(&["ip", "link", "set", "vO", "up"]);
+    ovs_ns.must(&["ethtool", "-K", "vO", "tx", "off"]);
+    ovs_ns.disable_ipv6("vO");
+    spate_testkit::kernel_peer(&kernel, "vB");
+    kernel.must(&["ip", "addr", "add", "198.18.0.3/24", "dev", "vB"]);
+    kernel.must(&["ip", "route", "add", "224.0.0.0/4", "dev", "vB"]);
+    let sock = spate_testkit::unique_socket_path("movs");
+    let _sock = RemoveOnDrop(sock.clone());
+    let device = format!(
+        "{},path={},server=1,queues=1,queue_size=1024,mac=02:53:50:41:54:45",
+        unique("net_virtio_user"),
+        sock.display()
+    );
+    let mut port = spate::PortSpec::new(&device).addr("198.18.0.2/24").unwrap().addr("fd00::2/64").unwrap();
+    port.promiscuous = false;
+    let cfg = spate::StackConfig {
+        lcores: "1".into(),
+        ports: vec![port],
+        stop_on_signal: false,
+        mempool_size: 4095,
+        ..spate::StackConfig::default()
+    };
+    // In server mode the port waits for OVS to connect.
+    let starting = std::thread::spawn(move || spate::Stack::new(cfg).expect("the stack"));
+    let until = std::time::Instant::now() + Duration::from_secs(20);
+    while !sock.exists() && std::time::Instant::now() < until {
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    assert!(sock.exists(), "spate made no vhost-user socket");
+    let ovs = spate_testkit::ovs::Ovs::start(
+        &ovs_ns,
+        &[spate_testkit::ovs::OvsPort::AfPacket("vO".into()), spate_testkit::ovs::OvsPort::VhostClient(sock.clone())],
+        &["in_port=1,actions=output:2", "in_port=2,actions=output:1"],
+    );
+    let stack = starting.join().expect("the stack starts once OVS connects");
+    let running = stack.spawn_polling().unwrap();
+    // OVS offers no control queue: no list, no all-multicast, no
+    // promiscuous mode; the device filters nothing.
+    assert_eq!(stack.multicast_filter(0), Some(spate::DeviceFilter::Unfiltered));
+
+    let bind = |addr: &str| UdpSocket::builder(&stack).reuseport(true).bind(addr).unwrap();
+    let any = bind("0.0.0.0:5000");
+    any.join_multicast_v4(&G1, &ANY).unwrap();
+    let not_s1 = bind("0.0.0.0:5000");
+    not_s1.join_multicast_v4(&G1, &ANY).unwrap();
+    not_s1.block_source_v4(&G1, &S1, &ANY).unwrap();
+    let only_s1 = bind("0.0.0.0:5000");
+    only_s1.join_source_multicast_v4(&G1, &S1, &ANY).unwrap();
+    for s in [&any, &not_s1, &only_s1] {
+        s.set_multicast_all(false).unwrap();
+    }
+    let v6 = UdpSocket::builder(&stack).only_v6(true).bind("[::]:5000").unwrap();
+    let g6: Ipv6Addr = "ff0e::8:8".parse().unwrap();
+    v6.join_multicast_v6(&g6, 1).unwrap();
+    let vb_index: u32 = kernel.must(&["cat", "/sys/class/net/vB/ifindex"]).trim().parse().unwrap();
+    // The kernel's senders: from two sources to the group; IPv6.
+    kernel.run(move || {
+        for (src, tag) in [(S1, "s1"), (S3, "s3")] {
+            let k = KernelSocket::bind(SocketAddr::new(src.into(), 0)).unwrap();
+            k.send_to(format!("g1-{tag}").as_bytes(), SocketAddr::new(G1.into(), 5000)).unwrap();
+        }
+        let k6 = socket2::Socket::new(socket2::Domain::IPV6, socket2::Type::DGRAM, None).unwrap();
+        k6.set_multicast_if_v6(vb_index).unwrap();
+        k6.send_to(b"g6", &SocketAddr::new(g6.into(), 5000).into()).unwrap();
+    });
+    let got =
+        drain(&[("any", &any), ("not_s1", &not_s1), ("only_s1", &only_s1), ("v6", &v6)], Duration::from_millis(300));
+    assert_eq!(
+        got,
+        want(&[("any", &["g1-s1", "g1-s3"]), ("not_s1", &["g1-s3"]), ("only_s1", &["g1-s1"]), ("v6", &["g6"])]),
+        "{}",
+        ovs.log()
+    );
+
+    // spate's send reaches a kernel member through OVS.
+    let g5 = Ipv4Addr::new(239, 5, 5, 5);
+    let member = kernel.run(move || {
+        let k = socket2::Socket::new(socket2::Domain::IPV4, socket2::Type::DGRAM, None).unwrap();
+        k.set_reuse_address(true).unwrap();
+        k.bind(&SocketAddr::new(ANY.into(), 6000).into()).unwrap();
+        k.join_multicast_v4(&g5, &S1).unwrap();
+        let k: KernelSocket = k.into();
+        k.set_read_timeout(Some(Duration::from_secs(3))).unwrap();
+        k
+    });
+    let sender = UdpSocket::bind(&stack, "0.0.0.0:0").unwrap();
+    sender.send_to(b"to-g5", SocketAddr::new(g5.into(), 6000)).unwrap();
+    let text = kernel.run(move || {
+        let mut buf = [0u8; 64];
+        let (n, _) = member.recv_from(&mut buf).expect("the kernel member gets spate's datagram");
+        String::from_utf8_lossy(&buf[..n]).into_owned()
+    });
+    assert_eq!(text, "to-g5");
+    let c = stack.counters();
+    assert!(c[spate::Counter::IgmpOutReports] >= 1 && c[spate::Counter::Mld6OutReports] >= 1);
+    drop((any, not_s1, only_s1, v6, sender));
+    running.stop();
+    drop(stack);
+    drop(ovs);
 }

@@ -501,6 +501,18 @@ impl Mbuf {
         hash
     }
 
+    /// Marks the IP and L4 checksums good, as a port that checked them
+    /// would: for a packet the host looped back to itself, whose checksums
+    /// a transmit offload may have left unfinished (Linux's
+    /// `CHECKSUM_UNNECESSARY` on loopback).
+    #[inline]
+    pub fn set_rx_checksums_good(&mut self) {
+        let good = sys::RTE_MBUF_F_RX_IP_CKSUM_GOOD | sys::RTE_MBUF_F_RX_L4_CKSUM_GOOD;
+        let m = self.raw_mut();
+        m.ol_flags = (m.ol_flags & !((sys::RTE_MBUF_F_RX_IP_CKSUM_MASK | sys::RTE_MBUF_F_RX_L4_CKSUM_MASK) as u64))
+            | good as u64;
+    }
+
     /// The IPv4 header checksum status the port reported.
     #[inline]
     pub fn rx_ip_checksum(&self) -> RxChecksum {

@@ -139,6 +139,14 @@ pub struct PortSpec {
     /// UDP checksums (default true; likewise).
     #[serde(default = "yes")]
     pub tx_checksum_offload: bool,
+    /// Run the port promiscuous (default true): spate filters frames in
+    /// software. Off, the device filters them: spate programs its
+    /// multicast list with the groups the interface is in (falling back
+    /// to all-multicast, then promiscuous mode, where the device has no
+    /// list), and a MAC the device refuses to take still turns
+    /// promiscuous mode on.
+    #[serde(default = "yes")]
+    pub promiscuous: bool,
     /// Neighbours whose MAC is configured (Linux's `ip neigh add ...
     /// permanent`): never solicited, probed, expired or replaced by what
     /// the wire says, so spate can answer a peer that never answers ARP or
@@ -233,6 +241,7 @@ impl PortSpec {
             vlan: None,
             rx_checksum_offload: true,
             tx_checksum_offload: true,
+            promiscuous: true,
             neighbors: Vec::new(),
         }
     }

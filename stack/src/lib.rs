@@ -54,6 +54,7 @@ pub use iface::{Interface, Tunnel};
 pub use route::StaticRoute;
 pub use setup::{Running, control};
 pub use shared::Stack;
+pub use shared::filters::DeviceFilter;
 pub use socket::{Event, GSO_MAX_SEGMENTS, Interest, Poller, SocketBuilder, UdpSocket};
 pub use stats::{Counter, Counters};
 pub use time::Instant;

@@ -254,9 +254,45 @@ impl Port {
         Ok(())
     }
 
+    /// The multicast MAC addresses the port takes besides its own
+    /// (`rte_eth_dev_set_mc_addr_list`; an empty list takes none). An
+    /// `Error::Port` with `ENOTSUP` where the device keeps no such list.
+    pub fn set_mc_addr_list(&self, macs: &[[u8; 6]]) -> Result<()> {
+        let _state = self.shared.state.lock().expect("port state lock");
+        let mut list: Vec<sys::rte_ether_addr> = macs.iter().map(|m| sys::rte_ether_addr { addr_bytes: *m }).collect();
+        let ptr = if list.is_empty() { std::ptr::null_mut() } else { list.as_mut_ptr() };
+        // SAFETY: valid port; `list` outlives the call, which copies it.
+        let ret = unsafe { sys::rte_eth_dev_set_mc_addr_list(self.id(), ptr, list.len() as u32) };
+        if ret != 0 {
+            return Err(self.err("rte_eth_dev_set_mc_addr_list", ret));
+        }
+        Ok(())
+    }
+
+    /// Sets all-multicast mode: every multicast frame taken
+    /// (`rte_eth_allmulticast_enable`).
+    pub fn set_allmulticast(&self, on: bool) -> Result<()> {
+        let _state = self.shared.state.lock().expect("port state lock");
+        // SAFETY: valid port.
+        let ret = unsafe {
+            if on { sys::rte_eth_allmulticast_enable(self.id()) } else { sys::rte_eth_allmulticast_disable(self.id()) }
+        };
+        if ret != 0 {
+            let op = if on { "rte_eth_allmulticast_enable" } else { "rte_eth_allmulticast_disable" };
+            return Err(self.err(op, ret));
+        }
+        Ok(())
+    }
+
+    /// Whether all-multicast mode is on.
+    pub fn allmulticast(&self) -> bool {
+        // SAFETY: valid port.
+        unsafe { sys::rte_eth_allmulticast_get(self.id()) == 1 }
+    }
+
     /// Sets promiscuous mode (under the port's state lock, as every change
     /// is, whichever handle makes it).
-    pub fn set_promiscuous(&mut self, on: bool) -> Result<()> {
+    pub fn set_promiscuous(&self, on: bool) -> Result<()> {
         let _state = self.shared.state.lock().expect("port state lock");
         self.promiscuous_locked(on)
     }

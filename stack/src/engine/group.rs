@@ -4,9 +4,11 @@
 //! one for the last socket, copies for the others. Mbufs have one owner
 //! and the receive path writes in place (the arrival in the headroom, a
 //! reply in the request's mbuf), so sockets cannot share one. The copies
-//! wait uncharged with the burst, so an lcore makes at most
-//! `GROUP_COPIES` per burst; past that a socket's copy is dropped and
-//! counted (`RcvbufErrors`, `InErrors`).
+//! wait uncharged with the burst, so at most `GROUP_COPIES` wait at once:
+//! a datagram whose copies would pass that first sends what the burst
+//! staged so far to its queues (charged there), and only a group of more
+//! members than that loses copies, each dropped and counted
+//! (`RcvbufErrors`, `InErrors`).
 
 use spate_dpdk::Mbuf;
 
@@ -49,6 +51,13 @@ impl Worker<'_> {
             return Err(m);
         };
         let v4 = at.src.is_ipv4();
+        if self.group_copies + rest.len() > GROUP_COPIES {
+            // What the burst staged so far goes to its queues first (a
+            // GRO train ended there: its place in the runs goes with it).
+            self.gro_flush();
+            self.stamp_staged();
+            self.deliver_staged();
+        }
         for &index in rest {
             let copy = match self.group_copies < GROUP_COPIES {
                 true => copy_packet(&self.shared.pool, &m),
@@ -90,7 +99,7 @@ impl Worker<'_> {
 /// A copy of the packet in `m` (every segment, from the data's start), in
 /// mbufs from `pool`: the same offsets, so the copy is cut as the
 /// original is. `None` when the pool is out of mbufs.
-fn copy_packet(pool: &spate_dpdk::Mempool, m: &Mbuf) -> Option<Mbuf> {
+pub(super) fn copy_packet(pool: &spate_dpdk::Mempool, m: &Mbuf) -> Option<Mbuf> {
     let mut head: Option<Mbuf> = None;
     for seg in m.segment_data() {
         let mut c = pool.alloc()?;

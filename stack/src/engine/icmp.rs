@@ -204,6 +204,7 @@ impl Worker<'_> {
             // RFC 3810 5.1.14: a query from a link-local source only.
             let query = crate::config::is_link_local(&src).then(|| crate::mcast::report::mld_query(data)).flatten();
             if let Some(q) = query {
+                self.inc(Counter::Mld6InQueries);
                 self.heard_query(iface.index, true, q);
             }
             return Counter::RxIcmp;
@@ -391,7 +392,13 @@ impl Worker<'_> {
     pub(super) fn route_and_send(&mut self, mut m: Mbuf, dst: IpAddr, src: IpAddr) {
         m.set_ol_flags(0);
         match self.shared.route_in(&self.net, &dst, Some(&src)) {
-            Some(r) => self.transmit(TxPacket { mbuf: m, iface: r.iface, next_hop: r.next_hop, datagram: false }),
+            Some(r) => self.transmit(TxPacket {
+                mbuf: m,
+                iface: r.iface,
+                next_hop: r.next_hop,
+                datagram: false,
+                mcast_loop: false,
+            }),
             None => self.inc(Counter::TxNoRoute),
         }
     }

@@ -7,7 +7,9 @@ use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 use std::sync::atomic::Ordering;
 
 use super::Worker;
+use crate::iface::Interface;
 use crate::mcast::report::{self, Query};
+use crate::mcast::{Mode, SourceFilter, compat};
 use crate::shared::PendingReport;
 use crate::stats::Counter;
 use crate::time::Instant;
@@ -36,14 +38,18 @@ impl Worker<'_> {
     #[inline(never)]
     pub(super) fn rx_igmp(&mut self, iface: u16, msg: &[u8]) {
         if let Some(q) = report::igmp_query(msg) {
+            self.inc(Counter::IgmpInQueries);
             self.heard_query(iface, false, q);
         }
     }
 
-    /// Schedules the answer to `q`, heard on interface `iface`, if the
-    /// interface is in a group it asks about.
+    /// Notes the querier's version of `q`, heard on interface `iface`, and
+    /// schedules the answer if the interface is in a group it asks about.
     #[cold]
     pub(super) fn heard_query(&mut self, iface: u16, v6: bool, q: Query) {
+        let max_ns = q.max_delay_ms.max(1) as u64 * 1_000_000;
+        let mut timers = self.shared.mcast_reports.lock().unwrap_or_else(|p| p.into_inner());
+        timers.queriers.heard(iface, v6, q.version, max_ns, self.now.0);
         let in_any = self.net.mcast.ifaces.get(iface as usize).is_some_and(|groups| {
             groups.iter().any(|(g, _)| g.is_ipv6() == v6 && q.group.is_none_or(|want| want == *g))
         });
@@ -51,8 +57,8 @@ impl Worker<'_> {
             return;
         }
         let random = (self.shared.random_u32() as u64) << 32 | self.shared.random_u32() as u64;
-        let due = Instant(self.now.0 + random % (q.max_delay_ms.max(1) as u64 * 1_000_000));
-        let mut reports = self.shared.mcast_reports.lock().unwrap_or_else(|p| p.into_inner());
+        let due = Instant(self.now.0 + random % max_ns);
+        let reports = &mut timers.reports;
         // RFC 3376 section 5.2: a general answer due sooner covers it; an
         // answer for the same group pending later is brought forward.
         let same = |p: &PendingReport| p.current && p.iface == iface && p.v6 == v6;
@@ -66,46 +72,65 @@ impl Worker<'_> {
         self.shared.mcast_pending.store(true, Ordering::Release);
     }
 
-    /// Lcore 0's timer: sends the reports that are due.
+    /// Lcore 0's timer: sends the reports that are due, each in the
+    /// version its interface speaks now; answers to queries past their
+    /// rate limit are dropped and counted.
     pub(super) fn send_due_reports(&mut self) {
         if !self.shared.mcast_pending.load(Ordering::Acquire) {
             return;
         }
-        let due: Vec<PendingReport> = {
-            let mut reports = self.shared.mcast_reports.lock().unwrap_or_else(|p| p.into_inner());
+        let (due, limited) = {
+            let mut timers = self.shared.mcast_reports.lock().unwrap_or_else(|p| p.into_inner());
             let now = self.now;
-            let due = reports.iter().filter(|r| r.due <= now).copied().collect();
-            reports.retain(|r| r.due > now);
-            if reports.is_empty() {
+            let mut due: Vec<(PendingReport, u8)> = Vec::new();
+            let mut limited = (0, 0);
+            for r in timers.reports.iter().filter(|r| r.due <= now).copied().collect::<Vec<_>>() {
+                if r.current && !timers.answers.take(r.iface, r.v6, now.0) {
+                    if r.v6 {
+                        limited.1 += 1
+                    } else {
+                        limited.0 += 1
+                    }
+                    continue;
+                }
+                due.push((r, timers.queriers.version(r.iface, r.v6, now.0)));
+            }
+            timers.reports.retain(|r| r.due > now);
+            if timers.reports.is_empty() {
                 self.shared.mcast_pending.store(false, Ordering::Release);
             }
-            due
+            (due, limited)
         };
-        for r in due {
-            self.send_report(r);
+        self.add(Counter::IgmpAnswersLimited, limited.0);
+        self.add(Counter::Mld6AnswersLimited, limited.1);
+        for (r, version) in due {
+            self.send_report(r, version);
         }
     }
 
     /// Sends one report: the interface's state of the group (or of every
-    /// group of the family), as a change or as the current state.
-    fn send_report(&mut self, r: PendingReport) {
+    /// group of the family), as a change or as the current state, in
+    /// IGMPv3 or MLDv2, or in the older `version` a querier speaks.
+    fn send_report(&mut self, r: PendingReport, version: u8) {
         let states = self.net.mcast.ifaces.get(r.iface as usize).cloned().unwrap_or_default();
         let ifc = self.net.ifaces.get(r.iface as usize).cloned();
         let Some(ifc) = ifc else { return };
         let of_family =
             |g: &IpAddr| g.is_ipv6() == r.v6 && r.group.is_none_or(|want| want == *g) && report::reported(g);
-        let mut records: Vec<(IpAddr, crate::mcast::SourceFilter)> =
-            states.into_iter().filter(|(g, _)| of_family(g)).collect();
+        let mut records: Vec<(IpAddr, SourceFilter)> = states.into_iter().filter(|(g, _)| of_family(g)).collect();
+        if version < compat::latest(r.v6) {
+            self.send_older(&ifc, r, version, &records);
+            return;
+        }
         if let (Some(g), false) = (r.group, r.current) {
             // A change to no membership: TO_IN with no source, a leave.
             if records.is_empty() && report::reported(&g) {
-                records
-                    .push((g, crate::mcast::SourceFilter { mode: crate::mcast::Mode::Include, sources: Vec::new() }));
+                records.push((g, SourceFilter { mode: Mode::Include, sources: Vec::new() }));
             }
         }
         // As many records a packet as the interface's MTU takes.
         let per_source = if r.v6 { 16 } else { 4 };
-        let mut packet: Vec<(IpAddr, crate::mcast::SourceFilter)> = Vec::new();
+        let mut packet: Vec<(IpAddr, SourceFilter)> = Vec::new();
         let mut size = 0;
         let room = (ifc.mtu as usize).saturating_sub(if r.v6 { 40 + 8 + 8 } else { 24 + 8 });
         for rec in records {
@@ -122,34 +147,55 @@ impl Worker<'_> {
         }
     }
 
-    /// One report packet of `records` (groups of the report's family).
-    fn send_records(
-        &mut self,
-        ifc: &crate::iface::Interface,
-        r: PendingReport,
-        records: Vec<(IpAddr, crate::mcast::SourceFilter)>,
-    ) {
-        let (packet, dst, ethertype) = if r.v6 {
-            let src = ifc
-                .ipv6
+    /// A report in an older querier's version (IGMPv1 or v2, MLDv1): a
+    /// report of each group in `records` (source lists are not spoken:
+    /// any membership is one), or, for a change that left the group, an
+    /// IGMPv2 leave or MLDv1 done (IGMPv1 has none).
+    fn send_older(&mut self, ifc: &Interface, r: PendingReport, version: u8, records: &[(IpAddr, SourceFilter)]) {
+        let (src4, src6) = sources(ifc);
+        let left = match (r.group, r.current) {
+            (Some(g), false) if records.is_empty() && report::reported(&g) => Some(g),
+            _ => None,
+        };
+        let messages: Vec<(Vec<u8>, Counter)> = match left {
+            Some(IpAddr::V4(g)) if version == 2 => vec![(report::igmp_older(src4, 2, g, true), Counter::IgmpOutLeaves)],
+            Some(IpAddr::V6(g)) => vec![(report::mldv1(src6, g, true), Counter::Mld6OutDones)],
+            Some(_) => Vec::new(),
+            None => records
                 .iter()
-                .find_map(|c| match c.addr {
-                    IpAddr::V6(a) if crate::config::is_link_local(&a) => Some(a),
-                    _ => None,
+                .map(|(g, _)| match g {
+                    IpAddr::V4(g) => (report::igmp_older(src4, version, *g, false), Counter::IgmpOutReports),
+                    IpAddr::V6(g) => (report::mldv1(src6, *g, false), Counter::Mld6OutReports),
                 })
-                .unwrap_or(Ipv6Addr::UNSPECIFIED);
-            (
-                report::mldv2_report(src, &records, r.current),
-                IpAddr::V6(report::MLDV2_ROUTERS),
-                ethernet::ethertype::IPV6,
-            )
-        } else {
-            let src = ifc.ipv4_addrs.first().copied().unwrap_or(Ipv4Addr::UNSPECIFIED);
-            (
-                report::igmpv3_report(src, &records, r.current),
-                IpAddr::V4(report::IGMPV3_ROUTERS),
-                ethernet::ethertype::IPV4,
-            )
+                .collect(),
+        };
+        for (packet, counter) in messages {
+            self.send_control(r.iface, &packet, counter);
+        }
+    }
+
+    /// One report packet of `records` (groups of the report's family).
+    fn send_records(&mut self, ifc: &Interface, r: PendingReport, records: Vec<(IpAddr, SourceFilter)>) {
+        let (src4, src6) = sources(ifc);
+        match r.v6 {
+            true => {
+                self.send_control(r.iface, &report::mldv2_report(src6, &records, r.current), Counter::Mld6OutReports)
+            }
+            false => {
+                self.send_control(r.iface, &report::igmpv3_report(src4, &records, r.current), Counter::IgmpOutReports)
+            }
+        }
+    }
+
+    /// Sends `packet`, an IGMP or MLD packet spate made, to its
+    /// destination group's MAC on interface `iface`, counted in `counter`.
+    fn send_control(&mut self, iface: u16, packet: &[u8], counter: Counter) {
+        let (dst, ethertype) = match packet[0] >> 4 {
+            6 => {
+                let o: [u8; 16] = packet[24..40].try_into().expect("an IPv6 header");
+                (IpAddr::V6(Ipv6Addr::from(o)), ethernet::ethertype::IPV6)
+            }
+            _ => (IpAddr::V4(Ipv4Addr::new(packet[16], packet[17], packet[18], packet[19])), ethernet::ethertype::IPV4),
         };
         let Some(mut m) = self.shared.pool.alloc() else {
             self.inc(Counter::TxNoMbuf);
@@ -159,8 +205,23 @@ impl Worker<'_> {
             self.inc(Counter::TxNoMbuf);
             return;
         };
-        body.copy_from_slice(&packet);
-        self.inc(if r.v6 { Counter::Mld6OutReports } else { Counter::IgmpOutReports });
-        self.send_frame(r.iface, m, report::group_mac(&dst), ethertype);
+        body.copy_from_slice(packet);
+        self.inc(counter);
+        self.send_frame(iface, m, report::group_mac(&dst), ethertype);
     }
+}
+
+/// The sources of an interface's reports: its first IPv4 address (or
+/// 0.0.0.0) and its link-local IPv6 address (or ::, before it has one).
+fn sources(ifc: &Interface) -> (Ipv4Addr, Ipv6Addr) {
+    let v4 = ifc.ipv4_addrs.first().copied().unwrap_or(Ipv4Addr::UNSPECIFIED);
+    let v6 = ifc
+        .ipv6
+        .iter()
+        .find_map(|c| match c.addr {
+            IpAddr::V6(a) if crate::config::is_link_local(&a) => Some(a),
+            _ => None,
+        })
+        .unwrap_or(Ipv6Addr::UNSPECIFIED);
+    (v4, v6)
 }

@@ -152,6 +152,10 @@ pub(crate) struct Worker<'s> {
     train: gro::Train,
     /// An inner frame a tunnel just decapsulated, for the receive loop.
     decapsulated: Option<(u16, Mbuf)>,
+    /// Copies of this lcore's own packets to groups for its receive path
+    /// (`IP_MULTICAST_LOOP`), with their interface: taken in the next
+    /// poll.
+    looped: Vec<(u16, Mbuf)>,
 
     // Transmit.
     /// Per port: this lcore's TX queue, or none (it hands its frames to
@@ -216,6 +220,7 @@ impl<'s> Worker<'s> {
             frame_no: 0,
             train: Default::default(),
             decapsulated: None,
+            looped: Vec::new(),
             tap: None,
             tap_gen: 0,
             reasm: Reassembler::new(Limits {

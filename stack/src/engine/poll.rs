@@ -136,10 +136,35 @@ impl Worker<'_> {
             }
             self.rx_run(iface, &mut burst);
         }
+        if !self.looped.is_empty() {
+            total += self.rx_looped();
+        }
         if self.steer.is_some() {
             total += self.poll_steered();
         }
         total
+    }
+
+    /// The copies of this lcore's own group packets (`IP_MULTICAST_LOOP`)
+    /// through the receive pipeline, as frames of the interface they left
+    /// by. Out of line: the poll pays one test of an empty vector.
+    #[cold]
+    #[inline(never)]
+    fn rx_looped(&mut self) -> usize {
+        let mut looped = std::mem::take(&mut self.looped);
+        let n = looped.len();
+        let mut burst: Burst<BURST> = Burst::new();
+        let mut frames = looped.drain(..).peekable();
+        while let Some((iface, m)) = frames.next() {
+            let _ = burst.push(m);
+            let next_elsewhere = frames.peek().is_none_or(|(i, _)| *i != iface);
+            if burst.is_full() || next_elsewhere {
+                self.rx_run(iface, &mut burst);
+            }
+        }
+        drop(frames);
+        self.looped = looped;
+        n
     }
 
     /// A burst of one interface's frames through the receive pipeline,

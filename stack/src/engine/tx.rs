@@ -27,10 +27,7 @@ impl Worker<'_> {
             return;
         }
         if pkt.next_hop.is_multicast() {
-            // A group's MAC is its address's (no ARP or ND).
-            let mac = crate::mcast::report::group_mac(&pkt.next_hop);
-            self.inc(if pkt.next_hop.is_ipv4() { Counter::IpExtOutMcastPkts } else { Counter::Ip6OutMcastPkts });
-            self.send_ip(pkt, mac);
+            self.transmit_group(pkt);
             return;
         }
         let key = (pkt.iface, pkt.next_hop);
@@ -54,6 +51,45 @@ impl Worker<'_> {
                 }
             }
         }
+    }
+
+    /// Sends a packet to a group: to the group's MAC (no ARP or ND); a copy
+    /// to this host's members first when its socket loops them back
+    /// (`IP_MULTICAST_LOOP`) and the interface is in the group; with a TTL
+    /// or hop limit of 0, only that copy, as Linux's `ip_mc_output`.
+    #[cold]
+    #[inline(never)]
+    fn transmit_group(&mut self, pkt: TxPacket) {
+        let group = pkt.next_hop;
+        if pkt.mcast_loop && self.net.mcast.iface_in(pkt.iface, &group) {
+            self.loop_back(&pkt);
+        }
+        let hops_at = if group.is_ipv4() { 8 } else { 7 };
+        if pkt.mbuf.data().get(hops_at) == Some(&0) {
+            return;
+        }
+        self.inc(if group.is_ipv4() { Counter::IpExtOutMcastPkts } else { Counter::Ip6OutMcastPkts });
+        self.send_ip(pkt, crate::mcast::report::group_mac(&group));
+    }
+
+    /// Queues a copy of `pkt` (an IP packet to a group) for this lcore's
+    /// receive path, as a frame from the group's MAC interface it leaves
+    /// by, its checksums taken as good (an offload may not have finished
+    /// them). A copy the pool cannot give is dropped and counted.
+    fn loop_back(&mut self, pkt: &TxPacket) {
+        let v4 = pkt.next_hop.is_ipv4();
+        let Some(mut copy) = super::group::copy_packet(&self.shared.pool, &pkt.mbuf) else {
+            self.inc(if v4 { Counter::IpOutDiscards } else { Counter::Ip6OutDiscards });
+            return;
+        };
+        let ifc = &self.shared.links[pkt.iface as usize];
+        let mac = crate::mcast::report::group_mac(&pkt.next_hop);
+        if push_ethernet(&mut copy, ifc, mac, ethertype_for(&pkt.next_hop)).is_err() {
+            self.inc(if v4 { Counter::IpOutDiscards } else { Counter::Ip6OutDiscards });
+            return;
+        }
+        copy.set_rx_checksums_good();
+        self.looped.push((pkt.iface, copy));
     }
 
     /// Sends what the application queued in its callback, in order: a run

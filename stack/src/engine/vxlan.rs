@@ -103,7 +103,13 @@ impl Worker<'_> {
             return;
         };
         self.inc(Counter::VxlanOutPackets);
-        self.transmit(TxPacket { mbuf: m, iface: route.iface, next_hop: route.next_hop, datagram: false });
+        self.transmit(TxPacket {
+            mbuf: m,
+            iface: route.iface,
+            next_hop: route.next_hop,
+            datagram: false,
+            mcast_loop: false,
+        });
     }
 }
 

@@ -7,6 +7,7 @@
 
 use std::net::IpAddr;
 
+pub mod compat;
 pub mod report;
 
 /// Groups a socket may join at most (Linux's `igmp_max_memberships`).

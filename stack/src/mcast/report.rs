@@ -13,6 +13,10 @@ use crate::wire::checksum::{checksum, fold, pseudo_header_v6, sum};
 pub const IGMPV3_ROUTERS: Ipv4Addr = Ipv4Addr::new(224, 0, 0, 22);
 /// Every host of the link (joined implicitly; queries come there).
 pub const ALL_HOSTS: Ipv4Addr = Ipv4Addr::new(224, 0, 0, 1);
+/// Where IGMPv2 leaves go (every router of the link).
+pub const ALL_ROUTERS: Ipv4Addr = Ipv4Addr::new(224, 0, 0, 2);
+/// Where MLDv1 done messages go.
+pub const ALL_ROUTERS_V6: Ipv6Addr = Ipv6Addr::new(0xff02, 0, 0, 0, 0, 0, 0, 2);
 /// Where MLDv2 reports go.
 pub const MLDV2_ROUTERS: Ipv6Addr = Ipv6Addr::new(0xff02, 0, 0, 0, 0, 0, 0, 0x16);
 /// IP protocol number of IGMP.
@@ -78,17 +82,52 @@ fn report_message(msg_type: u8, records: &[(IpAddr, SourceFilter)], current: boo
 /// An IGMPv3 report of `records` (IPv4 groups and their filters), from
 /// `src` (the interface's address, or 0.0.0.0): the whole IPv4 packet.
 pub fn igmpv3_report(src: Ipv4Addr, records: &[(IpAddr, SourceFilter)], current: bool) -> Vec<u8> {
-    let mut igmp = report_message(0x22, records, current);
+    ipv4_packet(src, IGMPV3_ROUTERS, report_message(0x22, records, current))
+}
+
+/// An MLDv2 report of `records` (IPv6 groups) from `src` (the
+/// interface's link-local address, or :: before it has one): the whole
+/// IPv6 packet.
+pub fn mldv2_report(src: Ipv6Addr, records: &[(IpAddr, SourceFilter)], current: bool) -> Vec<u8> {
+    ipv6_packet(src, MLDV2_ROUTERS, report_message(143, records, current))
+}
+
+/// An IGMP message of an older version about `group`, from `src`: an
+/// IGMPv1 report (`version` 1), an IGMPv2 report, or with `leave` an
+/// IGMPv2 leave (RFC 2236 section 2: 8 bytes, sent to the group, a leave
+/// to every router, 224.0.0.2). The whole IPv4 packet.
+pub fn igmp_older(src: Ipv4Addr, version: u8, group: Ipv4Addr, leave: bool) -> Vec<u8> {
+    let (msg_type, dst) = match (version, leave) {
+        (_, true) => (0x17, ALL_ROUTERS),
+        (1, false) => (0x12, group),
+        _ => (0x16, group),
+    };
+    let o = group.octets();
+    ipv4_packet(src, dst, vec![msg_type, 0, 0, 0, o[0], o[1], o[2], o[3]])
+}
+
+/// An MLDv1 report about `group` from `src`, or with `done` a done
+/// message (RFC 2710 section 3: 24 bytes; a report to the group, a done
+/// to every router, ff02::2). The whole IPv6 packet.
+pub fn mldv1(src: Ipv6Addr, group: Ipv6Addr, done: bool) -> Vec<u8> {
+    let (msg_type, dst) = if done { (132, ALL_ROUTERS_V6) } else { (131, group) };
+    let mut msg = vec![msg_type, 0, 0, 0, 0, 0, 0, 0];
+    msg.extend_from_slice(&group.octets());
+    ipv6_packet(src, dst, msg)
+}
+
+/// `igmp`, checksummed, in an IPv4 packet from `src` to `dst` with the
+/// Router Alert option (RFC 2113) and TTL 1, as RFC 3376 and RFC 2236 ask.
+fn ipv4_packet(src: Ipv4Addr, dst: Ipv4Addr, mut igmp: Vec<u8>) -> Vec<u8> {
     let c = checksum(&igmp);
     igmp[2..4].copy_from_slice(&c.to_be_bytes());
-    // IPv4 with the Router Alert option (RFC 2113), as RFC 3376 asks.
     let total = 24 + igmp.len();
     let mut ip = vec![0x46, 0xc0];
     ip.extend_from_slice(&(total as u16).to_be_bytes());
     // No ID needed: DF, never fragmented.
     ip.extend_from_slice(&[0, 0, 0x40, 0, 1, IGMP, 0, 0]);
     ip.extend_from_slice(&src.octets());
-    ip.extend_from_slice(&IGMPV3_ROUTERS.octets());
+    ip.extend_from_slice(&dst.octets());
     ip.extend_from_slice(&[0x94, 0x04, 0, 0]);
     let c = checksum(&ip);
     ip[10..12].copy_from_slice(&c.to_be_bytes());
@@ -96,12 +135,10 @@ pub fn igmpv3_report(src: Ipv4Addr, records: &[(IpAddr, SourceFilter)], current:
     ip
 }
 
-/// An MLDv2 report of `records` (IPv6 groups) from `src` (the
-/// interface's link-local address, or :: before it has one): the whole
-/// IPv6 packet.
-pub fn mldv2_report(src: Ipv6Addr, records: &[(IpAddr, SourceFilter)], current: bool) -> Vec<u8> {
-    let mut mld = report_message(143, records, current);
-    let c = !fold(sum(&mld) + pseudo_header_v6(&src, &MLDV2_ROUTERS, 58, mld.len() as u32));
+/// `mld`, checksummed, in an IPv6 packet from `src` to `dst` with a
+/// hop-by-hop Router Alert (RFC 2711) and hop limit 1.
+fn ipv6_packet(src: Ipv6Addr, dst: Ipv6Addr, mut mld: Vec<u8>) -> Vec<u8> {
+    let c = !fold(sum(&mld) + pseudo_header_v6(&src, &dst, 58, mld.len() as u32));
     mld[2..4].copy_from_slice(&c.to_be_bytes());
     // Hop-by-hop: Router Alert (MLD), then PadN to 8 bytes.
     let hbh = [58, 0, 5, 2, 0, 0, 1, 0];
@@ -109,24 +146,24 @@ pub fn mldv2_report(src: Ipv6Addr, records: &[(IpAddr, SourceFilter)], current: 
     ip.extend_from_slice(&((hbh.len() + mld.len()) as u16).to_be_bytes());
     ip.extend_from_slice(&[0, 1]);
     ip.extend_from_slice(&src.octets());
-    ip.extend_from_slice(&MLDV2_ROUTERS.octets());
+    ip.extend_from_slice(&dst.octets());
     ip.extend_from_slice(&hbh);
     ip.extend_from_slice(&mld);
     ip
 }
 
-/// A query heard: which group it asks about (none: every group) and how
-/// long the answer may wait, at most, in milliseconds; `older` for an
-/// IGMPv1/v2 or MLDv1 querier (answered with a v3/v2 report all the same:
-/// the compatibility modes are not kept).
+/// A query heard: which group it asks about (none: every group), how long
+/// the answer may wait, at most, in milliseconds, and the querier's
+/// version (IGMP 1, 2 or 3; MLD 1 or 2), which sets the host's
+/// compatibility mode (RFC 3376 section 7.2.1, RFC 3810 section 8.2.1).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Query {
     /// The group asked about; `None` for a general query.
     pub group: Option<IpAddr>,
     /// The maximum response delay, in ms.
     pub max_delay_ms: u32,
-    /// A query of an older version.
-    pub older: bool,
+    /// The querier's version.
+    pub version: u8,
 }
 
 /// RFC 3376 4.1.1 and RFC 3810 5.1.3: a code below 128 is the value, else
@@ -151,12 +188,12 @@ pub fn igmp_query(msg: &[u8]) -> Option<Query> {
     let group = Ipv4Addr::new(msg[4], msg[5], msg[6], msg[7]);
     let group = (!group.is_unspecified()).then_some(IpAddr::V4(group));
     // Max Resp Code in tenths of a second; IGMPv1's is 0 (10 s).
-    let (tenths, older) = match msg.len() {
-        8 if msg[1] == 0 => (100, true),
-        8 => (msg[1] as u32, true),
-        _ => (decode_code(msg[1] as u32, 4), false),
+    let (tenths, version) = match msg.len() {
+        8 if msg[1] == 0 => (100, 1),
+        8 => (msg[1] as u32, 2),
+        _ => (decode_code(msg[1] as u32, 4), 3),
     };
-    Some(Query { group, max_delay_ms: tenths * 100, older })
+    Some(Query { group, max_delay_ms: tenths * 100, version })
 }
 
 /// An MLD query (the ICMPv6 message, its checksum already checked).
@@ -170,9 +207,9 @@ pub fn mld_query(msg: &[u8]) -> Option<Query> {
     g.copy_from_slice(&msg[8..24]);
     let group = Ipv6Addr::from(g);
     let group = (!group.is_unspecified()).then_some(IpAddr::V6(group));
-    let older = msg.len() < 28;
-    let ms = if older { code } else { decode_code(code, 12) };
-    Some(Query { group, max_delay_ms: ms, older })
+    let version = if msg.len() < 28 { 1 } else { 2 };
+    let ms = if version == 1 { code } else { decode_code(code, 12) };
+    Some(Query { group, max_delay_ms: ms, version })
 }
 
 #[cfg(test)]
@@ -201,23 +238,46 @@ mod tests {
     }
 
     #[test]
+    fn older_reports_are_well_formed() {
+        let g = Ipv4Addr::new(239, 1, 2, 3);
+        let src = Ipv4Addr::new(198, 18, 0, 2);
+        let v2 = igmp_older(src, 2, g, false);
+        assert_eq!(v2.len(), 24 + 8);
+        assert_eq!((checksum(&v2[..24]), checksum(&v2[24..])), (0, 0));
+        assert_eq!((v2[8], &v2[16..20], &v2[24..25], &v2[28..32]), (1, &g.octets()[..], &[0x16][..], &g.octets()[..]));
+        let leave = igmp_older(src, 2, g, true);
+        assert_eq!((&leave[16..20], leave[24]), (&[224, 0, 0, 2][..], 0x17));
+        assert_eq!(igmp_older(src, 1, g, false)[24], 0x12);
+        let g6: Ipv6Addr = "ff0e::1".parse().unwrap();
+        let ll: Ipv6Addr = "fe80::1".parse().unwrap();
+        for (done, msg_type, dst) in [(false, 131, g6), (true, 132, ALL_ROUTERS_V6)] {
+            let p = mldv1(ll, g6, done);
+            assert_eq!(p.len(), 40 + 8 + 24);
+            assert_eq!((p[7], p[6], &p[24..40]), (1, 0, &dst.octets()[..]), "hop limit 1, hop-by-hop, to {dst}");
+            let mld = &p[48..];
+            assert_eq!((mld[0], &mld[8..24]), (msg_type, &g6.octets()[..]));
+            assert_eq!(!fold(sum(mld) + pseudo_header_v6(&ll, &dst, 58, 24)), 0, "ICMPv6 checksum");
+        }
+    }
+
+    #[test]
     fn queries_are_read_in_every_version() {
         let mut v3 = vec![0x11, 100, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0];
         let c = checksum(&v3);
         v3[2..4].copy_from_slice(&c.to_be_bytes());
-        assert_eq!(igmp_query(&v3), Some(Query { group: None, max_delay_ms: 10_000, older: false }));
+        assert_eq!(igmp_query(&v3), Some(Query { group: None, max_delay_ms: 10_000, version: 3 }));
         let mut v2 = vec![0x11, 20, 0, 0, 239, 1, 2, 3];
         let c = checksum(&v2);
         v2[2..4].copy_from_slice(&c.to_be_bytes());
         let q = igmp_query(&v2).unwrap();
-        assert_eq!((q.group, q.max_delay_ms, q.older), (Some("239.1.2.3".parse().unwrap()), 2_000, true));
+        assert_eq!((q.group, q.max_delay_ms, q.version), (Some("239.1.2.3".parse().unwrap()), 2_000, 2));
         v2[3] ^= 1;
         assert_eq!(igmp_query(&v2), None, "a bad checksum");
         // 0x8f: exp 0, mant 15: (15 | 16) << 3 = 248 tenths.
         assert_eq!(decode_code(0x8f, 4), 248);
         let mut mld = vec![130, 0, 0, 0, 0x27, 0x10, 0, 0];
         mld.extend_from_slice(&[0; 16]);
-        assert_eq!(mld_query(&mld), Some(Query { group: None, max_delay_ms: 10_000, older: true }));
+        assert_eq!(mld_query(&mld), Some(Query { group: None, max_delay_ms: 10_000, version: 1 }));
         mld.push(0);
         assert_eq!(mld_query(&mld), None, "25 bytes: neither version");
         assert!(!reported(&"224.0.0.1".parse().unwrap()) && reported(&"224.0.0.251".parse().unwrap()));

@@ -87,6 +87,10 @@ impl Stack {
         }
         shared.announce.lock().unwrap_or_else(|p| p.into_inner()).push((iface, ip));
         shared.announce_pending.store(true, Ordering::Release);
+        if ip.is_ipv6() {
+            // Its solicited-node group, for a port that filters groups.
+            shared.sync_multicast_filter(iface);
+        }
         shared.stats.shared().add_shared(Counter::ConfAddrAdds, 1);
         Ok(())
     }
@@ -110,6 +114,9 @@ impl Stack {
         })?;
         if let Some(b) = orphaned {
             self.shared.neigh.remove((iface, IpAddr::V4(b)));
+        }
+        if ip.is_ipv6() {
+            self.shared.sync_multicast_filter(iface);
         }
         self.shared.stats.shared().add_shared(Counter::ConfAddrRemoves, 1);
         Ok(())

@@ -159,6 +159,7 @@ impl Stack {
                 mtu: spec.mtu,
                 rx_checksum: spec.rx_checksum_offload,
                 tx_checksum: spec.tx_checksum_offload,
+                promiscuous: spec.promiscuous,
                 ..PortConfig::default()
             };
             port.configure(&pc, pool.clone())?;
@@ -172,6 +173,10 @@ impl Stack {
                 }
             }
             port.start()?;
+            if soft_mac.is_some() && !spec.promiscuous {
+                log::info!("{}: promiscuous after all, to hear the MAC spate uses in software", port.name());
+                port.set_promiscuous(true)?;
+            }
             let mac = soft_mac.unwrap_or(MacAddr(port.mac()?));
             let mac = if mac == MacAddr::ZERO { mac_from_device(&spec.device).unwrap_or(mac) } else { mac };
             let mtu = port.mtu().unwrap_or(1500).min(spec.mtu.unwrap_or(u16::MAX));
@@ -302,6 +307,7 @@ impl Stack {
             capture: Default::default(),
             mcast: Default::default(),
             mcast_reports: Default::default(),
+            mcast_filters: Default::default(),
             mcast_pending: std::sync::atomic::AtomicBool::new(false),
             cfg,
             budget,
@@ -316,6 +322,9 @@ impl Stack {
         // (Linux's NUD_NOARP entries): a send there asks nobody.
         for iface in shared.links.iter().filter(|i| !i.ipv4.is_empty()) {
             shared.add_broadcast_neighbors(iface.index, &iface.ipv4_broadcast);
+        }
+        for iface in 0..shared.ports.len() as u16 {
+            shared.sync_multicast_filter(iface);
         }
         shared.refresh_realtime();
         tunnels::register_endpoints(&shared)?;
@@ -380,6 +389,14 @@ impl Stack {
     /// TSC ticks per second.
     pub fn tsc_hz(&self) -> u64 {
         self.shared.clock.hz()
+    }
+
+    /// How interface `iface`'s port hears the multicast groups it is in:
+    /// `None` while it runs promiscuous (spate's software filter), else
+    /// its device's multicast list, all-multicast or promiscuous mode, as
+    /// far as the device went (see `promiscuous` in the configuration).
+    pub fn multicast_filter(&self, iface: u16) -> Option<crate::shared::filters::DeviceFilter> {
+        self.shared.multicast_filter(iface)
     }
 
     /// Each port's name and counters.

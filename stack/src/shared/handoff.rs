@@ -32,6 +32,9 @@ pub struct TxPacket {
     /// Counts as a UDP datagram sent (false for the second and later
     /// fragments of one, and for packets spate makes itself).
     pub datagram: bool,
+    /// A packet to a group that this host's members hear too
+    /// (`IP_MULTICAST_LOOP`).
+    pub mcast_loop: bool,
 }
 
 thread_local! {

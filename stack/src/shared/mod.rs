@@ -25,6 +25,7 @@ use crate::rx_queue::RxQueue;
 use crate::stats::StatsRegistry;
 use crate::time::{Clock, Instant};
 
+pub(crate) mod filters;
 pub(crate) mod flow_owners;
 pub(crate) mod handoff;
 pub(crate) mod inbox;
@@ -78,6 +79,17 @@ pub struct PendingReport {
     pub group: Option<IpAddr>,
     /// A state (answering a query) rather than a change.
     pub current: bool,
+}
+
+/// What the lcores keep of IGMP and MLD between queries and reports.
+#[derive(Debug, Default)]
+pub struct McastTimers {
+    /// The reports to send.
+    pub reports: Vec<PendingReport>,
+    /// The older queriers heard (the version to report in).
+    pub queriers: crate::mcast::compat::Queriers,
+    /// The answers to queries each interface may still send.
+    pub answers: crate::mcast::compat::AnswerLimit,
 }
 
 /// Load figures of one lcore, written by it alone.
@@ -190,9 +202,12 @@ pub(crate) struct Shared {
     /// The sockets' multicast memberships (the lcores read their view in
     /// `Net`).
     pub mcast: Mutex<Memberships>,
-    /// IGMP and MLD reports to send, for lcore 0's timer;
-    /// `mcast_pending` says there are some.
-    pub mcast_reports: Mutex<Vec<PendingReport>>,
+    /// IGMP and MLD reports to send, for lcore 0's timer
+    /// (`mcast_pending` says there are some), the queriers heard and the
+    /// answers' rate limit.
+    pub mcast_reports: Mutex<McastTimers>,
+    /// How each non-promiscuous port hears its groups (see [`filters`]).
+    pub mcast_filters: Mutex<Vec<filters::DeviceFilter>>,
     pub mcast_pending: AtomicBool,
     // Last: queued packets above must go back to the pool first.
     pub pool: Arc<Mempool>,
@@ -301,12 +316,18 @@ impl Shared {
         if changed.is_empty() {
             return;
         }
+        let mut ifaces: Vec<u16> = changed.iter().map(|(i, _)| *i).collect();
+        ifaces.dedup();
+        for i in ifaces {
+            self.sync_multicast_filter(i);
+        }
         let now = self.clock.now();
         let mut reports = self.mcast_reports.lock().unwrap_or_else(|p| p.into_inner());
         for &(iface, group) in changed.iter().filter(|(_, g)| crate::mcast::report::reported(g)) {
             let repeat = Instant(now.0 + 1 + (self.random_u32() as u64 % 1_000_000_000));
             for due in [now, repeat] {
-                reports.push(PendingReport { due, iface, v6: group.is_ipv6(), group: Some(group), current: false });
+                let report = PendingReport { due, iface, v6: group.is_ipv6(), group: Some(group), current: false };
+                reports.reports.push(report);
             }
         }
         self.mcast_pending.store(true, Ordering::Release);

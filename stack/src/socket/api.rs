@@ -79,7 +79,9 @@ impl SocketBuilder {
             return Err(errno(libc::EINVAL, "an IPv6-only socket cannot bind an IPv4-mapped address"));
         }
         let ip = local.ip();
-        if !ip.is_unspecified() && !shared.is_local(&ip) {
+        // A group is bound as Linux binds it: to receive the group's
+        // datagrams only; sends go from the route's source.
+        if !ip.is_unspecified() && !ip.is_multicast() && !shared.is_local(&ip) {
             return Err(errno(libc::EADDRNOTAVAIL, "not an address of this stack"));
         }
         if let Some(i) = self.iface {
@@ -229,7 +231,7 @@ impl UdpSocket {
         let dst = self.destination(addr)?;
         let shared = self.shared();
         let mut st = self.inner.state.lock().unwrap_or_else(|p| p.into_inner());
-        let bound_ip = Some(st.local.ip()).filter(|ip| !ip.is_unspecified() && ip.is_ipv4() == dst.is_ipv4());
+        let bound_ip = super::bound_source(st.local.ip()).filter(|ip| ip.is_ipv4() == dst.is_ipv4());
         let net = shared.net();
         super::check_source(&net, bound_ip)?;
         // Its source and interface matter here, not its MTU.
@@ -239,6 +241,8 @@ impl UdpSocket {
             .ok_or_else(|| errno(libc::ENETUNREACH, "no route"))?;
         super::check_broadcast(&net, &dst.ip(), &route, st.ip.broadcast)?;
         let mut local = st.local;
+        // A group-bound socket keeps receiving its group (Linux's
+        // `inet_rcv_saddr`).
         if local.ip().is_unspecified() || local.is_ipv4() != dst.is_ipv4() {
             local.set_ip(route.src);
         }

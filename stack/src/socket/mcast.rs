@@ -3,9 +3,9 @@
 //! (`IP_ADD_SOURCE_MEMBERSHIP`, `MCAST_JOIN_SOURCE_GROUP`), blocking
 //! sources of an any-source membership (`IP_BLOCK_SOURCE`), and what the
 //! socket's own datagrams to a group do (`IP_MULTICAST_TTL`,
-//! `IPV6_MULTICAST_HOPS`, `IP_MULTICAST_IF`). A socket's memberships end
-//! when it closes; the interface leaves a group when its last member
-//! does, reported with IGMPv3 or MLDv2.
+//! `IPV6_MULTICAST_HOPS`, `IP_MULTICAST_IF`, `IP_MULTICAST_LOOP`). A
+//! socket's memberships end when it closes; the interface leaves a group
+//! when its last member does, reported with IGMPv3 or MLDv2.
 
 use std::io;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
@@ -141,6 +141,31 @@ impl UdpSocket {
     pub fn multicast_hops_v6(&self) -> io::Result<u32> {
         self.v6_only_option()?;
         Ok(self.state().ip.mcast_hops as u32)
+    }
+
+    /// Whether its IPv4 datagrams to a group reach this host's own members
+    /// of it too (`IP_MULTICAST_LOOP`; on by default, as in Linux).
+    pub fn set_multicast_loop_v4(&self, on: bool) -> io::Result<()> {
+        self.lock_state().ip.mcast_loop_v4 = on;
+        Ok(())
+    }
+
+    /// See [`set_multicast_loop_v4`](Self::set_multicast_loop_v4).
+    pub fn multicast_loop_v4(&self) -> io::Result<bool> {
+        Ok(self.state().ip.mcast_loop_v4)
+    }
+
+    /// The same for its IPv6 datagrams (`IPV6_MULTICAST_LOOP`).
+    pub fn set_multicast_loop_v6(&self, on: bool) -> io::Result<()> {
+        self.v6_only_option()?;
+        self.lock_state().ip.mcast_loop_v6 = on;
+        Ok(())
+    }
+
+    /// See [`set_multicast_loop_v6`](Self::set_multicast_loop_v6).
+    pub fn multicast_loop_v6(&self) -> io::Result<bool> {
+        self.v6_only_option()?;
+        Ok(self.state().ip.mcast_loop_v6)
     }
 
     /// The interface its datagrams to groups leave by (`IP_MULTICAST_IF`,

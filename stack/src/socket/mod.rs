@@ -64,6 +64,11 @@ struct IpOptions {
     /// `IP_MULTICAST_IF` / `IPV6_MULTICAST_IF`: the interface a datagram
     /// to a group leaves by.
     mcast_if: Option<u16>,
+    /// `IP_MULTICAST_LOOP`: its IPv4 datagrams to a group reach this
+    /// host's members too.
+    mcast_loop_v4: bool,
+    /// `IPV6_MULTICAST_LOOP`.
+    mcast_loop_v6: bool,
 }
 
 /// Linux's default TTL and hop limit (`net.ipv4.ip_default_ttl`,
@@ -81,6 +86,9 @@ impl IpOptions {
         mcast_ttl: 1,
         mcast_hops: 1,
         mcast_if: None,
+        // Linux's: local members hear the host's own group datagrams.
+        mcast_loop_v4: true,
+        mcast_loop_v6: true,
     };
 
     /// (TTL or hop limit, TOS or traffic class) for a datagram of the family.
@@ -130,6 +138,13 @@ struct Inner {
     dont_fragment: AtomicBool,
     /// `SO_TIMESTAMPNS`: receive timestamps asked for.
     timestamps: AtomicBool,
+}
+
+/// The source address a socket bound to `bound` sends from, if it fixes
+/// one: not the unspecified address, nor a group (a group-bound socket
+/// sends from its route's source, as Linux's `inet_saddr` of 0).
+fn bound_source(bound: IpAddr) -> Option<IpAddr> {
+    Some(bound).filter(|ip| !ip.is_unspecified() && !ip.is_multicast())
 }
 
 /// Refuses a send or connect from `bound`, an address the stack no longer

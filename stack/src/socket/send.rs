@@ -278,7 +278,13 @@ impl UdpSocket {
             let headers =
                 UdpHeaders { src, dst, ident, dont_frag: true, ttl, tos, zero_checksum: false, known_checksum: None };
             push_udp_ip(&mut m, &headers, route.offload).map_err(|e| io::Error::new(io::ErrorKind::InvalidInput, e))?;
-            let pkt = TxPacket { mbuf: m, iface: route.iface, next_hop: route.next_hop, datagram: true };
+            let pkt = TxPacket {
+                mbuf: m,
+                iface: route.iface,
+                next_hop: route.next_hop,
+                datagram: true,
+                mcast_loop: path.mcast_loop,
+            };
             if let Err(e) = self.submit(pkt, v4) {
                 if i == 0 {
                     return Err(e);
@@ -339,7 +345,7 @@ impl UdpSocket {
             Some((d, l, r)) if d == dst.ip() && l == local && st.route_gen == net_gen => r,
             _ => {
                 let net = shared.net();
-                let bound_ip = Some(local).filter(|ip| !ip.is_unspecified() && ip.is_ipv4() == dst.is_ipv4());
+                let bound_ip = super::bound_source(local).filter(|ip| ip.is_ipv4() == dst.is_ipv4());
                 super::check_source(&net, bound_ip)?;
                 let found = net.routes.socket_route(&net.ifaces, &dst.ip(), bound_ip.as_ref(), st.ip.mcast_if);
                 let Some(r) = found else {
@@ -357,10 +363,14 @@ impl UdpSocket {
             route.mtu = route.mtu.min(mtu);
         }
         let (mut ttl, tos) = st.ip.for_family(dst.is_ipv4());
+        let mut mcast_loop = false;
         if dst.ip().is_multicast() {
-            ttl = if dst.is_ipv4() { st.ip.mcast_ttl } else { st.ip.mcast_hops };
+            (ttl, mcast_loop) = match dst.is_ipv4() {
+                true => (st.ip.mcast_ttl, st.ip.mcast_loop_v4),
+                false => (st.ip.mcast_hops, st.ip.mcast_loop_v6),
+            };
         }
-        Ok(Path { port: st.local.port(), peer: st.peer, route, ttl, tos })
+        Ok(Path { port: st.local.port(), peer: st.peer, route, ttl, tos, mcast_loop })
     }
 
     fn send_prepared(&self, buf: SendBuf, dst: SocketAddr) -> io::Result<()> {
@@ -537,6 +547,7 @@ impl UdpSocket {
                     tos,
                     offload,
                     plain,
+                    mcast_loop: p.mcast_loop,
                 });
                 last.expect("just set")
             }
@@ -559,7 +570,13 @@ impl UdpSocket {
             push_udp_ipv4(&mut buf.mbuf, src, d, Udp4::datagram(ident, path.ttl, path.tos), known, offload)
         };
         pushed.map_err(|e| io::Error::new(io::ErrorKind::InvalidInput, e))?;
-        Ok(Ok(TxPacket { mbuf: buf.mbuf, iface: path.iface, next_hop: IpAddr::V4(path.next_hop), datagram: true }))
+        Ok(Ok(TxPacket {
+            mbuf: buf.mbuf,
+            iface: path.iface,
+            next_hop: IpAddr::V4(path.next_hop),
+            datagram: true,
+            mcast_loop: path.mcast_loop,
+        }))
     }
 
     /// The packet for one send to `dst` by `route`: headers written in
@@ -583,7 +600,13 @@ impl UdpSocket {
         let headers = UdpHeaders { src, dst, ident, dont_frag: true, ttl, tos, zero_checksum: false, known_checksum };
         push_udp_ip(&mut buf.mbuf, &headers, route.offload)
             .map_err(|e| io::Error::new(io::ErrorKind::InvalidInput, e))?;
-        Ok(Prepared::Packet(TxPacket { mbuf: buf.mbuf, iface: route.iface, next_hop: route.next_hop, datagram: true }))
+        Ok(Prepared::Packet(TxPacket {
+            mbuf: buf.mbuf,
+            iface: route.iface,
+            next_hop: route.next_hop,
+            datagram: true,
+            mcast_loop: path.mcast_loop,
+        }))
     }
 
     /// Sends a datagram longer than the path as fragments, copied out of
@@ -646,7 +669,13 @@ impl UdpSocket {
             }
         })?;
         for (i, m) in out.drain().enumerate() {
-            let pkt = TxPacket { mbuf: m, iface: route.iface, next_hop: route.next_hop, datagram: i == 0 };
+            let pkt = TxPacket {
+                mbuf: m,
+                iface: route.iface,
+                next_hop: route.next_hop,
+                datagram: i == 0,
+                mcast_loop: path.mcast_loop,
+            };
             if let Err(e) = self.submit(pkt, v4) {
                 if i == 0 {
                     return Err(e);
@@ -761,6 +790,8 @@ struct Path {
     ttl: u8,
     /// TOS or traffic class.
     tos: u8,
+    /// To a group, looped back to local members too.
+    mcast_loop: bool,
 }
 
 /// What a batch's datagrams to one IPv4 destination share, compact (a
@@ -781,6 +812,8 @@ struct Path4 {
     offload: bool,
     /// TTL and TOS are Linux's defaults.
     plain: bool,
+    /// To a group, looped back to local members too.
+    mcast_loop: bool,
 }
 
 /// What [`UdpSocket::prepare`] made of a send.

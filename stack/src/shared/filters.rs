@@ -1,0 +1,119 @@
+//! The multicast filters of ports that do not run promiscuous: the group
+//! MACs an interface must hear programmed into its device, so its
+//! memberships, its IPv6 solicited-node groups and every host's and
+//! node's group reach spate. A device without a list falls back to
+//! all-multicast, one without that to promiscuous mode, and one without
+//! even that (virtio without a control queue) filters nothing (each said
+//! in the log, once); a promiscuous port needs none of it. Spate's own
+//! filter in software runs whatever the device does.
+
+use std::net::{IpAddr, Ipv6Addr};
+
+use super::Shared;
+use crate::mcast::report::{ALL_HOSTS, group_mac};
+use crate::wire::ipv6;
+
+/// How a non-promiscuous port hears its groups.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum DeviceFilter {
+    /// The port's multicast address list.
+    #[default]
+    List,
+    /// All-multicast mode (the device keeps no list).
+    AllMulticast,
+    /// Promiscuous mode (the device has neither).
+    Promiscuous,
+    /// None: the device has no receive filter to set, not even
+    /// promiscuous mode, and hands over every frame (`net_virtio_user`
+    /// without a control queue, as OVS-DPDK's vhost-user ports offer it).
+    Unfiltered,
+}
+
+impl Shared {
+    /// Programs interface `iface`'s port with the group MACs it must hear
+    /// now, when the port is configured not promiscuous. Each fallback is
+    /// logged: the port then hears more than it needs, never less.
+    pub fn sync_multicast_filter(&self, iface: u16) {
+        let Some(spec) = self.cfg.ports.get(iface as usize) else { return };
+        let Some(port) = self.ports.get(iface as usize) else { return };
+        if spec.promiscuous {
+            return;
+        }
+        let mut modes = self.mcast_filters.lock().unwrap_or_else(|p| p.into_inner());
+        if modes.len() <= iface as usize {
+            modes.resize(iface as usize + 1, DeviceFilter::List);
+        }
+        let macs = self.multicast_macs(iface);
+        if modes[iface as usize] == DeviceFilter::List {
+            match port.set_mc_addr_list(&macs) {
+                Ok(()) => return,
+                Err(e) => {
+                    log::info!("{e}: all-multicast mode for its groups instead");
+                    modes[iface as usize] = DeviceFilter::AllMulticast;
+                }
+            }
+        }
+        if modes[iface as usize] == DeviceFilter::AllMulticast {
+            match port.set_allmulticast(true) {
+                Ok(()) => return,
+                Err(e) => {
+                    log::info!("{e}: promiscuous mode for its groups instead");
+                    modes[iface as usize] = DeviceFilter::Promiscuous;
+                }
+            }
+        }
+        if modes[iface as usize] == DeviceFilter::Promiscuous {
+            if let Err(e) = port.set_promiscuous(true) {
+                log::info!("{e}: the device filters nothing, spate's filter does the work");
+                modes[iface as usize] = DeviceFilter::Unfiltered;
+            }
+        }
+    }
+
+    /// How interface `iface`'s port hears its groups (`None` when it runs
+    /// promiscuous by configuration).
+    pub fn multicast_filter(&self, iface: u16) -> Option<DeviceFilter> {
+        let spec = self.cfg.ports.get(iface as usize)?;
+        if spec.promiscuous {
+            return None;
+        }
+        let modes = self.mcast_filters.lock().unwrap_or_else(|p| p.into_inner());
+        Some(modes.get(iface as usize).copied().unwrap_or_default())
+    }
+
+    /// The group MACs interface `iface` must hear: its groups', every
+    /// host's (224.0.0.1) and every node's (ff02::1), and the
+    /// solicited-node group of each of its IPv6 addresses (neighbour
+    /// discovery asks there).
+    fn multicast_macs(&self, iface: u16) -> Vec<[u8; 6]> {
+        let net = self.net();
+        let mut groups: Vec<IpAddr> = vec![IpAddr::V4(ALL_HOSTS)];
+        if let Some(ifc) = net.ifaces.get(iface as usize) {
+            if !ifc.ipv6.is_empty() {
+                groups.push(IpAddr::V6(ipv6::ALL_NODES));
+            }
+            for c in &ifc.ipv6 {
+                if let IpAddr::V6(a) = c.addr {
+                    let o = a.octets();
+                    groups.push(IpAddr::V6(Ipv6Addr::new(
+                        0xff02,
+                        0,
+                        0,
+                        0,
+                        0,
+                        1,
+                        0xff00 | o[13] as u16,
+                        u16::from_be_bytes([o[14], o[15]]),
+                    )));
+                }
+            }
+        }
+        if let Some(joined) = net.mcast.ifaces.get(iface as usize) {
+            groups.extend(joined.iter().map(|(g, _)| *g));
+        }
+        let mut macs: Vec<[u8; 6]> = groups.iter().map(|g| group_mac(g).0).collect();
+        macs.sort();
+        macs.dedup();
+        macs
+    }
+}
