@@ -61,6 +61,7 @@ fn main() {
         .allowlist_function("rte_pktmbuf_pool_create")
         .allowlist_function("rte_pktmbuf_pool_create_by_ops")
         .allowlist_function("rte_pktmbuf_free_bulk")
+        .allowlist_function("rte_pktmbuf_clone")
         .allowlist_function("rte_mempool_.*")
         .allowlist_function("rte_eth_.*")
         .allowlist_function("rte_vdev_init")

@@ -46,7 +46,7 @@ pub mod sys;
 pub use burst::{BURST_SIZE, Burst};
 pub use eal::{Eal, EalBuilder, EalRef, Memory};
 pub use error::{Error, Result};
-pub use mbuf::{Mbuf, RxChecksum};
+pub use mbuf::{Mbuf, RxChecksum, SharedMbuf};
 pub use mempool::{Mempool, MempoolConfig, PoolOrder};
 pub use port::{DeviceInfo, Link, Port, PortConfig, PortStats, Rss, RxQueue, TxQueue};
 pub use ring::{RingConsumer, RingProducer, mbuf_ring};

@@ -18,6 +18,37 @@ pub struct Mbuf(NonNull<sys::rte_mbuf>);
 // on any thread.
 unsafe impl Send for Mbuf {}
 
+/// A read-only share of a packet: an indirect mbuf attached to another
+/// mbuf's data (`rte_pktmbuf_clone`), or that mbuf itself once shared. The
+/// data lives until the last share is dropped; no share can write it, so
+/// shares may be read on any thread. What [`Mbuf::share`] makes.
+#[derive(Debug)]
+pub struct SharedMbuf(NonNull<sys::rte_mbuf>);
+
+// SAFETY: every handle to the data is read-only; the reference count that
+// frees it is atomic.
+unsafe impl Send for SharedMbuf {}
+
+impl SharedMbuf {
+    /// The first segment's data.
+    #[inline]
+    pub fn data(&self) -> &[u8] {
+        // SAFETY: a valid mbuf; its data is never written while shared.
+        let m = unsafe { self.0.as_ref() };
+        // SAFETY: buf_addr + data_off .. + data_len lies inside the buffer.
+        unsafe { std::slice::from_raw_parts((m.buf_addr as *const u8).add(m.data_off as usize), m.data_len as usize) }
+    }
+}
+
+impl Drop for SharedMbuf {
+    #[inline]
+    fn drop(&mut self) {
+        // SAFETY: this handle's own mbuf (direct or indirect), freed once;
+        // DPDK frees the shared data with its last reference.
+        unsafe { sys::spate_pktmbuf_free(self.0.as_ptr()) }
+    }
+}
+
 /// `RTE_MBUF_F_TX_*` flags for checksum offload.
 pub mod tx_flags {
     use crate::sys;
@@ -54,6 +85,26 @@ impl Mbuf {
     #[inline]
     pub unsafe fn from_raw(raw: *mut sys::rte_mbuf) -> Option<Mbuf> {
         NonNull::new(raw).map(Mbuf)
+    }
+
+    /// Shares the packet `extra + 1` ways without copying its data: `extra`
+    /// indirect mbufs from `pool` attached to it (`rte_pktmbuf_clone`),
+    /// then the packet itself, pushed to `out`, all read-only. Returns how
+    /// many indirect ones the pool gave (fewer than `extra` when it ran
+    /// out).
+    pub fn share(self, pool: &crate::Mempool, extra: usize, out: &mut Vec<SharedMbuf>) -> usize {
+        let mut made = 0;
+        for _ in 0..extra {
+            // SAFETY: a valid mbuf and pool; a non-null result is a new
+            // indirect mbuf this call owns.
+            let Some(c) = NonNull::new(unsafe { sys::rte_pktmbuf_clone(self.0.as_ptr(), pool.as_ptr()) }) else {
+                break;
+            };
+            out.push(SharedMbuf(c));
+            made += 1;
+        }
+        out.push(SharedMbuf(NonNull::new(self.into_raw()).expect("a valid mbuf")));
+        made
     }
 
     /// Gives up ownership without freeing.
