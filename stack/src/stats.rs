@@ -153,7 +153,7 @@ counters! {
     IpFragCreates = kept "Ip"."FragCreates": "IPv4 fragments made.";
     IpOutRequests = kept "Ip"."OutRequests": "IPv4 packets sent.";
     IpOutNoRoutes = kept "Ip"."OutNoRoutes": "IPv4 packets without a route.";
-    IpOutDiscards = drop "Ip"."OutDiscards": "IPv4 packets not sent for lack of mbufs (copies of datagrams to a group for this host's own members).";
+    IpOutDiscards = drop "Ip"."OutDiscards": "IPv4 packets not made: copies of datagrams to a group for this host's own members, for lack of mbufs or headroom, or past the loop's bound.";
     IpExtInMcastPkts = kept "IpExt"."InMcastPkts": "IPv4 packets received for a multicast group the interface is in (or every host's).";
     IpExtOutMcastPkts = kept "IpExt"."OutMcastPkts": "IPv4 packets sent to a multicast group.";
     Ip6InReceives = kept "Ip6"."InReceives": "IPv6 packets received.";
@@ -172,17 +172,17 @@ counters! {
     Ip6FragCreates = kept "Ip6"."FragCreates": "IPv6 fragments made.";
     Ip6OutRequests = kept "Ip6"."OutRequests": "IPv6 packets sent.";
     Ip6OutNoRoutes = kept "Ip6"."OutNoRoutes": "IPv6 packets without a route.";
-    Ip6OutDiscards = drop "Ip6"."OutDiscards": "IPv6 packets not sent for lack of mbufs (copies of datagrams to a group for this host's own members).";
+    Ip6OutDiscards = drop "Ip6"."OutDiscards": "IPv6 packets not made or sent: copies of datagrams to a group for this host's own members (for lack of mbufs or headroom, or past the loop's bound), and datagrams to a group with a hop limit of 0 (Linux's ip6_finish_output2).";
     Ip6InMcastPkts = kept "Ip6"."InMcastPkts": "IPv6 packets received for a multicast group.";
     Ip6OutMcastPkts = kept "Ip6"."OutMcastPkts": "IPv6 packets sent to a multicast group.";
     IgmpInQueries = kept "Igmp"."InQueries": "IGMP membership queries received (every version).";
-    IgmpOutReports = kept "Igmp"."OutReports": "IGMP reports sent (joins, answers to queries; IGMPv3, or v2 or v1 while an older querier is heard).";
+    IgmpOutReports = kept "Igmp"."OutReports": "IGMP reports sent (joins, leaves as IGMPv3 records, answers to queries; IGMPv3, or v2 or v1 while an older querier is heard).";
     IgmpOutLeaves = kept "Igmp"."OutLeaves": "IGMPv2 leave messages sent (while an IGMPv2 querier is heard).";
-    IgmpAnswersLimited = kept "Igmp"."AnswersLimited": "Answers to IGMP queries not sent: past the rate limit (20 at once, 10 a second, per interface).";
+    IgmpAnswersLimited = kept "Igmp"."AnswersLimited": "Answers to IGMP queries not sent: past the rate limit (3 at once, 2 a second, per interface and group or general).";
     Mld6InQueries = kept "Mld6"."InQueries": "MLD queries received (both versions).";
-    Mld6OutReports = kept "Mld6"."OutReports": "MLD reports sent (MLDv2, or v1 while an MLDv1 querier is heard).";
+    Mld6OutReports = kept "Mld6"."OutReports": "MLD reports sent (joins, leaves as MLDv2 records, answers to queries; MLDv2, or v1 while an MLDv1 querier is heard).";
     Mld6OutDones = kept "Mld6"."OutDones": "MLDv1 done messages sent (while an MLDv1 querier is heard).";
-    Mld6AnswersLimited = kept "Mld6"."AnswersLimited": "Answers to MLD queries not sent: past the rate limit (20 at once, 10 a second, per interface).";
+    Mld6AnswersLimited = kept "Mld6"."AnswersLimited": "Answers to MLD queries not sent: past the rate limit (3 at once, 2 a second, per interface and group or general).";
 
     IcmpInMsgs = kept "Icmp"."InMsgs": "ICMP messages received.";
     IcmpInErrors = kept "Icmp"."InErrors": "ICMP messages with errors.";

@@ -51,7 +51,7 @@ impl Worker<'_> {
             return Err(m);
         };
         let v4 = at.src.is_ipv4();
-        if self.group_copies + rest.len() > GROUP_COPIES {
+        if self.group_copies > 0 && self.group_copies + rest.len() > GROUP_COPIES {
             // What the burst staged so far goes to its queues first (a
             // GRO train ended there: its place in the runs goes with it).
             self.gro_flush();

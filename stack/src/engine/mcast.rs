@@ -67,7 +67,7 @@ impl Worker<'_> {
         }
         match reports.iter_mut().find(|p| same(p) && p.group == q.group) {
             Some(p) => p.due = p.due.min(due),
-            None => reports.push(PendingReport { due, iface, v6, group: q.group, current: true }),
+            None => reports.push(PendingReport { due, iface, v6, group: q.group, current: true, repeat: false }),
         }
         self.shared.mcast_pending.store(true, Ordering::Release);
     }
@@ -85,7 +85,7 @@ impl Worker<'_> {
             let mut due: Vec<(PendingReport, u8)> = Vec::new();
             let mut limited = (0, 0);
             for r in timers.reports.iter().filter(|r| r.due <= now).copied().collect::<Vec<_>>() {
-                if r.current && !timers.answers.take(r.iface, r.v6, now.0) {
+                if r.current && !timers.answers.take(r.iface, r.v6, r.group, now.0) {
                     if r.v6 {
                         limited.1 += 1
                     } else {
@@ -150,13 +150,16 @@ impl Worker<'_> {
     /// A report in an older querier's version (IGMPv1 or v2, MLDv1): a
     /// report of each group in `records` (source lists are not spoken:
     /// any membership is one), or, for a change that left the group, an
-    /// IGMPv2 leave or MLDv1 done (IGMPv1 has none).
+    /// IGMPv2 leave or MLDv1 done, once (IGMPv1 has none).
     fn send_older(&mut self, ifc: &Interface, r: PendingReport, version: u8, records: &[(IpAddr, SourceFilter)]) {
         let (src4, src6) = sources(ifc);
         let left = match (r.group, r.current) {
             (Some(g), false) if records.is_empty() && report::reported(&g) => Some(g),
             _ => None,
         };
+        if left.is_some() && r.repeat {
+            return;
+        }
         let messages: Vec<(Vec<u8>, Counter)> = match left {
             Some(IpAddr::V4(g)) if version == 2 => vec![(report::igmp_older(src4, 2, g, true), Counter::IgmpOutLeaves)],
             Some(IpAddr::V6(g)) => vec![(report::mldv1(src6, g, true), Counter::Mld6OutDones)],

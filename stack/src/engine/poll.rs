@@ -163,7 +163,11 @@ impl Worker<'_> {
             }
         }
         drop(frames);
-        self.looped = looped;
+        // Nothing the receive path does loops a packet back (what it sends
+        // is no socket's datagram); were it to, those wait their turn.
+        if self.looped.is_empty() {
+            self.looped = looped;
+        }
         n
     }
 

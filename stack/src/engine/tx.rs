@@ -9,7 +9,7 @@ use spate_dpdk::Mbuf;
 use super::Worker;
 use crate::hdr::{ethertype_for, push_ethernet};
 use crate::neigh::{Resolve, Solicit, arp as neigh_arp, nd};
-use crate::shared::{Direct, TxPacket};
+use crate::shared::{Direct, LOOPED_MAX, TxPacket};
 use crate::stats::Counter;
 use crate::time::Instant;
 use crate::wire::{MacAddr, ethernet, ip_proto, ipv6};
@@ -66,6 +66,10 @@ impl Worker<'_> {
         }
         let hops_at = if group.is_ipv4() { 8 } else { 7 };
         if pkt.mbuf.data().get(hops_at) == Some(&0) {
+            // IPv6 counts it (`ip6_finish_output2`), IPv4 does not.
+            if group.is_ipv6() {
+                self.inc(Counter::Ip6OutDiscards);
+            }
             return;
         }
         self.inc(if group.is_ipv4() { Counter::IpExtOutMcastPkts } else { Counter::Ip6OutMcastPkts });
@@ -75,14 +79,22 @@ impl Worker<'_> {
     /// Queues a copy of `pkt` (an IP packet to a group) for this lcore's
     /// receive path, as a frame from the group's MAC interface it leaves
     /// by, its checksums taken as good (an offload may not have finished
-    /// them). A copy the pool cannot give is dropped and counted.
+    /// them). A copy the pool cannot give, or past [`LOOPED_MAX`], is not
+    /// made, and counted.
     fn loop_back(&mut self, pkt: &TxPacket) {
         let v4 = pkt.next_hop.is_ipv4();
-        let Some(mut copy) = super::group::copy_packet(&self.shared.pool, &pkt.mbuf) else {
+        let copy = match self.looped.len() < LOOPED_MAX {
+            true => super::group::copy_packet(&self.shared.pool, &pkt.mbuf),
+            false => None,
+        };
+        let Some(mut copy) = copy else {
             self.inc(if v4 { Counter::IpOutDiscards } else { Counter::Ip6OutDiscards });
             return;
         };
         let ifc = &self.shared.links[pkt.iface as usize];
+        // As a frame of the interface carries it (reassembly and
+        // steering read it).
+        copy.set_port(ifc.port_id);
         let mac = crate::mcast::report::group_mac(&pkt.next_hop);
         if push_ethernet(&mut copy, ifc, mac, ethertype_for(&pkt.next_hop)).is_err() {
             self.inc(if v4 { Counter::IpOutDiscards } else { Counter::Ip6OutDiscards });

@@ -5,15 +5,21 @@
 //! of queries costs a bounded number of reports. Times are nanoseconds on
 //! the stack's clock.
 
+use std::net::IpAddr;
+
 /// How long an older querier is remembered after its last query, less
 /// the query's maximum response time: the Older Version Querier Present
 /// Timeout of RFC 3376 section 8.12 (robustness 2 times a query interval
 /// of 125 s, plus the response time).
 pub const OLDER_QUERIER_NS: u64 = 2 * 125 * 1_000_000_000;
-/// Answers to queries an interface may send at once, per family.
-pub const ANSWER_BURST: u64 = 20;
-/// Answers it may send a second after that, per family.
-pub const ANSWERS_PER_SECOND: u64 = 10;
+/// Answers to queries about one group (or general ones) an interface may
+/// send at once, per family.
+pub const ANSWER_BURST: u64 = 3;
+/// Answers about one group it may send a second after that: a querier's
+/// group queries after a leave (two, a second apart, Linux's default) and
+/// its general queries (every 125 s, or a few seconds on a test bridge)
+/// are all answered.
+pub const ANSWERS_PER_SECOND: u64 = 2;
 
 /// The version a host speaks when no older querier is heard: IGMPv3 for
 /// IPv4, MLDv2 for IPv6.
@@ -50,32 +56,35 @@ impl Queriers {
     }
 }
 
-/// The answers each interface and family may still send: a token bucket
-/// of [`ANSWER_BURST`] refilled at [`ANSWERS_PER_SECOND`], kept as the
-/// time its next answer would be on schedule (GCRA).
+/// The answers each interface may still send, per family and group (or
+/// general): a token bucket of [`ANSWER_BURST`] refilled at
+/// [`ANSWERS_PER_SECOND`], kept as the time its next answer would be on
+/// schedule (GCRA). Per group, so a flood of queries about one group
+/// never silences the answers about another (a router prunes a group
+/// nobody answers for); a flood costs at most the bucket's rate per group
+/// the interface is in, on top of the coalescing of pending answers.
 #[derive(Debug, Clone, Default)]
 pub struct AnswerLimit {
-    /// (interface, IPv6, theoretical arrival time).
-    due: Vec<(u16, bool, u64)>,
+    /// (interface, IPv6, group or none, theoretical arrival time): only
+    /// buckets not yet full again (a full one is the same as none).
+    due: Vec<(u16, bool, Option<IpAddr>, u64)>,
 }
 
 impl AnswerLimit {
-    /// Whether `iface` may send an answer at `now` (taking it if so).
-    pub fn take(&mut self, iface: u16, v6: bool, now: u64) -> bool {
+    /// Whether `iface` may send an answer about `group` (`None`: a
+    /// general one) at `now`, taking it if so.
+    pub fn take(&mut self, iface: u16, v6: bool, group: Option<IpAddr>, now: u64) -> bool {
         let interval = 1_000_000_000 / ANSWERS_PER_SECOND;
         let slack = (ANSWER_BURST - 1) * interval;
-        let i = match self.due.iter().position(|d| d.0 == iface && d.1 == v6) {
-            Some(i) => i,
-            None => {
-                self.due.push((iface, v6, now));
-                self.due.len() - 1
-            }
-        };
-        let tat = self.due[i].2.max(now);
+        self.due.retain(|d| d.3 > now);
+        let tat = self.due.iter().find(|d| (d.0, d.1, d.2) == (iface, v6, group)).map_or(now, |d| d.3);
         if tat - now > slack {
             return false;
         }
-        self.due[i].2 = tat + interval;
+        match self.due.iter_mut().find(|d| (d.0, d.1, d.2) == (iface, v6, group)) {
+            Some(d) => d.3 = tat + interval,
+            None => self.due.push((iface, v6, group, tat + interval)),
+        }
         true
     }
 }
@@ -104,18 +113,27 @@ mod tests {
     }
 
     #[test]
-    fn answers_are_limited_to_a_burst_then_a_rate() {
+    fn answers_are_limited_to_a_burst_then_a_rate_per_group() {
         let mut l = AnswerLimit::default();
         let t0 = 100 * S;
-        let burst = (0..100).filter(|_| l.take(0, false, t0)).count() as u64;
+        let burst = (0..100).filter(|_| l.take(0, false, None, t0)).count() as u64;
         assert_eq!(burst, ANSWER_BURST);
-        assert!(l.take(0, true, t0), "IPv6 has its own bucket");
-        assert!(l.take(1, false, t0), "so has each interface");
-        // A second later, ten more.
-        let later = (0..100).filter(|_| l.take(0, false, t0 + S)).count() as u64;
+        assert!(l.take(0, true, None, t0), "IPv6 has its own bucket");
+        assert!(l.take(1, false, None, t0), "so has each interface");
+        let g: IpAddr = "239.1.2.3".parse().unwrap();
+        assert!(l.take(0, false, Some(g), t0), "and each group");
+        // A second later, two more.
+        let later = (0..100).filter(|_| l.take(0, false, None, t0 + S)).count() as u64;
         assert_eq!(later, ANSWERS_PER_SECOND);
-        // Quiet for long: the whole burst again, not more.
-        let rested = (0..100).filter(|_| l.take(0, false, t0 + 100 * S)).count() as u64;
+        // Quiet for long: the whole burst again, not more; nothing kept.
+        let rested = (0..100).filter(|_| l.take(0, false, None, t0 + 100 * S)).count() as u64;
         assert_eq!(rested, ANSWER_BURST);
+        assert_eq!(l.due.len(), 1, "buckets full again are forgotten");
+        // A querier's group queries after a leave, a second apart, and a
+        // general query between them: all answered.
+        let mut l = AnswerLimit::default();
+        for t in [0, S / 2, S, 2 * S] {
+            assert!(l.take(0, false, Some(g), t0 + t) && l.take(0, false, None, t0 + t));
+        }
     }
 }

@@ -131,6 +131,8 @@ impl Stack {
 
         let mut ports = Vec::new();
         let mut ifaces = Vec::new();
+        // How each port not configured promiscuous starts hearing groups.
+        let mut device_filters = Vec::new();
         let mut queues: Vec<WorkerQueues> =
             (0..workers).map(|_| WorkerQueues { rx: Vec::new(), tx: Vec::new(), steer: None }).collect();
         let (mut port_iface, mut steered, mut tx_queues) = (Vec::new(), Vec::new(), Vec::new());
@@ -173,10 +175,13 @@ impl Stack {
                 }
             }
             port.start()?;
+            let mut filter = crate::shared::filters::DeviceFilter::List;
             if soft_mac.is_some() && !spec.promiscuous {
                 log::info!("{}: promiscuous after all, to hear the MAC spate uses in software", port.name());
                 port.set_promiscuous(true)?;
+                filter = crate::shared::filters::DeviceFilter::Promiscuous;
             }
+            device_filters.push(filter);
             let mac = soft_mac.unwrap_or(MacAddr(port.mac()?));
             let mac = if mac == MacAddr::ZERO { mac_from_device(&spec.device).unwrap_or(mac) } else { mac };
             let mtu = port.mtu().unwrap_or(1500).min(spec.mtu.unwrap_or(u16::MAX));
@@ -233,7 +238,7 @@ impl Stack {
                 cache: pool_cfg.cache_size as usize,
                 // The receive burst, the burst staged for the callback
                 // (both while a second one arrives) and the transmit burst.
-                bursts: 3 * crate::shared::BURST + crate::shared::GROUP_COPIES,
+                bursts: 3 * crate::shared::BURST + crate::shared::GROUP_COPIES + crate::shared::LOOPED_MAX,
                 // What the PMDs put on their RX rings when they started.
                 rx_rings: pool.in_use() as usize,
                 tx_rings,
@@ -307,7 +312,7 @@ impl Stack {
             capture: Default::default(),
             mcast: Default::default(),
             mcast_reports: Default::default(),
-            mcast_filters: Default::default(),
+            mcast_filters: Mutex::new(device_filters),
             mcast_pending: std::sync::atomic::AtomicBool::new(false),
             cfg,
             budget,

@@ -10,6 +10,7 @@
 use std::net::{IpAddr, Ipv6Addr};
 
 use super::Shared;
+use crate::iface::Interface;
 use crate::mcast::report::{ALL_HOSTS, group_mac};
 use crate::wire::ipv6;
 
@@ -81,39 +82,86 @@ impl Shared {
         Some(modes.get(iface as usize).copied().unwrap_or_default())
     }
 
-    /// The group MACs interface `iface` must hear: its groups', every
-    /// host's (224.0.0.1) and every node's (ff02::1), and the
-    /// solicited-node group of each of its IPv6 addresses (neighbour
-    /// discovery asks there).
+    /// The group MACs interface `iface` must hear now.
     fn multicast_macs(&self, iface: u16) -> Vec<[u8; 6]> {
         let net = self.net();
-        let mut groups: Vec<IpAddr> = vec![IpAddr::V4(ALL_HOSTS)];
-        if let Some(ifc) = net.ifaces.get(iface as usize) {
-            if !ifc.ipv6.is_empty() {
-                groups.push(IpAddr::V6(ipv6::ALL_NODES));
-            }
-            for c in &ifc.ipv6 {
-                if let IpAddr::V6(a) = c.addr {
-                    let o = a.octets();
-                    groups.push(IpAddr::V6(Ipv6Addr::new(
-                        0xff02,
-                        0,
-                        0,
-                        0,
-                        0,
-                        1,
-                        0xff00 | o[13] as u16,
-                        u16::from_be_bytes([o[14], o[15]]),
-                    )));
-                }
-            }
+        let joined: Vec<IpAddr> =
+            net.mcast.ifaces.get(iface as usize).map(|g| g.iter().map(|(g, _)| *g).collect()).unwrap_or_default();
+        net.ifaces.get(iface as usize).map_or_else(Vec::new, |ifc| group_macs(ifc, &joined))
+    }
+}
+
+/// The group MACs interface `ifc` must hear with the groups `joined`:
+/// theirs, every host's (224.0.0.1), every node's (ff02::1) when it has
+/// IPv6, and the solicited-node group of each of its IPv6 addresses
+/// (neighbour discovery asks there); sorted, each once.
+fn group_macs(ifc: &Interface, joined: &[IpAddr]) -> Vec<[u8; 6]> {
+    let mut groups: Vec<IpAddr> = vec![IpAddr::V4(ALL_HOSTS)];
+    if !ifc.ipv6.is_empty() {
+        groups.push(IpAddr::V6(ipv6::ALL_NODES));
+    }
+    for c in &ifc.ipv6 {
+        if let IpAddr::V6(a) = c.addr {
+            let o = a.octets();
+            let low = [0xff, o[13], o[14], o[15]];
+            groups.push(IpAddr::V6(Ipv6Addr::new(
+                0xff02,
+                0,
+                0,
+                0,
+                0,
+                1,
+                u16::from_be_bytes([low[0], low[1]]),
+                u16::from_be_bytes([low[2], low[3]]),
+            )));
         }
-        if let Some(joined) = net.mcast.ifaces.get(iface as usize) {
-            groups.extend(joined.iter().map(|(g, _)| *g));
+    }
+    groups.extend_from_slice(joined);
+    let mut macs: Vec<[u8; 6]> = groups.iter().map(|g| group_mac(g).0).collect();
+    macs.sort();
+    macs.dedup();
+    macs
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_interface_hears_its_groups_and_neighbour_discoverys() {
+        let v4_only = Interface::new(
+            0,
+            0,
+            "p0".into(),
+            crate::wire::MacAddr::ZERO,
+            1500,
+            None,
+            &["198.18.0.2/24".parse().unwrap()],
+            &[],
+        );
+        let g: IpAddr = "239.1.2.3".parse().unwrap();
+        assert_eq!(group_macs(&v4_only, &[g]), vec![[1, 0, 0x5e, 0, 0, 1], [1, 0, 0x5e, 1, 2, 3]]);
+        let dual = Interface::new(
+            0,
+            0,
+            "p0".into(),
+            crate::wire::MacAddr::ZERO,
+            1500,
+            None,
+            &["198.18.0.2/24".parse().unwrap()],
+            &["fd00::2:abcd/64".parse().unwrap()],
+        );
+        let macs = group_macs(&dual, &[g, "ff0e::7".parse().unwrap(), g]);
+        // fd00::2:abcd's solicited-node group ff02::1:ff02:abcd; the
+        // link-local address the interface made has its own.
+        for want in [
+            [0x33, 0x33, 0, 0, 0, 1],
+            [0x33, 0x33, 0xff, 0x02, 0xab, 0xcd],
+            [0x33, 0x33, 0, 0, 0, 7],
+            [1, 0, 0x5e, 1, 2, 3],
+        ] {
+            assert!(macs.contains(&want), "{want:02x?} in {macs:02x?}");
         }
-        let mut macs: Vec<[u8; 6]> = groups.iter().map(|g| group_mac(g).0).collect();
-        macs.sort();
-        macs.dedup();
-        macs
+        assert_eq!(macs.len(), 2 + dual.ipv6.len() + 2, "{macs:02x?}");
     }
 }

@@ -20,6 +20,12 @@ pub const BURST: usize = 32;
 /// and counted as a receive-buffer error, as Linux counts a failed clone.
 pub const GROUP_COPIES: usize = BURST;
 
+/// Copies of its own group packets (`IP_MULTICAST_LOOP`) an lcore keeps
+/// for its receive path at once, at most (its next poll takes them all):
+/// past that a copy is not made, counted in `OutDiscards`, as Linux's
+/// loopback drops past its backlog.
+pub(crate) const LOOPED_MAX: usize = 256;
+
 /// An IP packet on its way out: the mbuf starts at the IP header.
 #[derive(Debug)]
 pub struct TxPacket {

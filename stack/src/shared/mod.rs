@@ -31,8 +31,8 @@ pub(crate) mod handoff;
 pub(crate) mod inbox;
 
 pub(crate) use handoff::{
-    BURST, Direct, GROUP_COPIES, LOCAL_TX, LOCAL_TX_CAPACITY, Lanes, LocalTx, PortSteering, Steering, TxPacket,
-    WorkerQueues,
+    BURST, Direct, GROUP_COPIES, LOCAL_TX, LOCAL_TX_CAPACITY, LOOPED_MAX, Lanes, LocalTx, PortSteering, Steering,
+    TxPacket, WorkerQueues,
 };
 
 /// The part of a socket the receive path reaches through the socket table.
@@ -79,6 +79,9 @@ pub struct PendingReport {
     pub group: Option<IpAddr>,
     /// A state (answering a query) rather than a change.
     pub current: bool,
+    /// A change's repetition (robustness): an IGMPv2 leave or MLDv1 done
+    /// goes once, as Linux sends it.
+    pub repeat: bool,
 }
 
 /// What the lcores keep of IGMP and MLD between queries and reports.
@@ -288,7 +291,21 @@ impl Shared {
         m.change(socket, iface, group, change).map_err(|r| std::io::Error::from_raw_os_error(r.errno()))?;
         let changed = if state_of(&m, iface, &group) != before { vec![(iface, group)] } else { Vec::new() };
         self.publish_mcast(&m, &changed);
+        drop(m);
+        self.sync_filters(&changed);
         Ok(())
+    }
+
+    /// Programs the device filters of the interfaces whose groups
+    /// `changed`, after the memberships' lock is let go: a device's
+    /// control call may take a while, and each reads the newest state.
+    fn sync_filters(&self, changed: &[(u16, IpAddr)]) {
+        let mut ifaces: Vec<u16> = changed.iter().map(|(i, _)| *i).collect();
+        ifaces.sort();
+        ifaces.dedup();
+        for i in ifaces {
+            self.sync_multicast_filter(i);
+        }
     }
 
     /// Drops every membership of a socket that closed.
@@ -304,6 +321,8 @@ impl Shared {
         let changed: Vec<(u16, IpAddr)> =
             groups.into_iter().zip(before).filter(|((i, g), b)| state_of(&m, *i, g) != *b).map(|(x, _)| x).collect();
         self.publish_mcast(&m, &changed);
+        drop(m);
+        self.sync_filters(&changed);
     }
 
     /// Publishes the memberships' view and queues the reports of the
@@ -316,17 +335,13 @@ impl Shared {
         if changed.is_empty() {
             return;
         }
-        let mut ifaces: Vec<u16> = changed.iter().map(|(i, _)| *i).collect();
-        ifaces.dedup();
-        for i in ifaces {
-            self.sync_multicast_filter(i);
-        }
         let now = self.clock.now();
         let mut reports = self.mcast_reports.lock().unwrap_or_else(|p| p.into_inner());
         for &(iface, group) in changed.iter().filter(|(_, g)| crate::mcast::report::reported(g)) {
             let repeat = Instant(now.0 + 1 + (self.random_u32() as u64 % 1_000_000_000));
-            for due in [now, repeat] {
-                let report = PendingReport { due, iface, v6: group.is_ipv6(), group: Some(group), current: false };
+            for (due, repeat) in [(now, false), (repeat, true)] {
+                let report =
+                    PendingReport { due, iface, v6: group.is_ipv6(), group: Some(group), current: false, repeat };
                 reports.reports.push(report);
             }
         }
