@@ -392,13 +392,7 @@ impl Worker<'_> {
     pub(super) fn route_and_send(&mut self, mut m: Mbuf, dst: IpAddr, src: IpAddr) {
         m.set_ol_flags(0);
         match self.shared.route_in(&self.net, &dst, Some(&src)) {
-            Some(r) => self.transmit(TxPacket {
-                mbuf: m,
-                iface: r.iface,
-                next_hop: r.next_hop,
-                datagram: false,
-                mcast_loop: false,
-            }),
+            Some(r) => self.transmit(TxPacket { mbuf: m, iface: r.iface, next_hop: r.next_hop, datagram: false }),
             None => self.inc(Counter::TxNoRoute),
         }
     }

@@ -9,7 +9,7 @@ use spate_dpdk::Mbuf;
 use super::Worker;
 use crate::hdr::{ethertype_for, push_ethernet};
 use crate::neigh::{Resolve, Solicit, arp as neigh_arp, nd};
-use crate::shared::{Direct, LOOPED_MAX, TxPacket};
+use crate::shared::{Direct, LOOPED_MAX, MCAST_LOOP_MARK, TxPacket};
 use crate::stats::Counter;
 use crate::time::Instant;
 use crate::wire::{MacAddr, ethernet, ip_proto, ipv6};
@@ -61,7 +61,7 @@ impl Worker<'_> {
     #[inline(never)]
     fn transmit_group(&mut self, pkt: TxPacket) {
         let group = pkt.next_hop;
-        if pkt.mcast_loop && self.net.mcast.iface_in(pkt.iface, &group) {
+        if pkt.mbuf.port() == MCAST_LOOP_MARK && self.net.mcast.iface_in(pkt.iface, &group) {
             self.loop_back(&pkt);
         }
         let hops_at = if group.is_ipv4() { 8 } else { 7 };

@@ -103,13 +103,7 @@ impl Worker<'_> {
             return;
         };
         self.inc(Counter::VxlanOutPackets);
-        self.transmit(TxPacket {
-            mbuf: m,
-            iface: route.iface,
-            next_hop: route.next_hop,
-            datagram: false,
-            mcast_loop: false,
-        });
+        self.transmit(TxPacket { mbuf: m, iface: route.iface, next_hop: route.next_hop, datagram: false });
     }
 }
 

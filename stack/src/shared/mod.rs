@@ -31,8 +31,8 @@ pub(crate) mod handoff;
 pub(crate) mod inbox;
 
 pub(crate) use handoff::{
-    BURST, Direct, GROUP_COPIES, LOCAL_TX, LOCAL_TX_CAPACITY, LOOPED_MAX, Lanes, LocalTx, PortSteering, Steering,
-    TxPacket, WorkerQueues,
+    BURST, Direct, GROUP_COPIES, LOCAL_TX, LOCAL_TX_CAPACITY, LOOPED_MAX, Lanes, LocalTx, MCAST_LOOP_MARK,
+    PortSteering, Steering, TxPacket, WorkerQueues, mark_mcast_loop,
 };
 
 /// The part of a socket the receive path reaches through the socket table.

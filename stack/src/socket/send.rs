@@ -15,7 +15,7 @@ use super::{DEFAULT_TTL, UdpSocket, errno};
 use crate::datagram::{SendBuf, SendMeta};
 use crate::hdr::{MAX_HEADERS, MAX_UDP_PAYLOAD_V4, MAX_UDP_PAYLOAD_V6, Udp4, UdpHeaders, push_udp_ip, push_udp_ipv4};
 use crate::lookup::Family;
-use crate::shared::{LOCAL_TX, TxPacket};
+use crate::shared::{LOCAL_TX, TxPacket, mark_mcast_loop};
 use crate::stats::Counter;
 use crate::wire::{ipv4, ipv6, udp};
 
@@ -278,13 +278,8 @@ impl UdpSocket {
             let headers =
                 UdpHeaders { src, dst, ident, dont_frag: true, ttl, tos, zero_checksum: false, known_checksum: None };
             push_udp_ip(&mut m, &headers, route.offload).map_err(|e| io::Error::new(io::ErrorKind::InvalidInput, e))?;
-            let pkt = TxPacket {
-                mbuf: m,
-                iface: route.iface,
-                next_hop: route.next_hop,
-                datagram: true,
-                mcast_loop: path.mcast_loop,
-            };
+            mark_mcast_loop(&mut m, path.mcast_loop);
+            let pkt = TxPacket { mbuf: m, iface: route.iface, next_hop: route.next_hop, datagram: true };
             if let Err(e) = self.submit(pkt, v4) {
                 if i == 0 {
                     return Err(e);
@@ -570,13 +565,8 @@ impl UdpSocket {
             push_udp_ipv4(&mut buf.mbuf, src, d, Udp4::datagram(ident, path.ttl, path.tos), known, offload)
         };
         pushed.map_err(|e| io::Error::new(io::ErrorKind::InvalidInput, e))?;
-        Ok(Ok(TxPacket {
-            mbuf: buf.mbuf,
-            iface: path.iface,
-            next_hop: IpAddr::V4(path.next_hop),
-            datagram: true,
-            mcast_loop: path.mcast_loop,
-        }))
+        mark_mcast_loop(&mut buf.mbuf, path.mcast_loop);
+        Ok(Ok(TxPacket { mbuf: buf.mbuf, iface: path.iface, next_hop: IpAddr::V4(path.next_hop), datagram: true }))
     }
 
     /// The packet for one send to `dst` by `route`: headers written in
@@ -600,13 +590,8 @@ impl UdpSocket {
         let headers = UdpHeaders { src, dst, ident, dont_frag: true, ttl, tos, zero_checksum: false, known_checksum };
         push_udp_ip(&mut buf.mbuf, &headers, route.offload)
             .map_err(|e| io::Error::new(io::ErrorKind::InvalidInput, e))?;
-        Ok(Prepared::Packet(TxPacket {
-            mbuf: buf.mbuf,
-            iface: route.iface,
-            next_hop: route.next_hop,
-            datagram: true,
-            mcast_loop: path.mcast_loop,
-        }))
+        mark_mcast_loop(&mut buf.mbuf, path.mcast_loop);
+        Ok(Prepared::Packet(TxPacket { mbuf: buf.mbuf, iface: route.iface, next_hop: route.next_hop, datagram: true }))
     }
 
     /// Sends a datagram longer than the path as fragments, copied out of
@@ -668,14 +653,9 @@ impl UdpSocket {
                 }
             }
         })?;
-        for (i, m) in out.drain().enumerate() {
-            let pkt = TxPacket {
-                mbuf: m,
-                iface: route.iface,
-                next_hop: route.next_hop,
-                datagram: i == 0,
-                mcast_loop: path.mcast_loop,
-            };
+        for (i, mut m) in out.drain().enumerate() {
+            mark_mcast_loop(&mut m, path.mcast_loop);
+            let pkt = TxPacket { mbuf: m, iface: route.iface, next_hop: route.next_hop, datagram: i == 0 };
             if let Err(e) = self.submit(pkt, v4) {
                 if i == 0 {
                     return Err(e);
