@@ -715,3 +715,40 @@ fn multicast_over_net_virtio_user_through_ovs_dpdk() {
     drop(stack);
     drop(ovs);
 }
+
+#[test]
+fn spate_flood_sends_to_a_group_with_its_ttl() {
+    let _serial = device_lock();
+    let (spate_ns, kernel) = spate_and_kernel("mflood");
+    let g = Ipv4Addr::new(239, 1, 2, 5);
+    let member = kernel.run(move || {
+        let k = socket2::Socket::new(socket2::Domain::IPV4, socket2::Type::DGRAM, None).unwrap();
+        k.bind(&SocketAddr::new(ANY.into(), 6000).into()).unwrap();
+        k.join_multicast_v4(&g, &S1).unwrap();
+        let k: KernelSocket = k.into();
+        k.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+        k
+    });
+    let kfile = std::env::temp_dir().join(format!("{}.pcap", unique("spate-mflood-")));
+    let args =
+        ["-i", "vB", "-U", "--immediate-mode", "-c", "5", "-w", &kfile.display().to_string(), "dst host 239.1.2.5"];
+    let mut tcpdump = kernel.spawn("tcpdump", "tcpdump", &args.map(String::from), Duration::from_secs(60)).unwrap();
+    tcpdump.remove_on_drop(&kfile);
+    assert!(tcpdump.wait_for_output("listening on vB", Duration::from_secs(10)), "{}", tcpdump.output());
+    let flood_args: Vec<String> = ["--vdev", "net_af_packet0,iface=vA", "--ip", "198.18.0.2/24", "--lcores", "0"]
+        .into_iter()
+        .chain(["--dst", "239.1.2.5:6000", "--ttl", "3", "--rate", "200", "--time", "1", "--interval", "0"])
+        .map(String::from)
+        .collect();
+    let mut flood =
+        spate_ns.spawn("flood", env!("CARGO_BIN_EXE_spate-flood"), &flood_args, Duration::from_secs(60)).unwrap();
+    let got = kernel.run(move || {
+        let mut buf = [0u8; 64];
+        member.recv_from(&mut buf).map(|(_, from)| from.ip())
+    });
+    assert_eq!(got.ok(), Some("198.18.0.2".parse().unwrap()), "the kernel member gets spate-flood's datagrams");
+    assert!(flood.wait_exit(Duration::from_secs(30)), "{}", flood.output());
+    assert!(tcpdump.wait_exit(Duration::from_secs(10)), "{}", tcpdump.output());
+    let frames = capture_frames(&kfile);
+    assert!(!frames.is_empty() && frames.iter().all(|(_, f)| f[22] == 3 && f[..6] == [1, 0, 0x5e, 1, 2, 5]), "TTL 3");
+}

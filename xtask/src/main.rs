@@ -652,6 +652,7 @@ fn bench(args: &[String]) -> Result {
         ("ip_id", vec![]),
         ("lookup", vec!["--callgrind"]),
         ("rx_queue", vec![]),
+        ("group_copy", vec![]),
         ("echo", vec![]),
         ("latency", vec![]),
         ("pps", vec![]),
