@@ -110,6 +110,10 @@ impl Worker<'_> {
             self.tap_gen = tap_gen;
         }
         let mut total = 0;
+        if !self.looped.is_empty() {
+            // First, as the receive burst they stand in for.
+            total += self.rx_looped();
+        }
         let mut burst: Burst<BURST> = Burst::new();
         for q in 0..self.rx.len() {
             let iface = self.rx[q].0;
@@ -135,9 +139,6 @@ impl Worker<'_> {
                 }
             }
             self.rx_run(iface, &mut burst);
-        }
-        if !self.looped.is_empty() {
-            total += self.rx_looped();
         }
         if self.steer.is_some() {
             total += self.poll_steered();

@@ -238,7 +238,7 @@ impl Stack {
                 cache: pool_cfg.cache_size as usize,
                 // The receive burst, the burst staged for the callback
                 // (both while a second one arrives) and the transmit burst.
-                bursts: 3 * crate::shared::BURST + crate::shared::GROUP_COPIES + crate::shared::LOOPED_MAX,
+                bursts: 3 * crate::shared::BURST + crate::shared::GROUP_COPIES,
                 // What the PMDs put on their RX rings when they started.
                 rx_rings: pool.in_use() as usize,
                 tx_rings,

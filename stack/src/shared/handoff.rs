@@ -21,10 +21,12 @@ pub const BURST: usize = 32;
 pub const GROUP_COPIES: usize = BURST;
 
 /// Copies of its own group packets (`IP_MULTICAST_LOOP`) an lcore keeps
-/// for its receive path at once, at most (its next poll takes them all):
-/// past that a copy is not made, counted in `OutDiscards`, as Linux's
-/// loopback drops past its backlog.
-pub(crate) const LOOPED_MAX: usize = 256;
+/// for its receive path at once, at most: past that a copy is not made,
+/// counted in `OutDiscards`, as Linux's loopback drops past its backlog.
+/// One burst: they are made while the lcore's receive burst is empty (its
+/// frames staged or queued) and its next poll takes them first, as that
+/// burst, so the mbuf budget's receive burst covers them.
+pub(crate) const LOOPED_MAX: usize = BURST;
 
 /// What a packet to a group carries in its mbuf's port field (unused on
 /// the way out until the transmit stage) when its socket loops its group
