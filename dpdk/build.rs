@@ -64,6 +64,8 @@ fn main() {
         .allowlist_function("rte_pktmbuf_clone")
         .allowlist_function("rte_mempool_.*")
         .allowlist_function("rte_eth_.*")
+        .allowlist_function("rte_epoll_.*")
+        .allowlist_type("rte_epoll_.*")
         .allowlist_function("rte_vdev_init")
         .allowlist_function("rte_vdev_uninit")
         .allowlist_function("rte_eth_from_rings")

@@ -54,6 +54,10 @@ pub struct StackArgs {
     /// Sleep this many microseconds between polls when idle (0: busy-poll).
     #[arg(long, value_name = "US")]
     pub idle_sleep: Option<u32>,
+    /// How the lcores poll: `busy`, or `adaptive` (sleep when idle until a
+    /// frame, a hand-off or a timer wakes them).
+    #[arg(long, value_name = "MODE")]
+    pub poll: Option<spate::config::PollMode>,
     /// Mbufs in the packet pool.
     #[arg(long, value_name = "N")]
     pub mbufs: Option<u32>,
@@ -137,6 +141,9 @@ impl StackArgs {
         }
         if let Some(s) = self.idle_sleep {
             cfg.idle_sleep_us = s;
+        }
+        if let Some(p) = self.poll {
+            cfg.poll = p;
         }
         if let Some(n) = self.mbufs {
             cfg.mempool_size = n;

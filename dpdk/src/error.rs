@@ -106,6 +106,14 @@ pub enum Error {
     /// An mbuf operation that would leave its bounds.
     #[error("mbuf has no room: {0}")]
     MbufRoom(&'static str),
+    /// A system call failed.
+    #[error("{op} failed: error {errno}: {}", std::io::Error::from_raw_os_error(*errno))]
+    Os {
+        /// The call.
+        op: String,
+        /// Its errno.
+        errno: i32,
+    },
     /// Launching work on an lcore failed.
     #[error("lcore {lcore}: {what}")]
     Lcore {

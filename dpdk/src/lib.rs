@@ -41,6 +41,7 @@ pub mod port;
 pub mod process;
 pub mod ring;
 pub mod signal;
+pub mod sleep;
 pub mod sys;
 
 pub use burst::{BURST_SIZE, Burst};
@@ -50,3 +51,4 @@ pub use mbuf::{Mbuf, RxChecksum, SharedMbuf};
 pub use mempool::{Mempool, MempoolConfig, PoolOrder};
 pub use port::{DeviceInfo, Link, Port, PortConfig, PortStats, Rss, RxQueue, TxQueue};
 pub use ring::{RingConsumer, RingProducer, mbuf_ring};
+pub use sleep::{Bell, Sleeper, Woke};

@@ -380,6 +380,32 @@ pub enum MempoolOrder {
     Fifo,
 }
 
+/// How an lcore polls.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum PollMode {
+    /// Poll without pause: the lowest latency, a whole CPU whatever comes.
+    #[default]
+    Busy,
+    /// Poll while there is work; after 50 us of none, sleep until a frame
+    /// (the RX queues' interrupts), a hand-off from another thread or
+    /// lcore, or the stack's next timer wakes it, and poll again. Ports
+    /// without RX interrupts get naps on the hand-off bell instead, from 1
+    /// us doubling to 1 ms.
+    Adaptive,
+}
+
+impl std::str::FromStr for PollMode {
+    type Err = String;
+    fn from_str(s: &str) -> std::result::Result<PollMode, String> {
+        match s {
+            "busy" => Ok(PollMode::Busy),
+            "adaptive" => Ok(PollMode::Adaptive),
+            other => Err(format!("poll mode {other:?}: busy or adaptive")),
+        }
+    }
+}
+
 /// Everything a stack needs.
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields, default)]
@@ -425,6 +451,8 @@ pub struct StackConfig {
     /// When an lcore found nothing to do for a while, sleep this long (µs)
     /// between polls; 0 polls without pause (lowest latency, one busy core).
     pub idle_sleep_us: u32,
+    /// How the lcores poll: `busy` (the default) or `adaptive`.
+    pub poll: PollMode,
     /// Hugepages.
     pub hugepages: Hugepages,
     /// EAL memory in MiB.
@@ -525,6 +553,7 @@ impl Default for StackConfig {
             icmp_rate: 1000,
             icmp_burst: 50,
             idle_sleep_us: 0,
+            poll: PollMode::Busy,
             hugepages: Hugepages::Auto,
             memory_mb: 512,
             eal_args: Vec::new(),
@@ -618,6 +647,11 @@ impl StackConfig {
             return Err(Error::Config("no port configured".into()));
         }
         parse_lcores(&self.lcores)?;
+        if self.poll == PollMode::Adaptive && self.idle_sleep_us > 0 {
+            return Err(Error::Config(
+                "idle_sleep_us and poll = \"adaptive\" both make idle lcores sleep: set one of them".into(),
+            ));
+        }
         if let Some(n) = &self.name {
             let ok = |c: char| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.');
             // `PID-ID` is what unnamed stacks' endpoints are called.

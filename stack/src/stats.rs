@@ -111,6 +111,13 @@ counters! {
     VxlanInPackets = kept "Vxlan"."InPackets": "VXLAN packets decapsulated.";
     VxlanOutPackets = kept "Vxlan"."OutPackets": "Frames encapsulated into VXLAN.";
 
+    PollSleeps = kept "Poll"."Sleeps": "Times an lcore slept, idle (poll = \"adaptive\").";
+    PollSleepsAborted = kept "Poll"."SleepsAborted": "Sleeps given up at the last look: work came while the lcore said it was going to sleep and armed its interrupts.";
+    PollWakesRx = kept "Poll"."WakesRx": "Sleeps an RX queue's interrupt ended.";
+    PollWakesHandoff = kept "Poll"."WakesHandoff": "Sleeps a hand-off ended: an application thread's send, another lcore's frames, the stack stopping.";
+    PollWakesTimer = kept "Poll"."WakesTimer": "Sleeps that lasted until the stack's next timer, or naps to their end (ports without RX interrupts).";
+    PollAsleepUs = kept "Poll"."AsleepUs": "Microseconds the lcores slept.";
+
     TxFrames = kept "Tx"."Frames": "Frames handed to ports.";
     TxRingFull = drop "Tx"."RingFull": "Frames dropped because a TX ring stayed full through the retries.";
     TxHandoffDropped = drop "Tx"."HandoffDropped": "Frames dropped because the ring to the lcore owning the port's TX queue was full.";

@@ -526,7 +526,7 @@ fn perf_guard(update: bool) -> Result {
     Ok(())
 }
 
-/// The receive queue's loom models: the production code built with
+/// The receive queue's and the sleep hand-off's loom models: the production code built with
 /// `--cfg loom`, in a target directory of its own so the normal build is
 /// not invalidated.
 fn loom() -> Result {
@@ -536,6 +536,8 @@ fn loom() -> Result {
         "spate-stack",
         "--test",
         "loom_rx_queue",
+        "--test",
+        "loom_doorbell",
         "--features",
         "internals",
         "--release",

@@ -41,6 +41,10 @@ pub struct PortConfig {
     /// server-mode virtio_user port needs them to renegotiate with a
     /// restarted vhost-user peer).
     pub lsc_interrupt: bool,
+    /// RX queue interrupts (`intr_conf.rxq`), for lcores that sleep when
+    /// idle: a device without them ignores the request (its queues then
+    /// refuse [`RxQueue::intr_register`](crate::RxQueue::intr_register)).
+    pub rx_interrupts: bool,
     /// RSS mode.
     pub rss: Rss,
     /// Ask for RX IPv4 and UDP checksum checking where the device offers
@@ -61,6 +65,7 @@ impl Default for PortConfig {
             mtu: None,
             promiscuous: true,
             lsc_interrupt: true,
+            rx_interrupts: false,
             rss: Rss::Auto,
             rx_checksum: true,
             tx_checksum: true,
@@ -183,6 +188,7 @@ impl Port {
         }
         let lsc = cfg.lsc_interrupt && info.lsc_interrupt;
         conf.intr_conf.set_lsc(lsc as u32);
+        conf.intr_conf.set_rxq(cfg.rx_interrupts as u32);
 
         let id = self.id();
         // SAFETY: conf is a valid, fully initialised configuration.

@@ -42,6 +42,49 @@ impl RxQueue {
     pub fn queue_id(&self) -> u16 {
         self.queue
     }
+
+    /// Adds this queue's interrupt to the calling thread's epoll set (the
+    /// one [`Sleeper::wait`](crate::Sleeper::wait) waits on), on the port
+    /// started with `rx_interrupts`; the thread that sleeps calls it. An
+    /// `Error::Port` (`ENOTSUP`, `EPERM`) where the device has none.
+    pub fn intr_register(&self) -> Result<()> {
+        // SAFETY: valid port and queue; the per-thread epoll set is
+        // EAL's, the event's data a plain number.
+        let ret = unsafe {
+            sys::rte_eth_dev_rx_intr_ctl_q(
+                self.port,
+                self.queue,
+                crate::sleep::EPOLL_PER_THREAD,
+                crate::sleep::INTR_EVENT_ADD,
+                self.queue as usize as *mut std::os::raw::c_void,
+            )
+        };
+        self.check("rte_eth_dev_rx_intr_ctl_q", ret)
+    }
+
+    /// Arms the queue's interrupt: the device signals the next frame
+    /// (`ENOTSUP` where it is always armed, as `net_tap`'s is).
+    pub fn intr_enable(&self) -> Result<()> {
+        // SAFETY: valid port and queue.
+        let ret = unsafe { sys::rte_eth_dev_rx_intr_enable(self.port, self.queue) };
+        self.check("rte_eth_dev_rx_intr_enable", ret)
+    }
+
+    /// Disarms it: polling takes over.
+    pub fn intr_disable(&self) -> Result<()> {
+        // SAFETY: valid port and queue.
+        let ret = unsafe { sys::rte_eth_dev_rx_intr_disable(self.port, self.queue) };
+        self.check("rte_eth_dev_rx_intr_disable", ret)
+    }
+
+    fn check(&self, op: &'static str, ret: std::os::raw::c_int) -> Result<()> {
+        if ret == 0 {
+            return Ok(());
+        }
+        let errno = ret.abs();
+        let name = self.shared.name.clone();
+        Err(crate::Error::Port { port: self.port, name, op, errno, text: crate::error::strerror(errno) })
+    }
 }
 
 impl Drop for RxQueue {

@@ -44,6 +44,7 @@ mod mcast;
 mod memo;
 mod poll;
 mod rx;
+mod sleep;
 mod steer;
 mod tx;
 mod vxlan;
@@ -157,6 +158,17 @@ pub(crate) struct Worker<'s> {
     /// poll.
     looped: Vec<(u16, Mbuf)>,
 
+    // Adaptive polling.
+    /// The lcore's sleeps (its bell in its thread's epoll set), when
+    /// polling is adaptive.
+    sleeper: Option<spate_dpdk::Sleeper>,
+    /// Its RX queues all have interrupts (else it naps).
+    rx_intr: bool,
+    /// When the current idle time began.
+    idle_since: Option<u64>,
+    /// The next nap (no RX interrupts).
+    nap_ns: u64,
+
     // Transmit.
     /// Per port: this lcore's TX queue, or none (it hands its frames to
     /// the lcore owning one).
@@ -221,6 +233,10 @@ impl<'s> Worker<'s> {
             train: Default::default(),
             decapsulated: None,
             looped: Vec::new(),
+            sleeper: None,
+            rx_intr: false,
+            idle_since: None,
+            nap_ns: 0,
             tap: None,
             tap_gen: 0,
             reasm: Reassembler::new(Limits {

@@ -39,6 +39,7 @@ impl Worker<'_> {
             self.flush_all();
         }
         self.install_local_tx();
+        self.setup_sleep();
         // Should the loop unwind, the queue goes with it (its mbufs
         // freed): a thread that carries on must not send into it.
         let _installed = LocalTxGuard;
@@ -58,12 +59,14 @@ impl Worker<'_> {
                 let spent = spate_dpdk::lcore::tsc().wrapping_sub(start);
                 add_single_writer(&load.busy_cycles, spent);
                 self.idle_polls = 0;
+                self.busy();
             } else {
                 self.idle_polls = self.idle_polls.saturating_add(1);
                 let sleep = self.shared.cfg.idle_sleep_us;
                 if sleep > 0 && self.idle_polls > IDLE_POLLS {
                     std::thread::sleep(std::time::Duration::from_micros(sleep as u64));
                 }
+                self.idle();
             }
             if self.shared.should_stop() {
                 break;

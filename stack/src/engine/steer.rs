@@ -66,7 +66,8 @@ impl Worker<'_> {
                 _ => Some(m),
             }
         });
-        let (sent, dropped) = s.frames.flush();
+        let shared = self.shared;
+        let (sent, dropped) = s.frames.flush(|d| shared.wake(d));
         let handed = if how == PortSteering::Flows { Counter::SteerFrames } else { Counter::SteerFragments };
         self.add(handed, sent);
         self.add(Counter::RxSteerDropped, dropped);
@@ -195,7 +196,8 @@ impl Worker<'_> {
         }
         m.set_rss_hash((l3 as u32) << 27 | (l4 as u32) << 16 | len);
         let _ = s.datagrams.out[owner].push(m);
-        let (sent, dropped) = s.datagrams.flush();
+        let shared = self.shared;
+        let (sent, dropped) = s.datagrams.flush(|d| shared.wake(d));
         self.add(Counter::SteerDatagrams, sent);
         self.add(Counter::RxSteerDropped, dropped);
         None
@@ -218,7 +220,8 @@ impl Worker<'_> {
                 lost += 1;
             }
         }
-        let (sent, dropped) = s.tx.flush();
+        let shared = self.shared;
+        let (sent, dropped) = s.tx.flush(|d| shared.wake(d));
         let dropped = dropped + lost;
         self.add(Counter::SteerTx, sent);
         self.add(Counter::TxHandoffDropped, dropped);

@@ -120,6 +120,12 @@ impl Stack {
             return Err(Error::Config(format!("lcore {l} is not enabled in the EAL (enabled: {enabled:?})")));
         }
         let workers = lcores.len();
+        let adaptive = cfg.poll == crate::config::PollMode::Adaptive;
+        // Adaptive polling: each lcore's bell, rung when it is given work.
+        let bells = match adaptive {
+            true => (0..workers).map(|_| spate_dpdk::Bell::new().map(Arc::new)).collect::<spate_dpdk::Result<Vec<_>>>()?,
+            false => Vec::new(),
+        };
         let id = NEXT_STACK.fetch_add(1, Ordering::Relaxed);
         let mut pool_cfg = MempoolConfig::new(&format!("spate{}_{id}", std::process::id() % 100_000), cfg.mempool_size);
         pool_cfg.cache_size = cfg.mempool_cache.min(cfg.mempool_size / 2);
@@ -153,6 +159,7 @@ impl Stack {
             let info = port.info().clone();
             let plan = ports::plan_port(cfg.rss, workers, &info, &spec.device)?;
             let pc = PortConfig {
+                rx_interrupts: cfg.poll == crate::config::PollMode::Adaptive,
                 rx_queues: plan.rx_queues,
                 tx_queues: plan.tx_queues,
                 rss: plan.rss,
@@ -282,6 +289,9 @@ impl Stack {
             stats: StatsRegistry::new(workers),
             load: (0..workers).map(|_| CachePadded::new(LcoreLoad::default())).collect(),
             inbox: (0..workers).map(|_| CachePadded::new(crate::shared::inbox::Inbox::new(INBOX))).collect(),
+            adaptive,
+            doorbells: (0..workers).map(|_| CachePadded::new(crate::shared::doorbell::Doorbell::new())).collect(),
+            bells,
             workers,
             lcores,
             clock: Clock::new(),
@@ -453,7 +463,7 @@ impl Stack {
 
     /// Asks the lcores to stop.
     pub fn stop(&self) {
-        self.shared.control.request_stop();
+        self.shared.request_stop();
     }
 
     /// Whether lcores are polling.

@@ -24,7 +24,7 @@ impl Running {
     }
 
     fn halt(&mut self) {
-        self.stack.shared.control.request_stop();
+        self.stack.shared.request_stop();
         for j in self.joins.drain(..) {
             j.join();
         }

@@ -184,14 +184,18 @@ impl Lanes {
     }
 
     /// Sends what waits; returns how many frames did not fit (freed).
-    pub(crate) fn flush(&mut self) -> (u64, u64) {
+    pub(crate) fn flush(&mut self, mut wake: impl FnMut(usize)) -> (u64, u64) {
         let (mut sent, mut dropped) = (0, 0);
         for (dest, out) in self.out.iter_mut().enumerate() {
             if out.is_empty() {
                 continue;
             }
             if let Some(p) = self.to[dest].as_mut() {
-                sent += p.enqueue(out) as u64;
+                let n = p.enqueue(out) as u64;
+                if n > 0 {
+                    wake(dest);
+                }
+                sent += n;
             }
             dropped += out.len() as u64;
             out.clear();

@@ -25,6 +25,7 @@ use crate::rx_queue::RxQueue;
 use crate::stats::StatsRegistry;
 use crate::time::{Clock, Instant};
 
+pub(crate) mod doorbell;
 pub(crate) mod filters;
 pub(crate) mod flow_owners;
 pub(crate) mod handoff;
@@ -160,6 +161,13 @@ pub(crate) struct Shared {
     pub stats: StatsRegistry,
     pub load: Box<[CachePadded<LcoreLoad>]>,
     pub inbox: Box<[CachePadded<inbox::Inbox<TxPacket>>]>,
+    /// `poll = "adaptive"`: idle lcores sleep, and who gives them work
+    /// wakes them.
+    pub adaptive: bool,
+    /// Per lcore: its side of the sleep hand-off, and the bell that wakes
+    /// it (adaptive polling; none otherwise).
+    pub doorbells: Box<[CachePadded<doorbell::Doorbell>]>,
+    pub bells: Vec<Arc<spate_dpdk::Bell>>,
     pub workers: usize,
     pub lcores: Vec<u32>,
     pub clock: Clock,
@@ -382,6 +390,24 @@ impl Shared {
             r.mtu = r.mtu.min(mtu);
         }
         Some(r)
+    }
+
+    /// Tells lcore `worker` it has work (queued before this call), should
+    /// it be going to sleep or asleep: one fence and a load while polling
+    /// is adaptive, nothing otherwise.
+    #[inline]
+    pub fn wake(&self, worker: usize) {
+        if self.adaptive && self.doorbells[worker].should_ring() {
+            self.bells[worker].ring();
+        }
+    }
+
+    /// Asks the lcores to stop, waking those asleep.
+    pub fn request_stop(&self) {
+        self.control.request_stop();
+        for w in 0..self.workers {
+            self.wake(w);
+        }
     }
 
     /// Whether the lcores should stop.

@@ -701,7 +701,10 @@ impl UdpSocket {
         };
         let inbox = &shared.inbox[self.tx_worker];
         let pkt = match inbox.push(pkt) {
-            Ok(()) => return Ok(()),
+            Ok(()) => {
+                shared.wake(self.tx_worker);
+                return Ok(());
+            }
             Err(p) => p,
         };
         if self.inner.nonblocking.load(Ordering::Relaxed) || NO_WAIT.get() || !shared.is_running() {
@@ -712,7 +715,10 @@ impl UdpSocket {
         let timeout = *self.inner.write_timeout.lock().unwrap_or_else(|p| p.into_inner());
         let deadline = timeout.map(|t| StdInstant::now() + t);
         match inbox.push_wait(pkt, deadline, || shared.is_running() && !shared.should_stop()) {
-            Ok(()) => Ok(()),
+            Ok(()) => {
+                shared.wake(self.tx_worker);
+                Ok(())
+            }
             Err(_) => Err(self.sndbuf_error(v4)),
         }
     }

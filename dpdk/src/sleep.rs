@@ -1,0 +1,165 @@
+//! Sleeping until there is work: a polling lcore that finds nothing to do
+//! waits on its thread's epoll set (EAL's, where its RX queues'
+//! interrupts are registered: [`RxQueue::intr_register`]) for a frame, a
+//! ring of its [`Bell`] (another thread handed it work) or a timeout;
+//! or, where the devices have no RX interrupts, naps on its bell alone
+//! for a given time.
+//!
+//! [`RxQueue::intr_register`]: crate::RxQueue::intr_register
+
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+use std::sync::Arc;
+
+use crate::error::{Error, Result};
+use crate::sys;
+
+/// `RTE_EPOLL_PER_THREAD`: the calling thread's epoll set.
+pub(crate) const EPOLL_PER_THREAD: i32 = -1;
+/// `RTE_INTR_EVENT_ADD`.
+pub(crate) const INTR_EVENT_ADD: i32 = 1;
+/// The `data` of the bell's event, told apart from the queues' (their
+/// queue index).
+const BELL_DATA: usize = usize::MAX;
+/// Events taken per wait.
+const EVENTS: usize = 16;
+
+/// What ends a sleep: another thread rings it (an eventfd), from any
+/// thread, as often as it likes; a ring while nobody sleeps wakes the
+/// next sleep at once.
+#[derive(Debug)]
+pub struct Bell {
+    fd: OwnedFd,
+}
+
+impl Bell {
+    /// A new bell.
+    pub fn new() -> Result<Bell> {
+        // SAFETY: eventfd makes a new descriptor this call owns.
+        let fd = unsafe { libc::eventfd(0, libc::EFD_NONBLOCK | libc::EFD_CLOEXEC) };
+        if fd < 0 {
+            return Err(os_error("eventfd"));
+        }
+        // SAFETY: a valid descriptor nothing else owns.
+        Ok(Bell { fd: unsafe { OwnedFd::from_raw_fd(fd) } })
+    }
+
+    /// Rings it.
+    #[inline]
+    pub fn ring(&self) {
+        let one: u64 = 1;
+        // SAFETY: writes 8 bytes from a live u64 to our eventfd; a full
+        // counter (EAGAIN) already rings.
+        unsafe { libc::write(self.fd.as_raw_fd(), &one as *const u64 as *const libc::c_void, 8) };
+    }
+
+    /// Takes the rings so far; whether there were any.
+    fn clear(&self) -> bool {
+        let mut n: u64 = 0;
+        // SAFETY: reads 8 bytes into a live u64 from our non-blocking
+        // eventfd.
+        let got = unsafe { libc::read(self.fd.as_raw_fd(), &mut n as *mut u64 as *mut libc::c_void, 8) };
+        got == 8 && n > 0
+    }
+}
+
+/// What ended a wait.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Woke {
+    /// An RX queue signalled.
+    pub rx: bool,
+    /// The bell rang.
+    pub bell: bool,
+}
+
+impl Woke {
+    /// Neither: the time ran out.
+    pub fn timed_out(&self) -> bool {
+        !self.rx && !self.bell
+    }
+}
+
+/// One thread's sleeps: its bell's descriptor in the thread's epoll set
+/// beside its RX queues'. Made on the thread that sleeps, and used there
+/// only (not `Send`).
+pub struct Sleeper {
+    bell: Arc<Bell>,
+    /// The bell's registration: EAL keeps its address until removed.
+    event: Box<sys::rte_epoll_event>,
+    events: Vec<sys::rte_epoll_event>,
+    _not_send: std::marker::PhantomData<*const ()>,
+}
+
+impl std::fmt::Debug for Sleeper {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Sleeper").field("bell", &self.bell).finish_non_exhaustive()
+    }
+}
+
+impl Sleeper {
+    /// Adds `bell` to the calling thread's epoll set.
+    pub fn new(bell: Arc<Bell>) -> Result<Sleeper> {
+        let mut event = Box::<sys::rte_epoll_event>::default();
+        event.epdata.event = libc::EPOLLIN as u32;
+        event.epdata.data = BELL_DATA as *mut libc::c_void;
+        // SAFETY: the event lives in a box this sleeper keeps until it
+        // removes the registration in drop; the descriptor is the bell's,
+        // which the sleeper keeps alive too.
+        let ret = unsafe { sys::rte_epoll_ctl(EPOLL_PER_THREAD, libc::EPOLL_CTL_ADD, bell.fd.as_raw_fd(), &mut *event) };
+        if ret != 0 {
+            return Err(os_error("rte_epoll_ctl"));
+        }
+        Ok(Sleeper { bell, event, events: vec![Default::default(); EVENTS], _not_send: std::marker::PhantomData })
+    }
+
+    /// Waits up to `timeout_ms` (rounded to EAL's milliseconds) for an RX
+    /// interrupt of a queue this thread registered, or the bell.
+    pub fn wait(&mut self, timeout_ms: i32) -> Woke {
+        // SAFETY: the events buffer holds EVENTS entries for EAL to fill.
+        let n = unsafe {
+            sys::rte_epoll_wait(EPOLL_PER_THREAD, self.events.as_mut_ptr(), EVENTS as i32, timeout_ms.max(0))
+        };
+        let mut woke = Woke::default();
+        for e in self.events.iter().take(n.max(0) as usize) {
+            if e.epdata.data as usize == BELL_DATA {
+                woke.bell = true;
+            } else {
+                woke.rx = true;
+            }
+        }
+        // The bell's descriptor counts rings: taken here, whatever woke.
+        woke.bell |= self.bell.clear();
+        woke
+    }
+
+    /// Naps up to `ns` nanoseconds, or until the bell rings (no RX
+    /// interrupts: the devices have none).
+    pub fn nap(&mut self, ns: u64) -> Woke {
+        let mut fds = libc::pollfd { fd: self.bell.fd.as_raw_fd(), events: libc::POLLIN, revents: 0 };
+        let ts = libc::timespec { tv_sec: (ns / 1_000_000_000) as libc::time_t, tv_nsec: (ns % 1_000_000_000) as i64 };
+        // SAFETY: one live pollfd, a live timespec, no signal mask.
+        unsafe { libc::ppoll(&mut fds, 1, &ts, std::ptr::null()) };
+        Woke { rx: false, bell: self.bell.clear() }
+    }
+}
+
+impl Drop for Sleeper {
+    fn drop(&mut self) {
+        // SAFETY: removes the registration `new` made, with its event.
+        unsafe {
+            sys::rte_epoll_ctl(EPOLL_PER_THREAD, libc::EPOLL_CTL_DEL, self.bell.fd.as_raw_fd(), &mut *self.event);
+        }
+    }
+}
+
+/// Asks the kernel to wake the calling thread's timed sleeps within `ns`
+/// of their time (`PR_SET_TIMERSLACK`; 50 us by default, which would
+/// stretch a short nap tenfold).
+pub fn set_timer_slack(ns: u64) {
+    // SAFETY: prctl with an integer argument changes only this thread.
+    unsafe { libc::prctl(libc::PR_SET_TIMERSLACK, ns as libc::c_ulong) };
+}
+
+fn os_error(op: &str) -> Error {
+    let errno = std::io::Error::last_os_error().raw_os_error().unwrap_or(0);
+    Error::Os { op: op.to_string(), errno }
+}

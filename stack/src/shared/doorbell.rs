@@ -1,0 +1,49 @@
+//! The hand-off between an lcore going to sleep and the threads that give
+//! it work (an application thread's send into its inbox, another lcore's
+//! frames, the stack stopping), without a lost wake: the lcore says it is
+//! going to sleep before its last look at its queues, a producer looks
+//! for that after it queued; a fence on each side orders each one's write
+//! before its read, so one of them sees the other's (the lcore finds the
+//! work, or the producer finds the lcore going to sleep and rings its
+//! bell). The bell rings once per sleep however many producers see it.
+//! Model-checked with loom (`stack/tests/loom_doorbell.rs`).
+
+use crate::sync::{AtomicBool, Ordering, fence};
+
+/// One lcore's side of the hand-off (cache-padded where it lives: the
+/// producers read it).
+#[derive(Debug, Default)]
+pub struct Doorbell {
+    asleep: AtomicBool,
+    rung: AtomicBool,
+}
+
+impl Doorbell {
+    /// A doorbell of an awake lcore.
+    pub fn new() -> Doorbell {
+        Doorbell { asleep: AtomicBool::new(false), rung: AtomicBool::new(false) }
+    }
+
+    /// The lcore, before its last look at its queues: it is going to sleep.
+    #[inline]
+    pub fn going_to_sleep(&self) {
+        self.asleep.store(true, Ordering::SeqCst);
+        fence(Ordering::SeqCst);
+    }
+
+    /// The lcore, awake again (it looked and found work, or woke).
+    #[inline]
+    pub fn awake(&self) {
+        self.asleep.store(false, Ordering::Relaxed);
+        self.rung.store(false, Ordering::Release);
+    }
+
+    /// A producer, after it queued work for the lcore: whether it is the
+    /// one to ring the lcore's bell (the lcore is going to sleep or
+    /// asleep, and nobody rang since).
+    #[inline]
+    pub fn should_ring(&self) -> bool {
+        fence(Ordering::SeqCst);
+        self.asleep.load(Ordering::Relaxed) && !self.rung.swap(true, Ordering::AcqRel)
+    }
+}
