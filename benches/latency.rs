@@ -13,7 +13,14 @@
 //!
 //! ```text
 //! cargo bench --bench latency -- [--quick] [--json PATH]
+//! cargo bench --bench latency -- --poll-table [--quick]
 //! ```
+//!
+//! `--poll-table`: `spate-echo --poll busy` against `--poll adaptive` on
+//! path 1 (`net_af_packet`) and over `net_tap` (the client on the tap's
+//! kernel side), beside the kernel's echo on the veth, with the CPUs
+//! otherwise idle and with a busy process on spate's CPU (1), 20,000
+//! round trips each.
 
 use std::net::{SocketAddr, UdpSocket as KernelSocket};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -210,9 +217,118 @@ fn over_vhost(warm: usize, n: usize) -> (Rtts, usize) {
     (Rtts::new(rtts), lost)
 }
 
+/// A process's worth of busy polling on CPU 1 (a noisy neighbour) until
+/// the flag drops.
+fn neighbour(stop: Arc<AtomicBool>) -> std::thread::JoinHandle<()> {
+    std::thread::spawn(move || {
+        spate_testkit::pin_to_cpu(1).expect("pin to CPU 1");
+        let mut x = 0u64;
+        while !stop.load(Ordering::Relaxed) {
+            x = std::hint::black_box(x.wrapping_mul(6364136223846793005).wrapping_add(1));
+        }
+    })
+}
+
+/// `spate-echo --poll mode` on `net_af_packet` (veth) or `net_tap`, its
+/// lcore on CPU 1: the round trips of a kernel client.
+fn spate_echo_rtts(tap: bool, mode: &str, warm: usize, n: usize) -> (Rtts, usize) {
+    let target: SocketAddr = "198.18.0.2:7".parse().unwrap();
+    let server_ns = Netns::new("lpoll");
+    let client_ns = match tap {
+        true => None,
+        false => {
+            let c = Netns::new("lpollc");
+            veth(&server_ns, "vA", &c, "vB");
+            server_ns.disable_ipv6("vA");
+            server_ns.must(&["ip", "link", "set", "vA", "address", SPATE_MAC]);
+            kernel_peer(&c, "vB");
+            Some(c)
+        }
+    };
+    let device = if tap { "net_tap0,iface=sp0" } else { "net_af_packet0,iface=vA" };
+    let args: Vec<String> = ["--vdev", device, "--ip", "198.18.0.2/24", "--lcores", "1", "--interval", "0"]
+        .into_iter()
+        .chain(["--poll", mode])
+        .map(String::from)
+        .collect();
+    let app = SpateApp::start(&server_ns, ECHO, &args, "UDP echo on");
+    if tap {
+        kernel_peer(&server_ns, "sp0");
+    }
+    let client = client_ns.as_ref().unwrap_or(&server_ns);
+    let (rtts, lost) = client.run(move || kernel_client(target, warm, n));
+    let _ = app.stop();
+    (Rtts::new(rtts), lost)
+}
+
+/// The kernel's own echo over the veth pair: its round trips.
+fn kernel_echo_rtts(warm: usize, n: usize) -> (Rtts, usize) {
+    let server_ns = Netns::new("lker");
+    let client_ns = Netns::new("lkerc");
+    veth(&server_ns, "vA", &client_ns, "vB");
+    server_ns.disable_ipv6("vA");
+    kernel_peer(&client_ns, "vB");
+    server_ns.must(&["ip", "addr", "add", "198.18.0.2/24", "dev", "vA"]);
+    let stop = Arc::new(AtomicBool::new(false));
+    let stop2 = stop.clone();
+    let server = server_ns.thread(move || {
+        let s = KernelSocket::bind("198.18.0.2:7").expect("echo socket");
+        s.set_read_timeout(Some(Duration::from_millis(100))).unwrap();
+        let mut buf = [0u8; 2048];
+        while !stop2.load(Ordering::Relaxed) {
+            if let Ok((len, from)) = s.recv_from(&mut buf) {
+                let _ = s.send_to(&buf[..len], from);
+            }
+        }
+    });
+    let target: SocketAddr = "198.18.0.2:7".parse().unwrap();
+    let (rtts, lost) = client_ns.run(move || kernel_client(target, warm, n));
+    stop.store(true, Ordering::Relaxed);
+    server.join().expect("kernel echo");
+    (Rtts::new(rtts), lost)
+}
+
+/// Busy against adaptive polling, with the CPUs idle and beside a busy
+/// process.
+fn poll_table(quick: bool) {
+    let (warm, n) = if quick { (500, 5_000) } else { (2_000, 20_000) };
+    println!("round trip of one 32-byte datagram at a time, {n} of them (after {warm} unrecorded)");
+    println!("CPU: {}", cpu_model());
+    println!("| CPUs | path | server | p50 us | p99 us | p99.9 us | lost |");
+    println!("|---|---|---|---|---|---|---|");
+    for noisy in [false, true] {
+        let stop = Arc::new(AtomicBool::new(false));
+        let spinner = noisy.then(|| neighbour(stop.clone()));
+        let cpus = if noisy { "a busy process on CPU 1" } else { "otherwise idle" };
+        let mut rows = vec![("veth", "kernel UDP echo".to_string(), kernel_echo_rtts(warm, n))];
+        for (tap, path) in [(false, "veth"), (true, "net_tap")] {
+            for mode in ["busy", "adaptive"] {
+                let dev = if tap { "net_tap" } else { "net_af_packet" };
+                rows.push((path, format!("spate-echo --poll {mode} ({dev})"), spate_echo_rtts(tap, mode, warm, n)));
+            }
+        }
+        for (path, server, (r, lost)) in &rows {
+            println!(
+                "| {cpus} | {path} | {server} | {:.1} | {:.1} | {:.1} | {lost} |",
+                r.pct(50.0),
+                r.pct(99.0),
+                r.pct(99.9)
+            );
+        }
+        stop.store(true, Ordering::Relaxed);
+        if let Some(t) = spinner {
+            t.join().unwrap();
+        }
+    }
+}
+
 fn main() {
     let args: Vec<String> = std::env::args().collect();
     let quick = args.iter().any(|a| a == "--quick");
+    if args.iter().any(|a| a == "--poll-table") {
+        poll_table(quick);
+        return;
+    }
     let json = args.iter().position(|a| a == "--json").and_then(|i| args.get(i + 1)).cloned();
     let (warm, n) = if quick { (500, 5_000) } else { (2_000, 50_000) };
     let ((kernel, kernel_lost), (spate_veth, spate_lost)) = over_veth(warm, n);

@@ -195,6 +195,9 @@ struct Args {
     /// `spate-dump` attaches one, snap length 128, room for every frame),
     /// read by a thread that discards it.
     capture: bool,
+    /// `--poll adaptive`: the stack polls adaptively (the load keeps it
+    /// awake: what that costs a busy lcore).
+    adaptive: bool,
 }
 
 fn parse() -> (Args, bool, Option<String>) {
@@ -216,6 +219,7 @@ fn parse() -> (Args, bool, Option<String>) {
         yield_idle: args.iter().any(|a| a == "--yield-idle"),
         queued: args.iter().any(|a| a == "--queued"),
         capture: args.iter().any(|a| a == "--capture"),
+        adaptive: flag("--poll").as_deref() == Some("adaptive"),
     };
     (a, args.iter().any(|a| a == "--callgrind"), flag("--json"))
 }
@@ -310,6 +314,7 @@ fn run_once(a: &Args) {
         mempool_size: 4095,
         // The same flows on the same sockets in every run (N and 2N).
         hash_seed: Some(0x5ba7e),
+        poll: if a.adaptive { spate::config::PollMode::Adaptive } else { spate::config::PollMode::Busy },
         ..StackConfig::default()
     };
     if a.tunnel {

@@ -215,3 +215,39 @@ fn generator_through_ovs_dpdk_to_spate() {
     assert_eq!(intact + counter(&sc, "Rx.RcvbufFull"), counter(&sc, "Udp.InDatagrams"), "{so}");
     assert!(intact > 0, "{so}");
 }
+
+/// Adaptive polling over `net_virtio_user` behind OVS-DPDK: spate-echo
+/// with `--poll adaptive` sleeps when idle, and a frame OVS writes into
+/// its vhost-user queue wakes it through the queue's interrupt (the
+/// callfd OVS signals once the queue asks for it): datagrams after idle
+/// gaps are answered, each counted as an RX wake-up.
+#[test]
+fn adaptive_polling_over_virtio_user_wakes_on_ovs_frames() {
+    let _serial = device_lock();
+    let (_ovs_ns, kernel_ns, mut app, ovs) = echo_behind_ovs(
+        ECHO,
+        "ovsad",
+        1,
+        &["--lcores", "0", "--poll", "adaptive"],
+        OvsPort::AfPacket("vO".into()),
+        OvsPort::VhostClient,
+    );
+    kernel_ns.run(|| {
+        let s = UdpSocket::bind("198.18.0.1:0").unwrap();
+        s.set_read_timeout(Some(Duration::from_secs(2))).unwrap();
+        let mut buf = [0u8; 64];
+        for i in 0..6u8 {
+            std::thread::sleep(Duration::from_millis(150));
+            s.send_to(&[i; 24], "198.18.0.2:7").unwrap();
+            let (n, _) = s.recv_from(&mut buf).expect("answered after an idle gap");
+            assert_eq!(&buf[..n], &[i; 24]);
+        }
+    });
+    drop(ovs);
+    app.stop_with(libc::SIGINT, Duration::from_secs(10));
+    let out = app.output();
+    let c = spate_testkit::parse_counters(&out);
+    assert!(!out.contains("has no RX interrupts"), "virtio_user has RX interrupts here:\n{out}");
+    assert!(counter(&c, "Poll.WakesRx") >= 5, "frames woke the lcore:\n{out}");
+    assert!(counter(&c, "Poll.Sleeps") >= 6, "{out}");
+}

@@ -104,7 +104,8 @@ impl Sleeper {
         // SAFETY: the event lives in a box this sleeper keeps until it
         // removes the registration in drop; the descriptor is the bell's,
         // which the sleeper keeps alive too.
-        let ret = unsafe { sys::rte_epoll_ctl(EPOLL_PER_THREAD, libc::EPOLL_CTL_ADD, bell.fd.as_raw_fd(), &mut *event) };
+        let ret =
+            unsafe { sys::rte_epoll_ctl(EPOLL_PER_THREAD, libc::EPOLL_CTL_ADD, bell.fd.as_raw_fd(), &mut *event) };
         if ret != 0 {
             return Err(os_error("rte_epoll_ctl"));
         }
@@ -126,8 +127,11 @@ impl Sleeper {
                 woke.rx = true;
             }
         }
-        // The bell's descriptor counts rings: taken here, whatever woke.
-        woke.bell |= self.bell.clear();
+        // The bell's descriptor counts rings (it stays readable until
+        // they are taken).
+        if woke.bell {
+            self.bell.clear();
+        }
         woke
     }
 
@@ -137,8 +141,12 @@ impl Sleeper {
         let mut fds = libc::pollfd { fd: self.bell.fd.as_raw_fd(), events: libc::POLLIN, revents: 0 };
         let ts = libc::timespec { tv_sec: (ns / 1_000_000_000) as libc::time_t, tv_nsec: (ns % 1_000_000_000) as i64 };
         // SAFETY: one live pollfd, a live timespec, no signal mask.
-        unsafe { libc::ppoll(&mut fds, 1, &ts, std::ptr::null()) };
-        Woke { rx: false, bell: self.bell.clear() }
+        let n = unsafe { libc::ppoll(&mut fds, 1, &ts, std::ptr::null()) };
+        let bell = n > 0 && fds.revents & libc::POLLIN != 0;
+        if bell {
+            self.bell.clear();
+        }
+        Woke { rx: false, bell }
     }
 }
 
@@ -149,6 +157,14 @@ impl Drop for Sleeper {
             sys::rte_epoll_ctl(EPOLL_PER_THREAD, libc::EPOLL_CTL_DEL, self.bell.fd.as_raw_fd(), &mut *self.event);
         }
     }
+}
+
+/// Whether descriptor `fd` is readable now (a `poll` that does not wait).
+pub fn readable(fd: std::os::fd::RawFd) -> bool {
+    let mut p = libc::pollfd { fd, events: libc::POLLIN, revents: 0 };
+    // SAFETY: one live pollfd; no wait.
+    let n = unsafe { libc::poll(&mut p, 1, 0) };
+    n > 0 && p.revents & libc::POLLIN != 0
 }
 
 /// Asks the kernel to wake the calling thread's timed sleeps within `ns`

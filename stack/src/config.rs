@@ -451,7 +451,8 @@ pub struct StackConfig {
     /// When an lcore found nothing to do for a while, sleep this long (µs)
     /// between polls; 0 polls without pause (lowest latency, one busy core).
     pub idle_sleep_us: u32,
-    /// How the lcores poll: `busy` (the default) or `adaptive`.
+    /// How the lcores poll: `busy` (the default) or `adaptive` (which
+    /// makes `idle_sleep_us` moot: it is not used then).
     pub poll: PollMode,
     /// Hugepages.
     pub hugepages: Hugepages,
@@ -647,11 +648,6 @@ impl StackConfig {
             return Err(Error::Config("no port configured".into()));
         }
         parse_lcores(&self.lcores)?;
-        if self.poll == PollMode::Adaptive && self.idle_sleep_us > 0 {
-            return Err(Error::Config(
-                "idle_sleep_us and poll = \"adaptive\" both make idle lcores sleep: set one of them".into(),
-            ));
-        }
         if let Some(n) = &self.name {
             let ok = |c: char| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.');
             // `PID-ID` is what unnamed stacks' endpoints are called.

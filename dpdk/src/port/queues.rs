@@ -62,6 +62,15 @@ impl RxQueue {
         self.check("rte_eth_dev_rx_intr_ctl_q", ret)
     }
 
+    /// The descriptor the queue's interrupt is signalled on, if it has
+    /// one (`rte_eth_dev_rx_intr_ctl_q_get_fd`; for `net_tap`, the queue's
+    /// own tap descriptor, readable while frames wait in it).
+    pub fn intr_fd(&self) -> Option<std::os::fd::RawFd> {
+        // SAFETY: valid port and queue; returns a descriptor the port owns.
+        let fd = unsafe { sys::rte_eth_dev_rx_intr_ctl_q_get_fd(self.port, self.queue) };
+        (fd >= 0).then_some(fd)
+    }
+
     /// Arms the queue's interrupt: the device signals the next frame
     /// (`ENOTSUP` where it is always armed, as `net_tap`'s is).
     pub fn intr_enable(&self) -> Result<()> {

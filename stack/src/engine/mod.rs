@@ -168,6 +168,9 @@ pub(crate) struct Worker<'s> {
     idle_since: Option<u64>,
     /// The next nap (no RX interrupts).
     nap_ns: u64,
+    /// Descriptors readable while frames wait on a queue whose receive
+    /// function may not see them yet (`net_tap`).
+    pending_fds: Vec<std::os::fd::RawFd>,
 
     // Transmit.
     /// Per port: this lcore's TX queue, or none (it hands its frames to
@@ -237,6 +240,7 @@ impl<'s> Worker<'s> {
             rx_intr: false,
             idle_since: None,
             nap_ns: 0,
+            pending_fds: Vec::new(),
             tap: None,
             tap_gen: 0,
             reasm: Reassembler::new(Limits {

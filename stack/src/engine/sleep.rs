@@ -3,10 +3,15 @@
 //! queues' interrupts, looks once more at its queues, inbox and lanes
 //! (what came before the arming: NAPI's re-check), and sleeps until a
 //! frame, a ring of its bell (work handed over, the stack stopping) or its
-//! next timer; then polls again. Ports without RX interrupts get naps on
-//! the bell instead, from [`NAP_MIN_NS`] doubling to [`NAP_MAX_NS`].
-//! Woken with nothing to do (its timer), it sleeps again at once; work
-//! starts the idle time over.
+//! timer tick, [`IDLE_TICK_NS`] away while it sleeps (its timers run ten
+//! times less often than the 10 ms of a polling lcore: reassembly and
+//! neighbour timeouts end up to that much late; what the application
+//! asks of lcore 0, a join's report, an address's announcement, rings its
+//! bell); then polls again. Ports without RX interrupts get naps on the
+//! bell instead, from [`NAP_MIN_NS`] doubling to [`NAP_MAX_NS`]: the
+//! first frame after a long quiet waits that long at most. Woken with
+//! nothing to do, it sleeps again at once; work starts the idle time
+//! over.
 
 use super::Worker;
 use crate::stats::Counter;
@@ -16,7 +21,10 @@ pub(super) const IDLE_NS: u64 = 50_000;
 /// The first nap where the ports have no RX interrupts.
 const NAP_MIN_NS: u64 = 1_000;
 /// The longest nap.
-const NAP_MAX_NS: u64 = 1_000_000;
+const NAP_MAX_NS: u64 = 10_000_000;
+/// How long an lcore with RX interrupts sleeps at most: its timers' tick
+/// while idle.
+pub(super) const IDLE_TICK_NS: u64 = 100_000_000;
 
 impl Worker<'_> {
     /// At the loop's start, on the lcore's thread: its bell in the
@@ -40,7 +48,7 @@ impl Worker<'_> {
         for (iface, q) in &self.rx {
             if let Err(e) = q.intr_register() {
                 log::info!(
-                    "spate: lcore {}: interface {iface} has no RX interrupts ({e}): idle, the lcore naps {} us to {} ms",
+                    "spate: lcore {}: interface {iface} has no RX interrupts ({e}): idle, the lcore naps {} us doubling to {} ms",
                     self.lcore,
                     NAP_MIN_NS / 1_000,
                     NAP_MAX_NS / 1_000_000
@@ -50,6 +58,16 @@ impl Worker<'_> {
         }
         self.rx_intr = all;
         self.nap_ns = NAP_MIN_NS;
+        // net_tap's receive function answers nothing until the SIGIO that
+        // follows a frame was handled (its `trigger_seen`), which may come
+        // after the frame woke the lcore, or after the last look: its
+        // descriptor, readable while frames wait, is looked at too.
+        self.pending_fds = self
+            .rx
+            .iter()
+            .filter(|(iface, _)| self.shared.ports.get(*iface as usize).is_some_and(|p| p.info().driver == "net_tap"))
+            .filter_map(|(_, q)| q.intr_fd())
+            .collect();
     }
 
     /// An iteration that did work: the idle time starts over.
@@ -81,15 +99,14 @@ impl Worker<'_> {
     #[cold]
     #[inline(never)]
     fn sleep(&mut self) {
-        let until_timer = self.next_timer.0.saturating_sub(self.now.0);
-        if until_timer < NAP_MIN_NS {
-            return;
-        }
         let bell = &self.shared.doorbells[self.idx];
         bell.going_to_sleep();
         self.arm(true);
         // The last look: what came before the flag and the arming.
-        let found = self.poll_rx() > 0 || !self.shared.inbox[self.idx].is_empty() || !self.looped.is_empty();
+        let found = self.poll_rx() > 0
+            || !self.shared.inbox[self.idx].is_empty()
+            || !self.looped.is_empty()
+            || self.pending_fds.iter().any(|&fd| spate_dpdk::sleep::readable(fd));
         if found || self.shared.should_stop() {
             self.arm(false);
             self.shared.doorbells[self.idx].awake();
@@ -100,9 +117,9 @@ impl Worker<'_> {
         let start = std::time::Instant::now();
         let sleeper = self.sleeper.as_mut().expect("adaptive");
         let woke = match self.rx_intr {
-            true => sleeper.wait(until_timer.div_ceil(1_000_000) as i32),
+            true => sleeper.wait((IDLE_TICK_NS / 1_000_000) as i32),
             false => {
-                let ns = self.nap_ns.min(until_timer);
+                let ns = self.nap_ns;
                 self.nap_ns = (self.nap_ns * 2).min(NAP_MAX_NS);
                 sleeper.nap(ns)
             }
@@ -116,6 +133,15 @@ impl Worker<'_> {
             (false, true) => Counter::PollWakesHandoff,
             (false, false) => Counter::PollWakesTimer,
         });
+        if !woke.timed_out() {
+            // Woken for work: it polls a full idle time before sleeping
+            // again. A device may signal before its frame can be taken:
+            // net_tap's interrupt is its descriptor turning readable, while
+            // its receive function returns nothing until the SIGIO that
+            // follows has been handled (`trigger_seen`); the next look a
+            // few microseconds later finds the frame.
+            self.idle_since = None;
+        }
     }
 
     /// Arms (or disarms) the RX queues' interrupts, where they have them

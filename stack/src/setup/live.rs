@@ -87,6 +87,8 @@ impl Stack {
         }
         shared.announce.lock().unwrap_or_else(|p| p.into_inner()).push((iface, ip));
         shared.announce_pending.store(true, Ordering::Release);
+        // Lcore 0 announces it: at once, also when it sleeps.
+        shared.wake(0);
         if ip.is_ipv6() {
             // Its solicited-node group, for a port that filters groups.
             shared.sync_multicast_filter(iface);

@@ -123,7 +123,9 @@ impl Stack {
         let adaptive = cfg.poll == crate::config::PollMode::Adaptive;
         // Adaptive polling: each lcore's bell, rung when it is given work.
         let bells = match adaptive {
-            true => (0..workers).map(|_| spate_dpdk::Bell::new().map(Arc::new)).collect::<spate_dpdk::Result<Vec<_>>>()?,
+            true => {
+                (0..workers).map(|_| spate_dpdk::Bell::new().map(Arc::new)).collect::<spate_dpdk::Result<Vec<_>>>()?
+            }
             false => Vec::new(),
         };
         let id = NEXT_STACK.fetch_add(1, Ordering::Relaxed);

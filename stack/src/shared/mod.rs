@@ -354,6 +354,9 @@ impl Shared {
             }
         }
         self.mcast_pending.store(true, Ordering::Release);
+        drop(reports);
+        // Lcore 0 sends reports: at once, also when it sleeps.
+        self.wake(0);
     }
 
     /// Changes the interfaces or routes: `f` edits a copy, which is

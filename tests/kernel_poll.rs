@@ -1,0 +1,173 @@
+//! Adaptive polling against the kernel: `spate-echo --poll adaptive` on
+//! each kind of device here, net_tap (RX interrupts), net_af_packet and
+//! net_pcap (none: naps on the hand-off bell), with the kernel as the
+//! peer. Idle, it uses almost no CPU where `--poll busy` uses a whole
+//! one; datagrams after idle gaps are answered, woken by their frames
+//! (tap) or found by a nap; a stack's own sends from an application
+//! thread wake its sleeping lcore through the bell. (net_virtio_user
+//! behind OVS-DPDK: `ovs_dpdk.rs`.)
+
+use std::net::UdpSocket;
+use std::time::Duration;
+
+use spate::dpdk::Memory;
+use spate_testkit::{Netns, SpateApp, counter, device_lock, kernel_peer, shared_eal, spate_and_kernel};
+
+const ECHO: &str = env!("CARGO_BIN_EXE_spate-echo");
+
+/// CPU seconds process `pid` used (all its threads: user and system).
+fn cpu_secs(pid: u32) -> f64 {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).expect("the process's stat");
+    // The fields after the command's closing parenthesis; utime and stime
+    // are the 14th and 15th of the line.
+    let rest = &stat[stat.rfind(')').expect("a command name") + 2..];
+    let f: Vec<&str> = rest.split_whitespace().collect();
+    let ticks: u64 = f[11].parse::<u64>().unwrap() + f[12].parse::<u64>().unwrap();
+    // USER_HZ: 100 on Linux.
+    ticks as f64 / 100.0
+}
+
+/// The spate-echo process under `pid` (its `timeout` wrapper).
+fn echo_pid(pid: u32) -> u32 {
+    let mut look = vec![pid];
+    while let Some(p) = look.pop() {
+        let comm = std::fs::read_to_string(format!("/proc/{p}/comm")).unwrap_or_default();
+        if comm.trim() == "spate-echo" {
+            return p;
+        }
+        let children = std::fs::read_to_string(format!("/proc/{p}/task/{p}/children")).unwrap_or_default();
+        look.extend(children.split_whitespace().filter_map(|c| c.parse::<u32>().ok()));
+    }
+    panic!("no spate-echo under {pid}");
+}
+
+/// The share of a CPU `app` used over `secs` seconds.
+fn cpu_share(app: &SpateApp, secs: f64) -> f64 {
+    let pid = echo_pid(app.proc.pid());
+    let before = cpu_secs(pid);
+    std::thread::sleep(Duration::from_secs_f64(secs));
+    (cpu_secs(pid) - before) / secs
+}
+
+/// spate-echo on `device` in `ns` with `--poll mode`.
+fn echo(ns: &Netns, device: &str, mode: &str) -> SpateApp {
+    let args: Vec<String> = ["--vdev", device, "--ip", "198.18.0.2/24", "--lcores", "0", "--interval", "0"]
+        .into_iter()
+        .chain(["--poll", mode, "--mbufs", "4095"])
+        .map(String::from)
+        .collect();
+    SpateApp::start(ns, ECHO, &args, "UDP echo on")
+}
+
+/// Five datagrams from the kernel in `peer`, 150 ms apart: each answered.
+fn echo_after_gaps(peer: &Netns) {
+    peer.run(|| {
+        let s = UdpSocket::bind("198.18.0.1:0").unwrap();
+        s.set_read_timeout(Some(Duration::from_secs(2))).unwrap();
+        let mut buf = [0u8; 64];
+        for i in 0..5u8 {
+            std::thread::sleep(Duration::from_millis(150));
+            s.send_to(&[i; 20], "198.18.0.2:7").unwrap();
+            let (n, _) = s.recv_from(&mut buf).expect("answered after an idle gap");
+            assert_eq!(&buf[..n], &[i; 20]);
+        }
+    });
+}
+
+#[test]
+fn adaptive_echo_sleeps_when_idle_and_wakes_for_frames() {
+    let _serial = device_lock();
+    // net_tap: RX interrupts. The kernel's side of the tap is the peer.
+    let ns = Netns::new("ptap");
+    let busy = echo(&ns, "net_tap0,iface=sp0", "busy");
+    kernel_peer(&ns, "sp0");
+    let busy_share = cpu_share(&busy, 2.0);
+    echo_after_gaps(&ns);
+    busy.stop();
+    let app = echo(&ns, "net_tap0,iface=sp0", "adaptive");
+    kernel_peer(&ns, "sp0");
+    std::thread::sleep(Duration::from_millis(300));
+    let idle_share = cpu_share(&app, 3.0);
+    echo_after_gaps(&ns);
+    let (c, out) = app.stop();
+    println!("net_tap: busy {:.1}% of a CPU, adaptive idle {:.2}%", busy_share * 100.0, idle_share * 100.0);
+    assert!(busy_share > 0.5, "busy polling uses a CPU: {busy_share}");
+    // A debug build's wake-ups cost more than a release build's.
+    assert!(idle_share < 0.05, "idle adaptive: {:.2}% of a CPU\n{out}", idle_share * 100.0);
+    assert!(counter(&c, "Poll.WakesRx") >= 5, "each datagram's frame woke the lcore\n{out}");
+    // Idle, it sleeps 100 ms at a time.
+    assert!(counter(&c, "Poll.Sleeps") >= 10, "{out}");
+    assert_eq!(counter(&c, "Udp.InDatagrams"), 5, "{out}");
+
+    // net_af_packet and net_pcap: no RX interrupts, naps.
+    for device in ["net_af_packet0,iface=vA", "net_pcap0,iface=vA,phy_mac=1"] {
+        let (spate_ns, kernel) = spate_and_kernel("pnap");
+        let app = echo(&spate_ns, device, "adaptive");
+        std::thread::sleep(Duration::from_millis(300));
+        let idle_share = cpu_share(&app, 3.0);
+        echo_after_gaps(&kernel);
+        let (c, out) = app.stop();
+        println!("{device}: adaptive idle {:.2}% of a CPU", idle_share * 100.0);
+        assert!(out.contains("has no RX interrupts"), "said in the log: {out}");
+        assert!(idle_share < 0.05, "{device} idle adaptive: {:.2}% of a CPU\n{out}", idle_share * 100.0);
+        assert!(counter(&c, "Poll.Sleeps") > 100 && counter(&c, "Poll.WakesRx") == 0, "{out}");
+        assert_eq!(counter(&c, "Udp.InDatagrams"), 5, "{out}");
+    }
+}
+
+#[test]
+fn a_send_from_a_thread_wakes_a_sleeping_lcore() {
+    let _serial = device_lock();
+    shared_eal(Memory::Hugepages);
+    let (spate_ns, kernel) = spate_and_kernel("pwake");
+    let mut port = spate::PortSpec::new("net_af_packet0,iface=vA");
+    port = port.addr("198.18.0.2/24").unwrap();
+    let cfg = spate::StackConfig {
+        lcores: "1".into(),
+        ports: vec![port],
+        stop_on_signal: false,
+        mempool_size: 4095,
+        poll: spate::config::PollMode::Adaptive,
+        ..spate::StackConfig::default()
+    };
+    let stack = spate_ns.run(move || spate::Stack::new(cfg).expect("the stack"));
+    let running = stack.spawn_polling().unwrap();
+    let member = kernel.run(|| {
+        let k = UdpSocket::bind("198.18.0.1:6000").unwrap();
+        k.set_read_timeout(Some(Duration::from_secs(2))).unwrap();
+        k
+    });
+    let s = spate::UdpSocket::bind(&stack, "0.0.0.0:0").unwrap();
+    // The first send resolves the neighbour; the rest find it known.
+    s.send_to(b"first", "198.18.0.1:6000").unwrap();
+    let member = kernel.run(move || {
+        let mut buf = [0u8; 16];
+        member.recv_from(&mut buf).expect("the first datagram");
+        member
+    });
+    let before = stack.counters();
+    let mut late = Vec::new();
+    for i in 0..10u8 {
+        // Idle long enough that the lcore sleeps (its timer every 10 ms).
+        std::thread::sleep(Duration::from_millis(25));
+        let t = std::time::Instant::now();
+        s.send_to(&[i; 8], "198.18.0.1:6000").unwrap();
+        let got = kernel.run({
+            let member = member.try_clone().unwrap();
+            move || {
+                let mut buf = [0u8; 16];
+                member.recv_from(&mut buf).map(|(n, _)| buf[..n].to_vec())
+            }
+        });
+        assert_eq!(got.ok(), Some(vec![i; 8]), "datagram {i} sent from a sleeping lcore's thread");
+        late.push(t.elapsed());
+    }
+    let c = stack.counters();
+    let handoffs = c[spate::Counter::PollWakesHandoff] - before[spate::Counter::PollWakesHandoff];
+    late.sort();
+    println!("10 sends to a sleeping lcore: {handoffs} woken by the bell; median {:?} to the kernel", late[5]);
+    // A send that lands while the lcore is awake (its timer) needs no bell;
+    // most land while it sleeps.
+    assert!(handoffs >= 5, "the bell woke the lcore: {handoffs} of 10");
+    running.stop();
+}
