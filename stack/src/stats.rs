@@ -116,7 +116,7 @@ counters! {
     PollWakesRx = kept "Poll"."WakesRx": "Sleeps an RX queue's interrupt ended.";
     PollWakesHandoff = kept "Poll"."WakesHandoff": "Sleeps a hand-off ended: an application thread's send, another lcore's frames, the stack stopping.";
     PollWakesTimer = kept "Poll"."WakesTimer": "Sleeps that lasted until the stack's next timer, or naps to their end (ports without RX interrupts).";
-    PollAsleepUs = kept "Poll"."AsleepUs": "Microseconds the lcores slept.";
+    PollAsleepMicros = kept "Poll"."AsleepMicros": "Microseconds the lcores slept.";
 
     TxFrames = kept "Tx"."Frames": "Frames handed to ports.";
     TxRingFull = drop "Tx"."RingFull": "Frames dropped because a TX ring stayed full through the retries.";

@@ -127,7 +127,7 @@ impl Worker<'_> {
         self.arm(false);
         self.shared.doorbells[self.idx].awake();
         self.inc(Counter::PollSleeps);
-        self.add(Counter::PollAsleepUs, start.elapsed().as_micros() as u64);
+        self.add(Counter::PollAsleepMicros, start.elapsed().as_micros() as u64);
         self.inc(match (woke.rx, woke.bell) {
             (true, _) => Counter::PollWakesRx,
             (false, true) => Counter::PollWakesHandoff,
