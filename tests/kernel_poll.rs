@@ -91,7 +91,7 @@ fn adaptive_echo_sleeps_when_idle_and_wakes_for_frames() {
     echo_after_gaps(&ns);
     let (c, out) = app.stop();
     println!("net_tap: busy {:.1}% of a CPU, adaptive idle {:.2}%", busy_share * 100.0, idle_share * 100.0);
-    assert!(busy_share > 0.5, "busy polling uses a CPU: {busy_share}");
+    assert!(busy_share > 0.3, "busy polling uses a CPU: {busy_share}");
     // A debug build's wake-ups cost more than a release build's.
     assert!(idle_share < 0.05, "idle adaptive: {:.2}% of a CPU\n{out}", idle_share * 100.0);
     assert!(counter(&c, "Poll.WakesRx") >= 5, "each datagram's frame woke the lcore\n{out}");
@@ -115,13 +115,10 @@ fn adaptive_echo_sleeps_when_idle_and_wakes_for_frames() {
     }
 }
 
-#[test]
-fn a_send_from_a_thread_wakes_a_sleeping_lcore() {
-    let _serial = device_lock();
-    shared_eal(Memory::Hugepages);
-    let (spate_ns, kernel) = spate_and_kernel("pwake");
-    let mut port = spate::PortSpec::new("net_af_packet0,iface=vA");
-    port = port.addr("198.18.0.2/24").unwrap();
+/// An adaptive stack in this process on `device` in `ns`: its lcore
+/// sleeps when idle.
+fn adaptive_stack(ns: &Netns, device: &str) -> spate::Stack {
+    let port = spate::PortSpec::new(device).addr("198.18.0.2/24").unwrap();
     let cfg = spate::StackConfig {
         lcores: "1".into(),
         ports: vec![port],
@@ -130,14 +127,20 @@ fn a_send_from_a_thread_wakes_a_sleeping_lcore() {
         poll: spate::config::PollMode::Adaptive,
         ..spate::StackConfig::default()
     };
-    let stack = spate_ns.run(move || spate::Stack::new(cfg).expect("the stack"));
+    ns.run(move || spate::Stack::new(cfg).expect("the stack"))
+}
+
+/// Ten sends from this thread to a kernel socket in `kernel`, each after
+/// the stack's lcore fell asleep: each arrives, and the bell woke the
+/// lcore for most (one landing while it is awake needs none).
+fn sends_wake_the_lcore(stack: &spate::Stack, kernel: &Netns, what: &str) {
     let running = stack.spawn_polling().unwrap();
     let member = kernel.run(|| {
         let k = UdpSocket::bind("198.18.0.1:6000").unwrap();
         k.set_read_timeout(Some(Duration::from_secs(2))).unwrap();
         k
     });
-    let s = spate::UdpSocket::bind(&stack, "0.0.0.0:0").unwrap();
+    let s = spate::UdpSocket::bind(stack, "0.0.0.0:0").unwrap();
     // The first send resolves the neighbour; the rest find it known.
     s.send_to(b"first", "198.18.0.1:6000").unwrap();
     let member = kernel.run(move || {
@@ -148,7 +151,7 @@ fn a_send_from_a_thread_wakes_a_sleeping_lcore() {
     let before = stack.counters();
     let mut late = Vec::new();
     for i in 0..10u8 {
-        // Idle long enough that the lcore sleeps (its timer every 10 ms).
+        // Idle long enough that the lcore sleeps (after 50 us).
         std::thread::sleep(Duration::from_millis(25));
         let t = std::time::Instant::now();
         s.send_to(&[i; 8], "198.18.0.1:6000").unwrap();
@@ -159,15 +162,29 @@ fn a_send_from_a_thread_wakes_a_sleeping_lcore() {
                 member.recv_from(&mut buf).map(|(n, _)| buf[..n].to_vec())
             }
         });
-        assert_eq!(got.ok(), Some(vec![i; 8]), "datagram {i} sent from a sleeping lcore's thread");
+        assert_eq!(got.ok(), Some(vec![i; 8]), "{what}: datagram {i} sent from a sleeping lcore's thread");
         late.push(t.elapsed());
     }
     let c = stack.counters();
     let handoffs = c[spate::Counter::PollWakesHandoff] - before[spate::Counter::PollWakesHandoff];
     late.sort();
-    println!("10 sends to a sleeping lcore: {handoffs} woken by the bell; median {:?} to the kernel", late[5]);
-    // A send that lands while the lcore is awake (its timer) needs no bell;
-    // most land while it sleeps.
-    assert!(handoffs >= 5, "the bell woke the lcore: {handoffs} of 10");
+    println!("{what}: 10 sends to a sleeping lcore, {handoffs} woken by the bell; median {:?} to the kernel", late[5]);
+    assert!(handoffs >= 5, "{what}: the bell woke the lcore: {handoffs} of 10");
     running.stop();
+}
+
+#[test]
+fn a_send_from_a_thread_wakes_a_sleeping_lcore() {
+    let _serial = device_lock();
+    shared_eal(Memory::Hugepages);
+    // Naps (no RX interrupts): the bell alone.
+    let (spate_ns, kernel) = spate_and_kernel("pwake");
+    let stack = adaptive_stack(&spate_ns, "net_af_packet0,iface=vA");
+    sends_wake_the_lcore(&stack, &kernel, "net_af_packet");
+    drop(stack);
+    // RX interrupts: the bell beside the queue in the lcore's epoll set.
+    let ns = Netns::new("pwaket");
+    let stack = adaptive_stack(&ns, &format!("{},iface=sp1", spate_testkit::unique("net_tap")));
+    kernel_peer(&ns, "sp1");
+    sends_wake_the_lcore(&stack, &ns, "net_tap");
 }

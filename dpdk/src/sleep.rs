@@ -17,6 +17,8 @@ use crate::sys;
 pub(crate) const EPOLL_PER_THREAD: i32 = -1;
 /// `RTE_INTR_EVENT_ADD`.
 pub(crate) const INTR_EVENT_ADD: i32 = 1;
+/// `RTE_INTR_EVENT_DEL`.
+pub(crate) const INTR_EVENT_DEL: i32 = 2;
 /// The `data` of the bell's event, told apart from the queues' (their
 /// queue index).
 const BELL_DATA: usize = usize::MAX;
@@ -139,7 +141,10 @@ impl Sleeper {
     /// interrupts: the devices have none).
     pub fn nap(&mut self, ns: u64) -> Woke {
         let mut fds = libc::pollfd { fd: self.bell.fd.as_raw_fd(), events: libc::POLLIN, revents: 0 };
-        let ts = libc::timespec { tv_sec: (ns / 1_000_000_000) as libc::time_t, tv_nsec: (ns % 1_000_000_000) as i64 };
+        let ts = libc::timespec {
+            tv_sec: (ns / 1_000_000_000) as libc::time_t,
+            tv_nsec: (ns % 1_000_000_000) as libc::c_long,
+        };
         // SAFETY: one live pollfd, a live timespec, no signal mask.
         let n = unsafe { libc::ppoll(&mut fds, 1, &ts, std::ptr::null()) };
         let bell = n > 0 && fds.revents & libc::POLLIN != 0;

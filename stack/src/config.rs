@@ -389,9 +389,10 @@ pub enum PollMode {
     Busy,
     /// Poll while there is work; after 50 us of none, sleep until a frame
     /// (the RX queues' interrupts), a hand-off from another thread or
-    /// lcore, or the stack's next timer wakes it, and poll again. Ports
-    /// without RX interrupts get naps on the hand-off bell instead, from 1
-    /// us doubling to 1 ms.
+    /// lcore, or 100 ms pass (the idle lcore's timer tick), and poll
+    /// again. Ports without RX interrupts get naps on the hand-off bell
+    /// instead, from 1 us doubling to 10 ms. The lcore's callback
+    /// (`Stack::run`) is not called while it sleeps.
     Adaptive,
 }
 

@@ -59,6 +59,27 @@ impl RxQueue {
                 self.queue as usize as *mut std::os::raw::c_void,
             )
         };
+        // Registered already (a stack run again on this thread): DPDK says
+        // EEXIST, or 0 where it hides that.
+        if ret == -libc::EEXIST {
+            return Ok(());
+        }
+        self.check("rte_eth_dev_rx_intr_ctl_q", ret)
+    }
+
+    /// Takes this queue's interrupt out of the calling thread's epoll set
+    /// again (the thread that registered it, before the queue goes).
+    pub fn intr_unregister(&self) -> Result<()> {
+        // SAFETY: as `intr_register`, removing what it added.
+        let ret = unsafe {
+            sys::rte_eth_dev_rx_intr_ctl_q(
+                self.port,
+                self.queue,
+                crate::sleep::EPOLL_PER_THREAD,
+                crate::sleep::INTR_EVENT_DEL,
+                std::ptr::null_mut(),
+            )
+        };
         self.check("rte_eth_dev_rx_intr_ctl_q", ret)
     }
 

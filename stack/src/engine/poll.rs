@@ -49,11 +49,14 @@ impl Worker<'_> {
             let mut work = self.poll_rx();
             work += self.run_app(app);
             work += self.drain_inbox();
-            self.flush_all();
+            // Timers before the flush: what they send (ARP and ND retries,
+            // reports, announcements) goes with this iteration's frames,
+            // not after a sleep.
             if self.now.0 >= self.next_timer.0 {
                 self.timers();
                 self.next_timer = Instant(self.now.0 + TIMER_NS);
             }
+            self.flush_all();
             add_single_writer(&load.loops, 1);
             if work > 0 {
                 let spent = spate_dpdk::lcore::tsc().wrapping_sub(start);
@@ -72,6 +75,10 @@ impl Worker<'_> {
                 break;
             }
         }
+        // What a last look before a sleep staged, should the stop have
+        // come then.
+        self.deliver_staged();
+        self.teardown_sleep();
         self.remove_local_tx();
         self.flush_all();
     }

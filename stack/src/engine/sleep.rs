@@ -44,7 +44,8 @@ impl Worker<'_> {
         }
         // Naps as short as asked (the default slack is 50 us).
         spate_dpdk::sleep::set_timer_slack(1_000);
-        let mut all = !self.rx.is_empty();
+        // An lcore without RX queues (steered ports) waits on its bell.
+        let mut all = true;
         for (iface, q) in &self.rx {
             if let Err(e) = q.intr_register() {
                 log::info!(
@@ -68,6 +69,21 @@ impl Worker<'_> {
             .filter(|(iface, _)| self.shared.ports.get(*iface as usize).is_some_and(|p| p.info().driver == "net_tap"))
             .filter_map(|(_, q)| q.intr_fd())
             .collect();
+    }
+
+    /// At the loop's end, on the lcore's thread: its RX queues' interrupts
+    /// out of its epoll set (a stack run again registers them anew; the
+    /// set outlives the stack on EAL's threads) and its bell with them.
+    pub(super) fn teardown_sleep(&mut self) {
+        if self.sleeper.take().is_none() {
+            return;
+        }
+        if self.rx_intr {
+            for (_, q) in &self.rx {
+                let _ = q.intr_unregister();
+            }
+        }
+        self.pending_fds.clear();
     }
 
     /// An iteration that did work: the idle time starts over.
@@ -133,6 +149,11 @@ impl Worker<'_> {
             (false, true) => Counter::PollWakesHandoff,
             (false, false) => Counter::PollWakesTimer,
         });
+        if woke.bell && self.idx == 0 {
+            // Lcore 0 is rung for its timers' work too (a join's report,
+            // an added address's announcement): due now.
+            self.next_timer = crate::time::Instant(0);
+        }
         if !woke.timed_out() {
             // Woken for work: it polls a full idle time before sleeping
             // again. A device may signal before its frame can be taken:

@@ -173,7 +173,15 @@ impl Stack {
                 promiscuous: spec.promiscuous,
                 ..PortConfig::default()
             };
-            port.configure(&pc, pool.clone())?;
+            if let Err(e) = port.configure(&pc, pool.clone()) {
+                if !pc.rx_interrupts {
+                    return Err(e.into());
+                }
+                // A device may refuse RX interrupts outright: it naps then.
+                log::info!("{e}: configured again without RX interrupts");
+                let pc = PortConfig { rx_interrupts: false, ..pc.clone() };
+                port.configure(&pc, pool.clone())?;
+            }
             let mut soft_mac = None;
             if let Some(mac) = spec.mac {
                 if let Err(e) = port.set_mac(mac.0) {

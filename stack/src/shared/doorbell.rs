@@ -6,6 +6,10 @@
 //! before its read, so one of them sees the other's (the lcore finds the
 //! work, or the producer finds the lcore going to sleep and rings its
 //! bell). The bell rings once per sleep however many producers see it.
+//! A producer late for one sleep may set `rung` after the lcore's
+//! `awake` cleared it: its ring stays in the bell (an eventfd counts
+//! rings), so the next sleep ends at once, spuriously, and the flag is
+//! cleared again: no wake is lost, one may come early.
 //! Model-checked with loom (`stack/tests/loom_doorbell.rs`).
 
 use crate::sync::{AtomicBool, Ordering, fence};
