@@ -12,7 +12,8 @@
 //! cargo bench --bench pps -- [--quick] [--out DIR (target/pps)]
 //! ```
 //! `--quick` finishes in under a minute. `--queues-table` instead puts a
-//! 2-queue virtio_user port on 2 lcores beside a 1-queue one on 1.
+//! 2-queue virtio_user port on 2 lcores beside a 1-queue one on 1;
+//! `--poll-table` `spate-sink --poll busy` beside `--poll adaptive`.
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -174,7 +175,7 @@ fn run_sink(src: &mut Source, args: &[String], t: Timing) -> (String, u64) {
 }
 
 /// spate-sink on the virtio-user side, lcore 1 polling.
-fn spate(src: &mut Source, frame: usize, thread: bool, t: Timing) -> (Point, Reconciliation) {
+fn spate(src: &mut Source, frame: usize, thread: bool, extra: &[&str], t: Timing) -> (Point, Reconciliation) {
     src.frame(frame);
     let mut args: Vec<String> = [
         "--vdev",
@@ -189,6 +190,7 @@ fn spate(src: &mut Source, frame: usize, thread: bool, t: Timing) -> (Point, Rec
     ]
     .map(String::from)
     .to_vec();
+    args.extend(extra.iter().map(|a| a.to_string()));
     if thread {
         // The reader shares CPU 0 with the source: its buffer holds a
         // scheduler slice's worth of datagrams.
@@ -389,6 +391,41 @@ fn fmt(v: Option<f64>) -> String {
     v.map(|x| format!("{x:.1}")).unwrap_or_else(|| "-".into())
 }
 
+/// `spate-sink --reader lcore` at 64 bytes, `--poll busy` and `--poll
+/// adaptive` taking turns, three rounds each: under load adaptive polling
+/// never sleeps, and must cost nothing.
+fn poll_table(src: &mut Source, t: Timing) {
+    let mut rounds: [Vec<Point>; 2] = [Vec::new(), Vec::new()];
+    for _ in 0..3 {
+        for (i, mode) in ["busy", "adaptive"].iter().enumerate() {
+            let (p, _) = spate(src, 64, false, &["--poll", mode], t);
+            rounds[i].push(p);
+        }
+    }
+    let median = |v: &mut Vec<Point>| {
+        v.sort_by(|a, b| a.pps.total_cmp(&b.pps));
+        v[v.len() / 2].clone()
+    };
+    let (busy, adaptive) = (median(&mut rounds[0]), median(&mut rounds[1]));
+    println!(
+        "spate-sink --reader lcore, 64-byte frames from testpmd txonly over vhost-user (median of 3 alternating rounds)"
+    );
+    println!("CPU: {}", spate_testkit::cpu_model());
+    println!("| poll | Mpps | cycles/datagram |");
+    println!("|---|---|---|");
+    for (name, p) in [("busy", &busy), ("adaptive", &adaptive)] {
+        println!("| {name} | {:.3} | {} |", p.pps / 1e6, fmt(p.cycles));
+    }
+    println!(
+        "| adaptive / busy | {:.3} | {} |",
+        adaptive.pps / busy.pps,
+        match (adaptive.cycles, busy.cycles) {
+            (Some(a), Some(b)) => format!("{:.3}", a / b),
+            _ => "-".into(),
+        }
+    );
+}
+
 fn main() {
     let args: Vec<String> = std::env::args().skip(1).collect();
     let flag = |name: &str| args.iter().position(|a| a == name).and_then(|i| args.get(i + 1)).cloned();
@@ -411,9 +448,13 @@ fn main() {
     let mut hz = 0.0;
     let sock = unique_socket_path("pps");
     let mut src = Source::new(&sock);
+    if args.iter().any(|a| a == "--poll-table") {
+        poll_table(&mut src, t);
+        return;
+    }
     if args.iter().any(|a| a == "--sink-only") {
         // For a profiler: spate-sink alone at 64 bytes.
-        let (p, r) = spate(&mut src, 64, false, t);
+        let (p, r) = spate(&mut src, 64, false, &[], t);
         println!("{:.2} Mpps, {} cycles/datagram; {:?}", p.pps / 1e6, fmt(p.cycles), r);
         return;
     }
@@ -424,11 +465,11 @@ fn main() {
         let (c, tsc) = ceiling(&mut src, frame, t);
         hz = tsc.expect("testpmd reports its TSC rate");
         points.push(c);
-        let (p, r) = spate(&mut src, frame, false, t);
+        let (p, r) = spate(&mut src, frame, false, &[], t);
         points.push(p);
         recs.push(r);
     }
-    let (p, r) = spate(&mut src, 64, true, t);
+    let (p, r) = spate(&mut src, 64, true, &[], t);
     points.push(p);
     recs.push(r);
     let _ = src.pmd.command("quit", "Bye");
