@@ -132,8 +132,10 @@ fn adaptive_stack(ns: &Netns, device: &str) -> spate::Stack {
 
 /// Ten sends from this thread to a kernel socket in `kernel`, each after
 /// the stack's lcore fell asleep: each arrives, and the bell woke the
-/// lcore for most (one landing while it is awake needs none).
-fn sends_wake_the_lcore(stack: &spate::Stack, kernel: &Netns, what: &str) {
+/// lcore for most (one landing while it is awake needs none); then five
+/// datagrams from the kernel, each reaching a socket while the lcore
+/// sleeps (woken by their frames where the port has RX interrupts).
+fn sends_wake_the_lcore(stack: &spate::Stack, kernel: &Netns, what: &str, rx_intr: bool) {
     let running = stack.spawn_polling().unwrap();
     let member = kernel.run(|| {
         let k = UdpSocket::bind("198.18.0.1:6000").unwrap();
@@ -170,6 +172,22 @@ fn sends_wake_the_lcore(stack: &spate::Stack, kernel: &Netns, what: &str) {
     late.sort();
     println!("{what}: 10 sends to a sleeping lcore, {handoffs} woken by the bell; median {:?} to the kernel", late[5]);
     assert!(handoffs >= 5, "{what}: the bell woke the lcore: {handoffs} of 10");
+    // And the other way: the kernel's datagrams to a sleeping lcore.
+    let r = spate::UdpSocket::bind(stack, "0.0.0.0:7000").unwrap();
+    r.set_read_timeout(Some(Duration::from_secs(2))).unwrap();
+    let before = stack.counters();
+    for i in 0..5u8 {
+        std::thread::sleep(Duration::from_millis(25));
+        kernel.run(move || UdpSocket::bind("198.18.0.1:0").unwrap().send_to(&[i; 4], "198.18.0.2:7000").unwrap());
+        let mut buf = [0u8; 8];
+        let (n, _) = r.recv_from(&mut buf).expect("the kernel's datagram reaches a sleeping lcore's socket");
+        assert_eq!(&buf[..n], &[i; 4]);
+    }
+    let c = stack.counters();
+    let rx = c[spate::Counter::PollWakesRx] - before[spate::Counter::PollWakesRx];
+    if rx_intr {
+        assert!(rx >= 3, "{what}: frames woke the lcore: {rx} of 5");
+    }
     running.stop();
 }
 
@@ -180,11 +198,14 @@ fn a_send_from_a_thread_wakes_a_sleeping_lcore() {
     // Naps (no RX interrupts): the bell alone.
     let (spate_ns, kernel) = spate_and_kernel("pwake");
     let stack = adaptive_stack(&spate_ns, "net_af_packet0,iface=vA");
-    sends_wake_the_lcore(&stack, &kernel, "net_af_packet");
+    sends_wake_the_lcore(&stack, &kernel, "net_af_packet", false);
     drop(stack);
     // RX interrupts: the bell beside the queue in the lcore's epoll set.
     let ns = Netns::new("pwaket");
     let stack = adaptive_stack(&ns, &format!("{},iface=sp1", spate_testkit::unique("net_tap")));
     kernel_peer(&ns, "sp1");
-    sends_wake_the_lcore(&stack, &ns, "net_tap");
+    sends_wake_the_lcore(&stack, &ns, "net_tap", true);
+    // Run again: the lcore registers its queue's interrupt anew (the
+    // first run took it out of its thread's epoll set at its end).
+    sends_wake_the_lcore(&stack, &ns, "net_tap, run again", true);
 }
