@@ -279,15 +279,11 @@ impl Port {
     /// (`rte_eth_allmulticast_enable`).
     pub fn set_allmulticast(&self, on: bool) -> Result<()> {
         let _state = self.shared.state.lock().expect("port state lock");
-        // SAFETY: valid port.
-        let ret = unsafe {
-            if on { sys::rte_eth_allmulticast_enable(self.id()) } else { sys::rte_eth_allmulticast_disable(self.id()) }
-        };
-        if ret != 0 {
-            let op = if on { "rte_eth_allmulticast_enable" } else { "rte_eth_allmulticast_disable" };
-            return Err(self.err(op, ret));
-        }
-        Ok(())
+        self.switch(
+            on,
+            (sys::rte_eth_allmulticast_enable, "rte_eth_allmulticast_enable"),
+            (sys::rte_eth_allmulticast_disable, "rte_eth_allmulticast_disable"),
+        )
     }
 
     /// Whether all-multicast mode is on.
@@ -305,12 +301,20 @@ impl Port {
 
     /// [`set_promiscuous`](Self::set_promiscuous) with the state lock held.
     pub(super) fn promiscuous_locked(&self, on: bool) -> Result<()> {
-        // SAFETY: valid port.
-        let ret = unsafe {
-            if on { sys::rte_eth_promiscuous_enable(self.id()) } else { sys::rte_eth_promiscuous_disable(self.id()) }
-        };
+        self.switch(
+            on,
+            (sys::rte_eth_promiscuous_enable, "rte_eth_promiscuous_enable"),
+            (sys::rte_eth_promiscuous_disable, "rte_eth_promiscuous_disable"),
+        )
+    }
+
+    /// Turns a mode of the port on or off with its ethdev pair of calls
+    /// (each named for the error), the state lock held by the caller.
+    fn switch(&self, on: bool, enable: (ModeCall, &'static str), disable: (ModeCall, &'static str)) -> Result<()> {
+        let (call, op) = if on { enable } else { disable };
+        // SAFETY: valid port; the calls take a port id alone.
+        let ret = unsafe { call(self.id()) };
         if ret != 0 {
-            let op = if on { "rte_eth_promiscuous_enable" } else { "rte_eth_promiscuous_disable" };
             return Err(self.err(op, ret));
         }
         Ok(())
@@ -343,3 +347,6 @@ impl Port {
         self.shared.state.lock().expect("port state lock").rss
     }
 }
+
+/// An ethdev call that turns a mode of a port on or off.
+type ModeCall = unsafe extern "C" fn(u16) -> std::os::raw::c_int;

@@ -164,8 +164,7 @@ impl Port {
     }
 
     fn err(&self, op: &'static str, ret: c_int) -> Error {
-        let errno = ret.abs();
-        Error::Port { port: self.id(), name: self.name().into(), op, errno, text: strerror(errno) }
+        port_error(self.id(), self.name(), op, ret)
     }
 
     fn unsupported(&self, what: String) -> Error {
@@ -366,4 +365,11 @@ fn device_info(id: u16, name: &str) -> Result<DeviceInfo> {
         max_mtu: raw.max_mtu,
         lsc_interrupt: flags & sys::RTE_ETH_DEV_INTR_LSC != 0,
     })
+}
+
+/// The error of ethdev call `op` on port `port` (`name`) that returned
+/// `ret` (a negative errno).
+fn port_error(port: u16, name: &str, op: &'static str, ret: c_int) -> Error {
+    let errno = ret.abs();
+    Error::Port { port, name: name.into(), op, errno, text: strerror(errno) }
 }

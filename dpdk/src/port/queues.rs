@@ -48,17 +48,7 @@ impl RxQueue {
     /// started with `rx_interrupts`; the thread that sleeps calls it. An
     /// `Error::Port` (`ENOTSUP`, `EPERM`) where the device has none.
     pub fn intr_register(&self) -> Result<()> {
-        // SAFETY: valid port and queue; the per-thread epoll set is
-        // EAL's, the event's data a plain number.
-        let ret = unsafe {
-            sys::rte_eth_dev_rx_intr_ctl_q(
-                self.port,
-                self.queue,
-                crate::sleep::EPOLL_PER_THREAD,
-                crate::sleep::INTR_EVENT_ADD,
-                self.queue as usize as *mut std::os::raw::c_void,
-            )
-        };
+        let ret = self.intr_ctl(crate::sleep::INTR_EVENT_ADD);
         // Registered already (a stack run again on this thread): DPDK says
         // EEXIST, or 0 where it hides that.
         if ret == -libc::EEXIST {
@@ -70,17 +60,24 @@ impl RxQueue {
     /// Takes this queue's interrupt out of the calling thread's epoll set
     /// again (the thread that registered it, before the queue goes).
     pub fn intr_unregister(&self) -> Result<()> {
-        // SAFETY: as `intr_register`, removing what it added.
-        let ret = unsafe {
+        let ret = self.intr_ctl(crate::sleep::INTR_EVENT_DEL);
+        self.check("rte_eth_dev_rx_intr_ctl_q", ret)
+    }
+
+    /// `rte_eth_dev_rx_intr_ctl_q` of this queue on the calling thread's
+    /// epoll set: `op` is `RTE_INTR_EVENT_ADD` or `_DEL`.
+    fn intr_ctl(&self, op: i32) -> std::os::raw::c_int {
+        // SAFETY: valid port and queue; the per-thread epoll set is EAL's,
+        // the event's data a plain number (the queue index).
+        unsafe {
             sys::rte_eth_dev_rx_intr_ctl_q(
                 self.port,
                 self.queue,
                 crate::sleep::EPOLL_PER_THREAD,
-                crate::sleep::INTR_EVENT_DEL,
-                std::ptr::null_mut(),
+                op,
+                self.queue as usize as *mut std::os::raw::c_void,
             )
-        };
-        self.check("rte_eth_dev_rx_intr_ctl_q", ret)
+        }
     }
 
     /// The descriptor the queue's interrupt is signalled on, if it has
@@ -111,9 +108,7 @@ impl RxQueue {
         if ret == 0 {
             return Ok(());
         }
-        let errno = ret.abs();
-        let name = self.shared.name.clone();
-        Err(crate::Error::Port { port: self.port, name, op, errno, text: crate::error::strerror(errno) })
+        Err(super::port_error(self.port, &self.shared.name, op, ret))
     }
 }
 
