@@ -7,7 +7,7 @@
 //! in the log, once); a promiscuous port needs none of it. Spate's own
 //! filter in software runs whatever the device does.
 
-use std::net::{IpAddr, Ipv6Addr};
+use std::net::IpAddr;
 
 use super::Shared;
 use crate::iface::Interface;
@@ -102,18 +102,7 @@ fn group_macs(ifc: &Interface, joined: &[IpAddr]) -> Vec<[u8; 6]> {
     }
     for c in &ifc.ipv6 {
         if let IpAddr::V6(a) = c.addr {
-            let o = a.octets();
-            let low = [0xff, o[13], o[14], o[15]];
-            groups.push(IpAddr::V6(Ipv6Addr::new(
-                0xff02,
-                0,
-                0,
-                0,
-                0,
-                1,
-                u16::from_be_bytes([low[0], low[1]]),
-                u16::from_be_bytes([low[2], low[3]]),
-            )));
+            groups.push(IpAddr::V6(ipv6::solicited_node(&a)));
         }
     }
     groups.extend_from_slice(joined);
