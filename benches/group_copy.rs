@@ -11,7 +11,6 @@
 //! the median of each), with the CPU's model.
 
 use std::hint::black_box;
-use std::path::PathBuf;
 use std::process::Command;
 
 use spate::dpdk::{Eal, EalBuilder, Mbuf, Memory, Mempool, MempoolConfig, SharedMbuf};
@@ -74,28 +73,7 @@ fn pool() -> (Mempool, Eal) {
 
 fn callgrind(way: &str, size: usize, n: usize) -> u64 {
     let me = std::env::current_exe().expect("own path");
-    let out = PathBuf::from(format!("/tmp/spate-group-copy-cg-{}-{way}-{size}-{n}.out", std::process::id()));
-    let status = Command::new("valgrind")
-        .args(["--tool=callgrind", "--quiet", &format!("--callgrind-out-file={}", out.display())])
-        .arg(&me)
-        .args(["--child", way, &size.to_string(), &n.to_string()])
-        .status()
-        .expect("valgrind (apt-get install valgrind)");
-    assert!(status.success());
-    let text = std::fs::read_to_string(&out).expect("callgrind output");
-    let _ = std::fs::remove_file(&out);
-    text.lines()
-        .find_map(|l| l.strip_prefix("summary: ").or_else(|| l.strip_prefix("totals: ")))
-        .and_then(|v| v.split_whitespace().next()?.parse().ok())
-        .expect("callgrind summary")
-}
-
-fn cpu_model() -> String {
-    let info = std::fs::read_to_string("/proc/cpuinfo").unwrap_or_default();
-    info.lines()
-        .find_map(|l| l.strip_prefix("model name"))
-        .map(|l| l.trim_start_matches([' ', '\t', ':']).to_string())
-        .unwrap_or_default()
+    spate_testkit::callgrind::total(&me, &["--child".into(), way.into(), size.to_string(), n.to_string()])
 }
 
 fn main() {
@@ -108,7 +86,7 @@ fn main() {
     }
     let valgrind = Command::new("valgrind").arg("--version").output().is_ok();
     let (pool, _eal) = pool();
-    println!("group delivery to {MEMBERS} member sockets, per datagram; CPU: {}", cpu_model());
+    println!("group delivery to {MEMBERS} member sockets, per datagram; CPU: {}", spate_testkit::cpu_model());
     println!(
         "{:>6} | {:>14} {:>14} | {:>12} {:>12}",
         "frame", "copy instr", "share instr", "copy cycles", "share cycles"

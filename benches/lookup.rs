@@ -8,8 +8,6 @@
 
 use std::hint::black_box;
 use std::net::SocketAddr;
-use std::path::PathBuf;
-use std::process::Command;
 
 use criterion::Criterion;
 use spate::internals::{Binding, Family, FlowKey, SocketTable};
@@ -87,20 +85,7 @@ fn run_lookups(name: &str, n: usize) {
 
 fn callgrind(name: &str, n: usize) -> u64 {
     let me = std::env::current_exe().expect("own path");
-    let out = PathBuf::from(format!("/tmp/spate-lookup-cg-{}-{n}.out", std::process::id()));
-    let status = Command::new("valgrind")
-        .args(["--tool=callgrind", "--quiet", &format!("--callgrind-out-file={}", out.display())])
-        .arg(&me)
-        .args(["--scenario", name, "--lookups", &n.to_string()])
-        .status()
-        .expect("valgrind (apt-get install valgrind)");
-    assert!(status.success());
-    let text = std::fs::read_to_string(&out).expect("callgrind output");
-    let _ = std::fs::remove_file(&out);
-    text.lines()
-        .find_map(|l| l.strip_prefix("summary: ").or_else(|| l.strip_prefix("totals: ")))
-        .and_then(|v| v.split_whitespace().next()?.parse().ok())
-        .expect("callgrind summary")
+    spate_testkit::callgrind::total(&me, &["--scenario".into(), name.into(), "--lookups".into(), n.to_string()])
 }
 
 /// Nanoseconds per lookup, natively: the scenarios take turns, seven

@@ -3,6 +3,7 @@
 //! child processes (also when a test fails or dies), a `dpdk-testpmd`
 //! driver, and unique names for everything a test creates.
 
+pub mod callgrind;
 pub mod eal;
 pub mod names;
 pub mod netns;
@@ -17,7 +18,9 @@ pub use eal::{device_lock, shared_eal};
 pub use names::{unique, unique_socket_path};
 pub use netns::{Netns, af_packet_stack, behind_a_small_link, kernel_peer, spate_and_kernel, veth};
 pub use process::Proc;
-pub use spate::{RelayLeg, SpateApp, capture_frames, counter, parse_counters, port_counter, start_dump, stop_relay};
+pub use spate::{
+    RelayLeg, SpateApp, capture_frames, counter, echo_after_gaps, parse_counters, port_counter, start_dump, stop_relay,
+};
 pub use testpmd::{FwdStats, TestPmd, TestPmdBuilder};
 pub use unsafe_libc::{pin_to_cpu, recvmmsg, set_recv_buffer};
 pub use wire_peer::{Rng, WirePeer};
