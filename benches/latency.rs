@@ -95,22 +95,7 @@ fn over_veth(warm: usize, n: usize) -> ((Rtts, usize), (Rtts, usize)) {
     let target: SocketAddr = "198.18.0.2:7".parse().unwrap();
 
     // The kernel's echo on the server side.
-    server_ns.must(&["ip", "addr", "add", "198.18.0.2/24", "dev", "vA"]);
-    let stop = Arc::new(AtomicBool::new(false));
-    let stop2 = stop.clone();
-    let server = server_ns.thread(move || {
-        let s = KernelSocket::bind("198.18.0.2:7").expect("echo socket");
-        s.set_read_timeout(Some(Duration::from_millis(100))).unwrap();
-        let mut buf = [0u8; 2048];
-        while !stop2.load(Ordering::Relaxed) {
-            if let Ok((len, from)) = s.recv_from(&mut buf) {
-                let _ = s.send_to(&buf[..len], from);
-            }
-        }
-    });
-    let kernel = client_ns.run(move || kernel_client(target, warm, n));
-    stop.store(true, Ordering::Relaxed);
-    server.join().expect("kernel echo");
+    let kernel = kernel_echo(&server_ns, &client_ns, warm, n);
 
     // spate-echo on the same veth end, the kernel's address gone from it.
     server_ns.must(&["ip", "addr", "flush", "dev", "vA"]);
@@ -268,6 +253,14 @@ fn kernel_echo_rtts(warm: usize, n: usize) -> (Rtts, usize) {
     veth(&server_ns, "vA", &client_ns, "vB");
     server_ns.disable_ipv6("vA");
     kernel_peer(&client_ns, "vB");
+    let (rtts, lost) = kernel_echo(&server_ns, &client_ns, warm, n);
+    (Rtts::new(rtts), lost)
+}
+
+/// The kernel's UDP echo on 198.18.0.2:7 on `vA` of `server_ns` (the
+/// address added there) and a kernel client in `client_ns`: its round
+/// trips and the datagrams lost.
+fn kernel_echo(server_ns: &Netns, client_ns: &Netns, warm: usize, n: usize) -> (Vec<u64>, usize) {
     server_ns.must(&["ip", "addr", "add", "198.18.0.2/24", "dev", "vA"]);
     let stop = Arc::new(AtomicBool::new(false));
     let stop2 = stop.clone();
@@ -282,10 +275,10 @@ fn kernel_echo_rtts(warm: usize, n: usize) -> (Rtts, usize) {
         }
     });
     let target: SocketAddr = "198.18.0.2:7".parse().unwrap();
-    let (rtts, lost) = client_ns.run(move || kernel_client(target, warm, n));
+    let result = client_ns.run(move || kernel_client(target, warm, n));
     stop.store(true, Ordering::Relaxed);
     server.join().expect("kernel echo");
-    (Rtts::new(rtts), lost)
+    result
 }
 
 /// Busy against adaptive polling, with the CPUs idle and beside a busy

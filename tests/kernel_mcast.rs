@@ -46,6 +46,37 @@ fn want(pairs: &[(&str, &[&str])]) -> BTreeMap<String, Vec<String>> {
     pairs.iter().map(|(k, v)| (k.to_string(), v.iter().map(|s| s.to_string()).collect())).collect()
 }
 
+/// A kernel socket in `kernel` on port `port`, a member of `group` on
+/// vB (S1's interface), its reads waiting `wait` at most.
+fn kernel_member(kernel: &spate_testkit::Netns, group: Ipv4Addr, port: u16, wait: Duration) -> KernelSocket {
+    kernel.run(move || {
+        let k = socket2::Socket::new(socket2::Domain::IPV4, socket2::Type::DGRAM, None).unwrap();
+        k.set_reuse_address(true).unwrap();
+        k.bind(&SocketAddr::new(ANY.into(), port).into()).unwrap();
+        k.join_multicast_v4(&group, &S1).unwrap();
+        let k: KernelSocket = k.into();
+        k.set_read_timeout(Some(wait)).unwrap();
+        k
+    })
+}
+
+/// The kernel in `kernel` sends `<group's tag>-s1` and `-s3` to each of
+/// `groups` on port 5000, from S1 and from S3, and `g6` to `g6` out of vB.
+fn kernel_sends(kernel: &spate_testkit::Netns, groups: &'static [(Ipv4Addr, &'static str)], g6: Ipv6Addr) {
+    let vb_index: u32 = kernel.must(&["cat", "/sys/class/net/vB/ifindex"]).trim().parse().unwrap();
+    kernel.run(move || {
+        for (src, tag) in [(S1, "s1"), (S3, "s3")] {
+            let k = KernelSocket::bind(SocketAddr::new(src.into(), 0)).unwrap();
+            for (g, gt) in groups {
+                k.send_to(format!("{gt}-{tag}").as_bytes(), SocketAddr::new((*g).into(), 5000)).unwrap();
+            }
+        }
+        let k6 = socket2::Socket::new(socket2::Domain::IPV6, socket2::Type::DGRAM, None).unwrap();
+        k6.set_multicast_if_v6(vb_index).unwrap();
+        k6.send_to(b"g6", &SocketAddr::new(g6.into(), 5000).into()).unwrap();
+    });
+}
+
 #[test]
 fn members_get_what_their_memberships_ask_and_spate_reaches_kernel_members() {
     let _serial = device_lock();
@@ -119,18 +150,7 @@ fn members_get_what_their_memberships_ask_and_spate_reaches_kernel_members() {
     assert!(e.to_string().contains("Protocol not available"), "ENOPROTOOPT: {e}");
 
     // The kernel sends to each group from each source.
-    let vb_index: u32 = kernel.must(&["cat", "/sys/class/net/vB/ifindex"]).trim().parse().unwrap();
-    kernel.run(move || {
-        for (src, tag) in [(S1, "s1"), (S3, "s3")] {
-            let k = KernelSocket::bind(SocketAddr::new(src.into(), 0)).unwrap();
-            for (g, gt) in [(G1, "g1"), (G2, "g2"), (G3, "g3")] {
-                k.send_to(format!("{gt}-{tag}").as_bytes(), SocketAddr::new(g.into(), 5000)).unwrap();
-            }
-        }
-        let k6 = socket2::Socket::new(socket2::Domain::IPV6, socket2::Type::DGRAM, None).unwrap();
-        k6.set_multicast_if_v6(vb_index).unwrap();
-        k6.send_to(b"g6", &SocketAddr::new(g6.into(), 5000).into()).unwrap();
-    });
+    kernel_sends(&kernel, &[(G1, "g1"), (G2, "g2"), (G3, "g3")], g6);
     let got = drain(
         &[
             ("any_g1", &any_g1),
@@ -158,15 +178,7 @@ fn members_get_what_their_memberships_ask_and_spate_reaches_kernel_members() {
 
     // spate sends to a group the kernel joined: TTL 1 by default.
     let g5 = Ipv4Addr::new(239, 5, 5, 5);
-    let member = kernel.run(move || {
-        let k = socket2::Socket::new(socket2::Domain::IPV4, socket2::Type::DGRAM, None).unwrap();
-        k.set_reuse_address(true).unwrap();
-        k.bind(&SocketAddr::new(ANY.into(), 6000).into()).unwrap();
-        k.join_multicast_v4(&g5, &S1).unwrap();
-        let k: KernelSocket = k.into();
-        k.set_read_timeout(Some(Duration::from_secs(3))).unwrap();
-        k
-    });
+    let member = kernel_member(&kernel, g5, 6000, Duration::from_secs(3));
     let sender = UdpSocket::bind(&stack, "0.0.0.0:0").unwrap();
     assert_eq!(sender.multicast_ttl_v4().unwrap(), 1, "Linux's default");
     sender.send_to(b"to-g5", SocketAddr::new(g5.into(), 6000)).unwrap();
@@ -443,15 +455,7 @@ fn every_member_socket_gets_every_datagram_and_spates_own_sends_loop_back() {
 
     // spate's own send to the group: the kernel's member gets it and so
     // does every local member (IP_MULTICAST_LOOP, on by default)...
-    let member = kernel.run(move || {
-        let k = socket2::Socket::new(socket2::Domain::IPV4, socket2::Type::DGRAM, None).unwrap();
-        k.set_reuse_address(true).unwrap();
-        k.bind(&SocketAddr::new(ANY.into(), 6000).into()).unwrap();
-        k.join_multicast_v4(&g, &S1).unwrap();
-        let k: KernelSocket = k.into();
-        k.set_read_timeout(Some(Duration::from_millis(500))).unwrap();
-        k
-    });
+    let member = kernel_member(&kernel, g, 6000, Duration::from_millis(500));
     let kernel_got = |member: &KernelSocket| {
         let mut buf = [0u8; 64];
         member.recv_from(&mut buf).ok().map(|(n, _)| String::from_utf8_lossy(&buf[..n]).into_owned())
@@ -669,17 +673,8 @@ fn multicast_over_net_virtio_user_through_ovs_dpdk() {
     let v6 = UdpSocket::builder(&stack).only_v6(true).bind("[::]:5000").unwrap();
     let g6: Ipv6Addr = "ff0e::8:8".parse().unwrap();
     v6.join_multicast_v6(&g6, 1).unwrap();
-    let vb_index: u32 = kernel.must(&["cat", "/sys/class/net/vB/ifindex"]).trim().parse().unwrap();
     // The kernel's senders: from two sources to the group; IPv6.
-    kernel.run(move || {
-        for (src, tag) in [(S1, "s1"), (S3, "s3")] {
-            let k = KernelSocket::bind(SocketAddr::new(src.into(), 0)).unwrap();
-            k.send_to(format!("g1-{tag}").as_bytes(), SocketAddr::new(G1.into(), 5000)).unwrap();
-        }
-        let k6 = socket2::Socket::new(socket2::Domain::IPV6, socket2::Type::DGRAM, None).unwrap();
-        k6.set_multicast_if_v6(vb_index).unwrap();
-        k6.send_to(b"g6", &SocketAddr::new(g6.into(), 5000).into()).unwrap();
-    });
+    kernel_sends(&kernel, &[(G1, "g1")], g6);
     let got =
         drain(&[("any", &any), ("not_s1", &not_s1), ("only_s1", &only_s1), ("v6", &v6)], Duration::from_millis(300));
     assert_eq!(
@@ -691,15 +686,7 @@ fn multicast_over_net_virtio_user_through_ovs_dpdk() {
 
     // spate's send reaches a kernel member through OVS.
     let g5 = Ipv4Addr::new(239, 5, 5, 5);
-    let member = kernel.run(move || {
-        let k = socket2::Socket::new(socket2::Domain::IPV4, socket2::Type::DGRAM, None).unwrap();
-        k.set_reuse_address(true).unwrap();
-        k.bind(&SocketAddr::new(ANY.into(), 6000).into()).unwrap();
-        k.join_multicast_v4(&g5, &S1).unwrap();
-        let k: KernelSocket = k.into();
-        k.set_read_timeout(Some(Duration::from_secs(3))).unwrap();
-        k
-    });
+    let member = kernel_member(&kernel, g5, 6000, Duration::from_secs(3));
     let sender = UdpSocket::bind(&stack, "0.0.0.0:0").unwrap();
     sender.send_to(b"to-g5", SocketAddr::new(g5.into(), 6000)).unwrap();
     let text = kernel.run(move || {
@@ -721,14 +708,7 @@ fn spate_flood_sends_to_a_group_with_its_ttl() {
     let _serial = device_lock();
     let (spate_ns, kernel) = spate_and_kernel("mflood");
     let g = Ipv4Addr::new(239, 1, 2, 5);
-    let member = kernel.run(move || {
-        let k = socket2::Socket::new(socket2::Domain::IPV4, socket2::Type::DGRAM, None).unwrap();
-        k.bind(&SocketAddr::new(ANY.into(), 6000).into()).unwrap();
-        k.join_multicast_v4(&g, &S1).unwrap();
-        let k: KernelSocket = k.into();
-        k.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
-        k
-    });
+    let member = kernel_member(&kernel, g, 6000, Duration::from_secs(5));
     let kfile = std::env::temp_dir().join(format!("{}.pcap", unique("spate-mflood-")));
     let args =
         ["-i", "vB", "-U", "--immediate-mode", "-c", "5", "-w", &kfile.display().to_string(), "dst host 239.1.2.5"];

@@ -61,17 +61,7 @@ fn echo(ns: &Netns, device: &str, mode: &str) -> SpateApp {
 
 /// Five datagrams from the kernel in `peer`, 150 ms apart: each answered.
 fn echo_after_gaps(peer: &Netns) {
-    peer.run(|| {
-        let s = UdpSocket::bind("198.18.0.1:0").unwrap();
-        s.set_read_timeout(Some(Duration::from_secs(2))).unwrap();
-        let mut buf = [0u8; 64];
-        for i in 0..5u8 {
-            std::thread::sleep(Duration::from_millis(150));
-            s.send_to(&[i; 20], "198.18.0.2:7").unwrap();
-            let (n, _) = s.recv_from(&mut buf).expect("answered after an idle gap");
-            assert_eq!(&buf[..n], &[i; 20]);
-        }
-    });
+    peer.run(|| spate_testkit::echo_after_gaps(5, 20, Duration::from_millis(150)));
 }
 
 #[test]

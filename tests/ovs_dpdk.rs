@@ -232,17 +232,7 @@ fn adaptive_polling_over_virtio_user_wakes_on_ovs_frames() {
         OvsPort::AfPacket("vO".into()),
         OvsPort::VhostClient,
     );
-    kernel_ns.run(|| {
-        let s = UdpSocket::bind("198.18.0.1:0").unwrap();
-        s.set_read_timeout(Some(Duration::from_secs(2))).unwrap();
-        let mut buf = [0u8; 64];
-        for i in 0..6u8 {
-            std::thread::sleep(Duration::from_millis(150));
-            s.send_to(&[i; 24], "198.18.0.2:7").unwrap();
-            let (n, _) = s.recv_from(&mut buf).expect("answered after an idle gap");
-            assert_eq!(&buf[..n], &[i; 24]);
-        }
-    });
+    kernel_ns.run(|| spate_testkit::echo_after_gaps(6, 24, Duration::from_millis(150)));
     drop(ovs);
     app.stop_with(libc::SIGINT, Duration::from_secs(10));
     let out = app.output();

@@ -144,3 +144,19 @@ pub fn start_dump(bin: &str, file: &std::path::Path, args: &[&str]) -> crate::pr
     p.remove_on_drop(file);
     p
 }
+
+/// `n` datagrams of `len` bytes from a kernel socket on 198.18.0.1 to an
+/// echo at 198.18.0.2:7, each after `gap` of quiet (an adaptive lcore is
+/// asleep by then): each must come back equal. Run it on a thread of the
+/// client's namespace.
+pub fn echo_after_gaps(n: u8, len: usize, gap: Duration) {
+    let s = std::net::UdpSocket::bind("198.18.0.1:0").expect("client socket");
+    s.set_read_timeout(Some(Duration::from_secs(2))).unwrap();
+    let mut buf = vec![0u8; len + 1];
+    for i in 0..n {
+        std::thread::sleep(gap);
+        s.send_to(&vec![i; len], "198.18.0.2:7").unwrap();
+        let (got, _) = s.recv_from(&mut buf).unwrap_or_else(|e| panic!("datagram {i} after an idle gap: {e}"));
+        assert_eq!(&buf[..got], &vec![i; len][..], "datagram {i} came back different");
+    }
+}
