@@ -19,8 +19,10 @@
 //! `--poll-table`: `spate-echo --poll busy` against `--poll adaptive` on
 //! path 1 (`net_af_packet`) and over `net_tap` (the client on the tap's
 //! kernel side), beside the kernel's echo on the veth, with the CPUs
-//! otherwise idle and with a busy process on spate's CPU (1), 20,000
-//! round trips each.
+//! otherwise idle and with a busy process on CPU 1, 20,000 round trips
+//! each; every server once held to CPU 1 (the kernel's echo thread
+//! pinned, `--lcores 1`) and once free to use either CPU (unpinned,
+//! `--lcores 1@(0-1)`).
 
 use std::net::{SocketAddr, UdpSocket as KernelSocket};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -95,7 +97,7 @@ fn over_veth(warm: usize, n: usize) -> ((Rtts, usize), (Rtts, usize)) {
     let target: SocketAddr = "198.18.0.2:7".parse().unwrap();
 
     // The kernel's echo on the server side.
-    let kernel = kernel_echo(&server_ns, &client_ns, warm, n);
+    let kernel = kernel_echo(&server_ns, &client_ns, None, warm, n);
 
     // spate-echo on the same veth end, the kernel's address gone from it.
     server_ns.must(&["ip", "addr", "flush", "dev", "vA"]);
@@ -214,9 +216,9 @@ fn neighbour(stop: Arc<AtomicBool>) -> std::thread::JoinHandle<()> {
     })
 }
 
-/// `spate-echo --poll mode` on `net_af_packet` (veth) or `net_tap`, its
-/// lcore on CPU 1: the round trips of a kernel client.
-fn spate_echo_rtts(tap: bool, mode: &str, warm: usize, n: usize) -> (Rtts, usize) {
+/// `spate-echo --poll mode --lcores lcores` on `net_af_packet` (veth) or
+/// `net_tap`: the round trips of a kernel client.
+fn spate_echo_rtts(tap: bool, mode: &str, lcores: &str, warm: usize, n: usize) -> (Rtts, usize) {
     let target: SocketAddr = "198.18.0.2:7".parse().unwrap();
     let server_ns = Netns::new("lpoll");
     let client_ns = match tap {
@@ -231,7 +233,7 @@ fn spate_echo_rtts(tap: bool, mode: &str, warm: usize, n: usize) -> (Rtts, usize
         }
     };
     let device = if tap { "net_tap0,iface=sp0" } else { "net_af_packet0,iface=vA" };
-    let args: Vec<String> = ["--vdev", device, "--ip", "198.18.0.2/24", "--lcores", "1", "--interval", "0"]
+    let args: Vec<String> = ["--vdev", device, "--ip", "198.18.0.2/24", "--lcores", lcores, "--interval", "0"]
         .into_iter()
         .chain(["--poll", mode])
         .map(String::from)
@@ -246,25 +248,29 @@ fn spate_echo_rtts(tap: bool, mode: &str, warm: usize, n: usize) -> (Rtts, usize
     (Rtts::new(rtts), lost)
 }
 
-/// The kernel's own echo over the veth pair: its round trips.
-fn kernel_echo_rtts(warm: usize, n: usize) -> (Rtts, usize) {
+/// The kernel's own echo over the veth pair, its thread on `cpu` or
+/// wherever the kernel puts it: its round trips.
+fn kernel_echo_rtts(cpu: Option<usize>, warm: usize, n: usize) -> (Rtts, usize) {
     let server_ns = Netns::new("lker");
     let client_ns = Netns::new("lkerc");
     veth(&server_ns, "vA", &client_ns, "vB");
     server_ns.disable_ipv6("vA");
     kernel_peer(&client_ns, "vB");
-    let (rtts, lost) = kernel_echo(&server_ns, &client_ns, warm, n);
+    let (rtts, lost) = kernel_echo(&server_ns, &client_ns, cpu, warm, n);
     (Rtts::new(rtts), lost)
 }
 
 /// The kernel's UDP echo on 198.18.0.2:7 on `vA` of `server_ns` (the
-/// address added there) and a kernel client in `client_ns`: its round
-/// trips and the datagrams lost.
-fn kernel_echo(server_ns: &Netns, client_ns: &Netns, warm: usize, n: usize) -> (Vec<u64>, usize) {
+/// address added there; its thread on `cpu` if given) and a kernel client
+/// in `client_ns`: its round trips and the datagrams lost.
+fn kernel_echo(server_ns: &Netns, client_ns: &Netns, cpu: Option<usize>, warm: usize, n: usize) -> (Vec<u64>, usize) {
     server_ns.must(&["ip", "addr", "add", "198.18.0.2/24", "dev", "vA"]);
     let stop = Arc::new(AtomicBool::new(false));
     let stop2 = stop.clone();
     let server = server_ns.thread(move || {
+        if let Some(cpu) = cpu {
+            spate_testkit::pin_to_cpu(cpu).expect("pin the kernel echo");
+        }
         let s = KernelSocket::bind("198.18.0.2:7").expect("echo socket");
         s.set_read_timeout(Some(Duration::from_millis(100))).unwrap();
         let mut buf = [0u8; 2048];
@@ -282,27 +288,33 @@ fn kernel_echo(server_ns: &Netns, client_ns: &Netns, warm: usize, n: usize) -> (
 }
 
 /// Busy against adaptive polling, with the CPUs idle and beside a busy
-/// process.
+/// process on CPU 1: each server once on CPU 1 (the kernel's echo thread
+/// pinned there, spate's lcore `--lcores 1`) and once free to run on
+/// either CPU (the kernel's thread unpinned, `--lcores 1@(0-1)`).
 fn poll_table(quick: bool) {
     let (warm, n) = if quick { (500, 5_000) } else { (2_000, 20_000) };
     println!("round trip of one 32-byte datagram at a time, {n} of them (after {warm} unrecorded)");
     println!("CPU: {}", cpu_model());
-    println!("| CPUs | path | server | p50 us | p99 us | p99.9 us | lost |");
-    println!("|---|---|---|---|---|---|---|");
+    println!("| CPUs | server on | path | server | p50 us | p99 us | p99.9 us | lost |");
+    println!("|---|---|---|---|---|---|---|---|");
     for noisy in [false, true] {
         let stop = Arc::new(AtomicBool::new(false));
         let spinner = noisy.then(|| neighbour(stop.clone()));
         let cpus = if noisy { "a busy process on CPU 1" } else { "otherwise idle" };
-        let mut rows = vec![("veth", "kernel UDP echo".to_string(), kernel_echo_rtts(warm, n))];
-        for (tap, path) in [(false, "veth"), (true, "net_tap")] {
-            for mode in ["busy", "adaptive"] {
-                let dev = if tap { "net_tap" } else { "net_af_packet" };
-                rows.push((path, format!("spate-echo --poll {mode} ({dev})"), spate_echo_rtts(tap, mode, warm, n)));
+        let mut rows = Vec::new();
+        for (on, cpu, lcores) in [("CPU 1", Some(1), "1"), ("CPU 0 or 1", None, "1@(0-1)")] {
+            rows.push((on, "veth", "kernel UDP echo".to_string(), kernel_echo_rtts(cpu, warm, n)));
+            for (tap, path) in [(false, "veth"), (true, "net_tap")] {
+                for mode in ["busy", "adaptive"] {
+                    let dev = if tap { "net_tap" } else { "net_af_packet" };
+                    let rtts = spate_echo_rtts(tap, mode, lcores, warm, n);
+                    rows.push((on, path, format!("spate-echo --poll {mode} ({dev})"), rtts));
+                }
             }
         }
-        for (path, server, (r, lost)) in &rows {
+        for (on, path, server, (r, lost)) in &rows {
             println!(
-                "| {cpus} | {path} | {server} | {:.1} | {:.1} | {:.1} | {lost} |",
+                "| {cpus} | {on} | {path} | {server} | {:.1} | {:.1} | {:.1} | {lost} |",
                 r.pct(50.0),
                 r.pct(99.0),
                 r.pct(99.9)

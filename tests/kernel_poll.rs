@@ -49,9 +49,30 @@ fn cpu_share(app: &SpateApp, secs: f64) -> f64 {
     (cpu_secs(pid) - before) / secs
 }
 
-/// spate-echo on `device` in `ns` with `--poll mode`.
+/// The CPUs the threads named `comm` of process `pid` may run on
+/// (`Cpus_allowed_list`).
+fn thread_cpus(pid: u32, comm: &str) -> Vec<String> {
+    let tasks = std::fs::read_dir(format!("/proc/{pid}/task")).expect("the process's threads");
+    tasks
+        .filter_map(|t| {
+            let dir = t.ok()?.path();
+            (std::fs::read_to_string(dir.join("comm")).ok()?.trim() == comm).then_some(dir)
+        })
+        .filter_map(|dir| {
+            let status = std::fs::read_to_string(dir.join("status")).ok()?;
+            status.lines().find_map(|l| l.strip_prefix("Cpus_allowed_list:").map(|v| v.trim().to_string()))
+        })
+        .collect()
+}
+
+/// spate-echo on `device` in `ns` with `--poll mode`, on lcore 0.
 fn echo(ns: &Netns, device: &str, mode: &str) -> SpateApp {
-    let args: Vec<String> = ["--vdev", device, "--ip", "198.18.0.2/24", "--lcores", "0", "--interval", "0"]
+    echo_on(ns, device, mode, "0")
+}
+
+/// spate-echo on `device` in `ns` with `--poll mode --lcores lcores`.
+fn echo_on(ns: &Netns, device: &str, mode: &str, lcores: &str) -> SpateApp {
+    let args: Vec<String> = ["--vdev", device, "--ip", "198.18.0.2/24", "--lcores", lcores, "--interval", "0"]
         .into_iter()
         .chain(["--poll", mode, "--mbufs", "4095"])
         .map(String::from)
@@ -89,10 +110,16 @@ fn adaptive_echo_sleeps_when_idle_and_wakes_for_frames() {
     assert!(counter(&c, "Poll.Sleeps") >= 10, "{out}");
     assert_eq!(counter(&c, "Udp.InDatagrams"), 5, "{out}");
 
-    // net_af_packet and net_pcap: no RX interrupts, naps.
-    for device in ["net_af_packet0,iface=vA", "net_pcap0,iface=vA,phy_mac=1"] {
+    // net_af_packet and net_pcap: no RX interrupts, naps. On net_af_packet
+    // the lcore's thread may run on either CPU (`--lcores 1@(0-1)`, EAL's
+    // CPU sets), where the kernel finds room.
+    for (device, lcores) in [("net_af_packet0,iface=vA", "1@(0-1)"), ("net_pcap0,iface=vA,phy_mac=1", "0")] {
         let (spate_ns, kernel) = spate_and_kernel("pnap");
-        let app = echo(&spate_ns, device, "adaptive");
+        let app = echo_on(&spate_ns, device, "adaptive", lcores);
+        if lcores == "1@(0-1)" {
+            let cpus = thread_cpus(echo_pid(app.proc.pid()), "rte-worker-1");
+            assert_eq!(cpus, ["0-1"], "lcore 1's thread may run on CPUs 0 and 1");
+        }
         std::thread::sleep(Duration::from_millis(300));
         let idle_share = cpu_share(&app, 3.0);
         echo_after_gaps(&kernel);

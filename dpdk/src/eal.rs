@@ -85,7 +85,9 @@ impl EalBuilder {
         self
     }
 
-    /// The lcores to run, in EAL's `-l` syntax (`0`, `0-1`, `0,2`).
+    /// The lcores to run, in EAL's `-l` syntax (`0`, `0-1`, `0,2`), or in
+    /// its `--lcores` syntax where an lcore runs on a set of CPUs
+    /// (`0,1@(0-1)`).
     pub fn lcores(mut self, list: &str) -> Self {
         self.lcores = Some(list.into());
         self
@@ -208,7 +210,9 @@ impl EalBuilder {
 
         let mut args = vec![self.program.clone()];
         if let Some(l) = &self.lcores {
-            args.extend(["-l".into(), l.clone()]);
+            // CPU sets (`1@(0-1)`) are `--lcores` syntax.
+            let flag = if l.contains(['@', '(']) { "--lcores" } else { "-l" };
+            args.extend([flag.into(), l.clone()]);
         }
         if let Some(m) = self.main_lcore {
             args.extend(["--main-lcore".into(), m.to_string()]);
@@ -462,6 +466,14 @@ mod tests {
         let a = args(&EalBuilder::new().args(["--no-huge"]), true);
         assert_eq!(a.iter().filter(|x| *x == "--no-huge").count(), 1);
         assert!(!a.contains(&"--in-memory".to_string()));
+    }
+
+    #[test]
+    fn cpu_sets_use_the_lcores_flag() {
+        let a = args(&EalBuilder::new().lcores("0,1"), true);
+        assert!(a.windows(2).any(|w| w[0] == "-l" && w[1] == "0,1"));
+        let a = args(&EalBuilder::new().lcores("0,1@(0-1)"), true);
+        assert!(a.windows(2).any(|w| w[0] == "--lcores" && w[1] == "0,1@(0-1)"));
     }
 
     #[test]

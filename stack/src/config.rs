@@ -411,7 +411,10 @@ impl std::str::FromStr for PollMode {
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct StackConfig {
-    /// The lcores spate polls on, in EAL `-l` syntax (`1`, `0-1`).
+    /// The lcores spate polls on, in EAL `-l` syntax (`1`, `0-1`), or in
+    /// EAL `--lcores` syntax to let an lcore's thread run on a set of
+    /// CPUs (`1@(0-1)`: lcore 1 on CPU 0 or 1, wherever the kernel finds
+    /// room; for adaptive polling beside other work).
     pub lcores: String,
     /// How the lcores share the ports' traffic.
     pub rss: RssMode,
@@ -648,7 +651,7 @@ impl StackConfig {
         if self.ports.is_empty() {
             return Err(Error::Config("no port configured".into()));
         }
-        parse_lcores(&self.lcores)?;
+        lcore_ids(&self.lcores)?;
         if let Some(n) = &self.name {
             let ok = |c: char| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.');
             // `PID-ID` is what unnamed stacks' endpoints are called.
@@ -791,6 +794,64 @@ pub fn parse_lcores(list: &str) -> Result<Vec<u32>> {
     Ok(out)
 }
 
+/// The lcore ids of a stack's `lcores`: EAL `-l` syntax, or EAL
+/// `--lcores` syntax where lcores take CPU sets (`1@(0-1)`, `1@0`,
+/// `(1-2)@(0-3)`; a group of lcores shares the set). Each lcore once.
+pub fn lcore_ids(spec: &str) -> Result<Vec<u32>> {
+    if !spec.contains(['@', '(']) {
+        return parse_lcores(spec);
+    }
+    let bad = |why: &str| Error::Config(format!("lcores {spec:?}: {why} (like 1, 0-1, 1@(0-1) or (1-2)@(0-3))"));
+    // Elements split at the commas outside parentheses.
+    let mut elements = Vec::new();
+    let (mut depth, mut start) = (0i32, 0);
+    for (i, c) in spec.char_indices() {
+        match c {
+            '(' => depth += 1,
+            ')' => depth -= 1,
+            ',' if depth == 0 => {
+                elements.push(&spec[start..i]);
+                start = i + 1;
+            }
+            _ => {}
+        }
+        if !(0..=1).contains(&depth) {
+            return Err(bad("unbalanced or nested parentheses"));
+        }
+    }
+    if depth != 0 {
+        return Err(bad("unbalanced parentheses"));
+    }
+    elements.push(&spec[start..]);
+    let group = |g: &str| -> Result<Vec<u32>> {
+        let g = g.trim();
+        match g.strip_prefix('(').and_then(|g| g.strip_suffix(')')) {
+            Some(inner) => parse_lcores(inner),
+            None if g.contains(',') => Err(bad("a list needs parentheses")),
+            None => parse_lcores(g),
+        }
+    };
+    let mut out = Vec::new();
+    for e in elements {
+        let (ids, cpus) = match e.split_once('@') {
+            Some((ids, cpus)) => (ids, Some(cpus)),
+            None => (e, None),
+        };
+        let ids = group(ids).map_err(|_| bad(&format!("{ids:?} is not an lcore or a group of them")))?;
+        if let Some(cpus) = cpus {
+            group(cpus).map_err(|_| bad(&format!("{cpus:?} is not a CPU or a set of them")))?;
+        }
+        for id in ids {
+            if out.contains(&id) {
+                return Err(bad(&format!("lcore {id} is given twice")));
+            }
+            out.push(id);
+        }
+    }
+    out.sort_unstable();
+    Ok(out)
+}
+
 /// Parses a MAC given in a device string's `mac=` argument, if any.
 pub fn mac_from_device(device: &str) -> Option<MacAddr> {
     device.split(',').find_map(|kv| kv.strip_prefix("mac=")).and_then(|m| m.parse().ok())
@@ -834,6 +895,13 @@ mod tests {
         assert_eq!(parse_lcores("0-2,5").unwrap(), vec![0, 1, 2, 5]);
         for bad in ["", "a", "3-1", "0-200", "1,,2"] {
             assert!(parse_lcores(bad).is_err(), "{bad}");
+        }
+        assert_eq!(lcore_ids("0-1").unwrap(), vec![0, 1]);
+        assert_eq!(lcore_ids("1@(0-1)").unwrap(), vec![1]);
+        assert_eq!(lcore_ids("2@0,1@(0,1)").unwrap(), vec![1, 2]);
+        assert_eq!(lcore_ids("(1-2)@(0-3),4").unwrap(), vec![1, 2, 4]);
+        for bad in ["1@", "@1", "1@(0", "1@0,1)", "1@((0))", "1@0,1@1", "1@0,1", "x@1", "1@(a)"] {
+            assert!(lcore_ids(bad).is_err(), "{bad}");
         }
     }
 

@@ -10,7 +10,7 @@ use std::sync::{Arc, Mutex, OnceLock};
 use crossbeam_utils::CachePadded;
 use spate_dpdk::{Eal, EalBuilder, Memory, Mempool, MempoolConfig, Port, PortConfig, PortStats, lcore};
 
-use crate::config::{Hugepages, StackConfig, mac_from_device, parse_lcores};
+use crate::config::{Hugepages, StackConfig, lcore_ids, mac_from_device};
 use crate::error::{Error, Result};
 use crate::iface::Interface;
 use crate::ip_id::IpIdGen;
@@ -85,7 +85,7 @@ impl Stack {
     /// creates the ports, configures and starts them.
     pub fn new(cfg: StackConfig) -> Result<Stack> {
         cfg.validate()?;
-        let lcores = parse_lcores(&cfg.lcores)?;
+        let lcores = lcore_ids(&cfg.lcores)?;
         if !Eal::is_running() {
             // The calling thread becomes the EAL's main lcore. When lcore 0
             // does not poll, it is that main lcore and the thread is unpinned
