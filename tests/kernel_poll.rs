@@ -10,6 +10,7 @@
 use std::net::UdpSocket;
 use std::time::Duration;
 
+use spate::config::PollMode;
 use spate::dpdk::Memory;
 use spate_testkit::{Netns, SpateApp, counter, device_lock, kernel_peer, shared_eal, spate_and_kernel};
 
@@ -225,4 +226,50 @@ fn a_send_from_a_thread_wakes_a_sleeping_lcore() {
     // Run again: the lcore registers its queue's interrupt anew (the
     // first run took it out of its thread's epoll set at its end).
     sends_wake_the_lcore(&stack, &ns, "net_tap, run again", true);
+}
+
+/// A stack on lcore 1 in `ns` with `ports` (each a fresh net_tap) and
+/// `poll` for the stack: `Poll.Sleeps` after 300 ms without traffic.
+fn sleeps_when_idle(ns: &Netns, poll: PollMode, ports: &[Option<PollMode>]) -> u64 {
+    let ports = ports
+        .iter()
+        .enumerate()
+        .map(|(i, mode)| spate::PortSpec {
+            poll: *mode,
+            ..spate::PortSpec::new(&format!("{},iface=sp{}", spate_testkit::unique("net_tap"), i + 3))
+                .addr(&format!("198.18.{i}.2/24"))
+                .unwrap()
+        })
+        .collect();
+    let cfg = spate::StackConfig {
+        lcores: "1".into(),
+        ports,
+        stop_on_signal: false,
+        mempool_size: 4095,
+        poll,
+        ..spate::StackConfig::default()
+    };
+    let stack = ns.run(move || spate::Stack::new(cfg).expect("the stack"));
+    let running = stack.spawn_polling().unwrap();
+    std::thread::sleep(Duration::from_millis(300));
+    let sleeps = stack.counters()[spate::Counter::PollSleeps];
+    running.stop();
+    sleeps
+}
+
+#[test]
+fn a_port_polled_busy_keeps_its_lcore_awake() {
+    let _serial = device_lock();
+    shared_eal(Memory::Hugepages);
+    let ns = Netns::new("pmix");
+    let (busy, adaptive) = (Some(PollMode::Busy), Some(PollMode::Adaptive));
+    // The stack busy, its one port adaptive: the lcore sleeps.
+    let n = sleeps_when_idle(&ns, PollMode::Busy, &[adaptive]);
+    assert!(n >= 2, "an adaptive port's lcore sleeps: {n} sleeps");
+    // The stack adaptive, one of the lcore's two ports busy: it polls on.
+    let n = sleeps_when_idle(&ns, PollMode::Adaptive, &[None, busy]);
+    assert_eq!(n, 0, "an lcore polling a busy port does not sleep");
+    // Both adaptive: it sleeps.
+    let n = sleeps_when_idle(&ns, PollMode::Adaptive, &[None, None]);
+    assert!(n >= 2, "{n} sleeps");
 }

@@ -147,6 +147,12 @@ pub struct PortSpec {
     /// promiscuous mode on.
     #[serde(default = "yes")]
     pub promiscuous: bool,
+    /// How the lcores poll this port's queues, where it differs from the
+    /// stack's `poll`: an lcore sleeps only when every port it polls is
+    /// adaptive (one busy port keeps it polling), and only adaptive ports
+    /// are configured with RX interrupts.
+    #[serde(default)]
+    pub poll: Option<PollMode>,
     /// Neighbours whose MAC is configured (Linux's `ip neigh add ...
     /// permanent`): never solicited, probed, expired or replaced by what
     /// the wire says, so spate can answer a peer that never answers ARP or
@@ -242,6 +248,7 @@ impl PortSpec {
             rx_checksum_offload: true,
             tx_checksum_offload: true,
             promiscuous: true,
+            poll: None,
             neighbors: Vec::new(),
         }
     }
@@ -915,11 +922,13 @@ mod tests {
             device = "net_tap0,iface=spate0"
             ipv4 = ["198.18.0.2/24"]
             ipv6 = ["fd00::2/64"]
+            poll = "adaptive"
             "#,
         )
         .unwrap();
         c.validate().unwrap();
         assert_eq!(c.ports[0].ipv4[0].to_string(), "198.18.0.2/24");
+        assert_eq!((c.poll, c.ports[0].poll), (PollMode::Busy, Some(PollMode::Adaptive)));
         assert!(StackConfig::from_toml("bogus = 1").is_err(), "unknown keys are errors");
         assert_eq!(c.mempool_order, MempoolOrder::Lifo, "the default");
         assert_eq!(StackConfig::from_toml("mempool_order = \"fifo\"").unwrap().mempool_order, MempoolOrder::Fifo);

@@ -66,7 +66,7 @@ impl Worker<'_> {
             } else {
                 self.idle_polls = self.idle_polls.saturating_add(1);
                 let sleep = self.shared.cfg.idle_sleep_us;
-                if sleep > 0 && self.idle_polls > IDLE_POLLS && !self.shared.adaptive {
+                if sleep > 0 && self.idle_polls > IDLE_POLLS && !self.shared.sleeps[self.idx] {
                     std::thread::sleep(std::time::Duration::from_micros(sleep as u64));
                 }
                 self.idle();

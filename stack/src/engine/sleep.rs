@@ -31,7 +31,10 @@ impl Worker<'_> {
     /// thread's epoll set, and its RX queues' interrupts where the devices
     /// have them (else naps, said in the log).
     pub(super) fn setup_sleep(&mut self) {
-        if !self.shared.adaptive {
+        if !self.shared.sleeps[self.idx] {
+            if self.shared.adaptive && !self.rx.is_empty() {
+                log::info!("spate: lcore {} polls a port with poll = \"busy\": it does not sleep", self.lcore);
+            }
             return;
         }
         let bell = self.shared.bells[self.idx].clone();

@@ -10,7 +10,7 @@ use std::sync::{Arc, Mutex, OnceLock};
 use crossbeam_utils::CachePadded;
 use spate_dpdk::{Eal, EalBuilder, Memory, Mempool, MempoolConfig, Port, PortConfig, PortStats, lcore};
 
-use crate::config::{Hugepages, StackConfig, lcore_ids, mac_from_device};
+use crate::config::{Hugepages, PollMode, StackConfig, lcore_ids, mac_from_device};
 use crate::error::{Error, Result};
 use crate::iface::Interface;
 use crate::ip_id::IpIdGen;
@@ -120,7 +120,9 @@ impl Stack {
             return Err(Error::Config(format!("lcore {l} is not enabled in the EAL (enabled: {enabled:?})")));
         }
         let workers = lcores.len();
-        let adaptive = cfg.poll == crate::config::PollMode::Adaptive;
+        // A port's own mode, else the stack's.
+        let port_polls: Vec<PollMode> = cfg.ports.iter().map(|p| p.poll.unwrap_or(cfg.poll)).collect();
+        let adaptive = cfg.poll == PollMode::Adaptive || port_polls.contains(&PollMode::Adaptive);
         // Adaptive polling: each lcore's bell, rung when it is given work.
         let bells = match adaptive {
             true => {
@@ -161,7 +163,7 @@ impl Stack {
             let info = port.info().clone();
             let plan = ports::plan_port(cfg.rss, workers, &info, &spec.device)?;
             let pc = PortConfig {
-                rx_interrupts: cfg.poll == crate::config::PollMode::Adaptive,
+                rx_interrupts: port_polls[index] == PollMode::Adaptive,
                 rx_queues: plan.rx_queues,
                 tx_queues: plan.tx_queues,
                 rss: plan.rss,
@@ -288,6 +290,15 @@ impl Stack {
             let keys = [secrets.next(), secrets.next(), secrets.next(), secrets.next(), secrets.next()];
             crate::shared::flow_owners::FlowOwners::new(crate::rss::FlowHash::new(keys))
         });
+        // An lcore sleeps when every port it polls is adaptive; one without
+        // RX queues follows the stack's mode.
+        let sleeps = queues
+            .iter()
+            .map(|q| match q.rx.is_empty() {
+                true => cfg.poll == PollMode::Adaptive,
+                false => q.rx.iter().all(|(iface, _)| port_polls[*iface as usize] == PollMode::Adaptive),
+            })
+            .collect();
         let shared = Shared {
             id,
             neigh: NeighTable::new(crate::config::NeighborConfig {
@@ -300,6 +311,7 @@ impl Stack {
             load: (0..workers).map(|_| CachePadded::new(LcoreLoad::default())).collect(),
             inbox: (0..workers).map(|_| CachePadded::new(crate::shared::inbox::Inbox::new(INBOX))).collect(),
             adaptive,
+            sleeps,
             doorbells: (0..workers).map(|_| CachePadded::new(crate::shared::doorbell::Doorbell::new())).collect(),
             bells,
             workers,

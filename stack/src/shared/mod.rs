@@ -161,9 +161,12 @@ pub(crate) struct Shared {
     pub stats: StatsRegistry,
     pub load: Box<[CachePadded<LcoreLoad>]>,
     pub inbox: Box<[CachePadded<inbox::Inbox<TxPacket>>]>,
-    /// `poll = "adaptive"`: idle lcores sleep, and who gives them work
-    /// wakes them.
+    /// `poll = "adaptive"` for the stack or a port: idle lcores may
+    /// sleep, and who gives them work wakes them.
     pub adaptive: bool,
+    /// Per lcore: whether it sleeps when idle (every port it polls is
+    /// adaptive; with none, the stack is).
+    pub sleeps: Vec<bool>,
     /// Per lcore: its side of the sleep hand-off, and the bell that wakes
     /// it (adaptive polling; none otherwise).
     pub doorbells: Box<[CachePadded<doorbell::Doorbell>]>,
