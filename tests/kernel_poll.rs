@@ -185,6 +185,30 @@ fn sends_wake_the_lcore(stack: &spate::Stack, kernel: &Netns, what: &str, rx_int
         assert_eq!(got.ok(), Some(vec![i; 8]), "{what}: datagram {i} sent from a sleeping lcore's thread");
         late.push(t.elapsed());
     }
+    // A batch (`send_batch_to`) rings the bell once, after its last
+    // datagram: all eight arrive.
+    std::thread::sleep(Duration::from_millis(25));
+    let rung = stack.counters()[spate::Counter::PollWakesHandoff];
+    let dst: std::net::SocketAddr = "198.18.0.1:6000".parse().unwrap();
+    let batch: Vec<_> = (0..8u8)
+        .map(|i| {
+            let mut b = s.alloc_send_buf(4).unwrap();
+            b.copy_from_slice(&[100 + i; 4]);
+            (b, dst)
+        })
+        .collect();
+    assert_eq!(s.send_batch_to(batch).unwrap(), 8);
+    let got = kernel.run({
+        let member = member.try_clone().unwrap();
+        move || {
+            let mut buf = [0u8; 16];
+            (0..8).map(|_| member.recv_from(&mut buf).map(|(n, _)| buf[..n].to_vec()).ok()).collect::<Vec<_>>()
+        }
+    });
+    let want: Vec<_> = (0..8u8).map(|i| Some(vec![100 + i; 4])).collect();
+    assert_eq!(got, want, "{what}: a batch sent to a sleeping lcore arrives whole");
+    let rung = stack.counters()[spate::Counter::PollWakesHandoff] - rung;
+    assert!(rung >= 1, "{what}: the batch rang the bell");
     let c = stack.counters();
     let handoffs = c[spate::Counter::PollWakesHandoff] - before[spate::Counter::PollWakesHandoff];
     late.sort();

@@ -690,6 +690,13 @@ impl UdpSocket {
     /// called from its callback (finished there when it goes to the
     /// lcore's direct neighbour), else the inbox of this socket's lcore.
     fn submit(&self, pkt: TxPacket, v4: bool) -> io::Result<()> {
+        self.submit_waking(pkt, v4, true)
+    }
+
+    /// `submit`, ringing the lcore for a packet queued in its inbox only
+    /// if `wake` (a batch rings it once, after its last packet); a sender
+    /// about to wait for room always rings it first.
+    fn submit_waking(&self, pkt: TxPacket, v4: bool, wake: bool) -> io::Result<()> {
         let shared = self.shared();
         let pkt = match LOCAL_TX.with(|l| match &mut *l.borrow_mut() {
             Some(local) if local.stack_id == shared.id => local.take(pkt).map_err(Err),
@@ -702,7 +709,9 @@ impl UdpSocket {
         let inbox = &shared.inbox[self.tx_worker];
         let pkt = match inbox.push(pkt) {
             Ok(()) => {
-                shared.wake(self.tx_worker);
+                if wake {
+                    shared.wake(self.tx_worker);
+                }
                 return Ok(());
             }
             Err(p) => p,
@@ -710,6 +719,8 @@ impl UdpSocket {
         if self.inner.nonblocking.load(Ordering::Relaxed) || NO_WAIT.get() || !shared.is_running() {
             return Err(self.sndbuf_error(v4));
         }
+        // What this batch queued so far must be taken for room to come.
+        shared.wake(self.tx_worker);
         // Backpressure: sleep until the lcore drains the inbox (it wakes
         // waiting senders), the timeout passes or the stack stops.
         let timeout = *self.inner.write_timeout.lock().unwrap_or_else(|p| p.into_inner());
@@ -725,8 +736,9 @@ impl UdpSocket {
 
     /// Hands the staged packets to the transmit path in one go (the
     /// lcore's own queue inside its callback, frames finished there for
-    /// its direct neighbour; else one by one as `submit` does); returns
-    /// how many went, keeping the first error of those that did not.
+    /// its direct neighbour; else one by one into the lcore's inbox, which
+    /// is rung once at the end); returns how many went, keeping the first
+    /// error of those that did not.
     fn submit_staged(&self, staged: &mut Staged, first_error: &mut Option<io::Error>) -> usize {
         let shared = self.shared();
         let n = staged.len();
@@ -749,12 +761,15 @@ impl UdpSocket {
         let mut sent = 0;
         for pkt in staged.drain() {
             let v4 = pkt.next_hop.is_ipv4();
-            match self.submit(pkt, v4) {
+            match self.submit_waking(pkt, v4, false) {
                 Ok(()) => sent += 1,
                 Err(e) => {
                     first_error.get_or_insert(e);
                 }
             }
+        }
+        if sent > 0 {
+            shared.wake(self.tx_worker);
         }
         sent
     }
