@@ -87,6 +87,9 @@ pub struct Sleeper {
     bell: Arc<Bell>,
     /// The bell's registration: EAL keeps its address until removed.
     event: Box<sys::rte_epoll_event>,
+    /// Descriptors watched beside the RX queues' interrupts, with their
+    /// registrations.
+    watched: Vec<(std::os::fd::RawFd, Box<sys::rte_epoll_event>)>,
     events: Vec<sys::rte_epoll_event>,
     _not_send: std::marker::PhantomData<*const ()>,
 }
@@ -111,7 +114,32 @@ impl Sleeper {
         if ret != 0 {
             return Err(os_error("rte_epoll_ctl"));
         }
-        Ok(Sleeper { bell, event, events: vec![Default::default(); EVENTS], _not_send: std::marker::PhantomData })
+        Ok(Sleeper {
+            bell,
+            event,
+            watched: Vec::new(),
+            events: vec![Default::default(); EVENTS],
+            _not_send: std::marker::PhantomData,
+        })
+    }
+
+    /// Also wakes for descriptor `fd` turning readable (level-triggered:
+    /// a wait returns at once while it is): a queue whose device has no
+    /// RX interrupt but a descriptor readable while frames wait
+    /// ([`packet_sockets`]). The caller keeps `fd` open while the
+    /// sleeper lives.
+    pub fn watch(&mut self, fd: std::os::fd::RawFd) -> Result<()> {
+        let mut event = Box::<sys::rte_epoll_event>::default();
+        event.epdata.event = libc::EPOLLIN as u32;
+        event.epdata.data = fd as usize as *mut libc::c_void;
+        // SAFETY: the event lives in a box kept in `watched` until drop
+        // removes the registration.
+        let ret = unsafe { sys::rte_epoll_ctl(EPOLL_PER_THREAD, libc::EPOLL_CTL_ADD, fd, &mut *event) };
+        if ret != 0 {
+            return Err(os_error("rte_epoll_ctl"));
+        }
+        self.watched.push((fd, event));
+        Ok(())
     }
 
     /// Waits up to `timeout_ms` (rounded to EAL's milliseconds) for an RX
@@ -157,6 +185,10 @@ impl Sleeper {
 
 impl Drop for Sleeper {
     fn drop(&mut self) {
+        for (fd, event) in &mut self.watched {
+            // SAFETY: removes a registration `watch` made, with its event.
+            unsafe { sys::rte_epoll_ctl(EPOLL_PER_THREAD, libc::EPOLL_CTL_DEL, *fd, &mut **event) };
+        }
         // SAFETY: removes the registration `new` made, with its event.
         unsafe {
             sys::rte_epoll_ctl(EPOLL_PER_THREAD, libc::EPOLL_CTL_DEL, self.bell.fd.as_raw_fd(), &mut *self.event);
@@ -170,6 +202,43 @@ pub fn readable(fd: std::os::fd::RawFd) -> bool {
     // SAFETY: one live pollfd; no wait.
     let n = unsafe { libc::poll(&mut p, 1, 0) };
     n > 0 && p.revents & libc::POLLIN != 0
+}
+
+/// This process's `AF_PACKET` sockets bound to kernel interface
+/// `if_index`, in the order they were opened (lowest descriptor first):
+/// `net_af_packet` opens one per queue pair, in queue order, and each is
+/// readable while frames wait in its receive ring. Found by looking at
+/// every open descriptor (`/proc/self/fd`): once per lcore at start.
+pub fn packet_sockets(if_index: u32) -> Vec<std::os::fd::RawFd> {
+    let Ok(dir) = std::fs::read_dir("/proc/self/fd") else {
+        return Vec::new();
+    };
+    let mut fds: Vec<std::os::fd::RawFd> = dir
+        .filter_map(|e| e.ok()?.file_name().to_str()?.parse().ok())
+        .filter(|&fd| packet_socket_on(fd) == Some(if_index))
+        .collect();
+    fds.sort_unstable();
+    fds
+}
+
+/// The interface an `AF_PACKET` socket `fd` is bound to, if it is one.
+fn packet_socket_on(fd: std::os::fd::RawFd) -> Option<u32> {
+    let mut domain: libc::c_int = 0;
+    let mut len = std::mem::size_of::<libc::c_int>() as libc::socklen_t;
+    // SAFETY: reads an int option into a live int of the given length; a
+    // descriptor that is not a socket says ENOTSOCK.
+    let ret = unsafe {
+        libc::getsockopt(fd, libc::SOL_SOCKET, libc::SO_DOMAIN, &mut domain as *mut libc::c_int as *mut _, &mut len)
+    };
+    if ret != 0 || domain != libc::AF_PACKET {
+        return None;
+    }
+    // SAFETY: an all-zero sockaddr_ll is valid.
+    let mut addr: libc::sockaddr_ll = unsafe { std::mem::zeroed() };
+    let mut len = std::mem::size_of::<libc::sockaddr_ll>() as libc::socklen_t;
+    // SAFETY: writes at most `len` bytes into the live address.
+    let ret = unsafe { libc::getsockname(fd, &mut addr as *mut libc::sockaddr_ll as *mut libc::sockaddr, &mut len) };
+    (ret == 0 && addr.sll_ifindex > 0).then_some(addr.sll_ifindex as u32)
 }
 
 /// Asks the kernel to wake the calling thread's timed sleeps within `ns`

@@ -96,6 +96,9 @@ pub struct DeviceInfo {
     pub max_mtu: u16,
     /// Whether the device raises link-state-change interrupts.
     pub lsc_interrupt: bool,
+    /// The kernel interface the device sits on (`net_af_packet`,
+    /// `net_tap`: its ifindex), or 0.
+    pub if_index: u32,
 }
 
 const RX_CKSUM: u64 = (sys::RTE_ETH_RX_OFFLOAD_IPV4_CKSUM | sys::RTE_ETH_RX_OFFLOAD_UDP_CKSUM) as u64;

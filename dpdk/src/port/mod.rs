@@ -364,6 +364,7 @@ fn device_info(id: u16, name: &str) -> Result<DeviceInfo> {
         min_mtu: raw.min_mtu,
         max_mtu: raw.max_mtu,
         lsc_interrupt: flags & sys::RTE_ETH_DEV_INTR_LSC != 0,
+        if_index: raw.if_index,
     })
 }
 

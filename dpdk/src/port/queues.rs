@@ -17,6 +17,11 @@ pub struct RxQueue {
 }
 
 impl RxQueue {
+    /// The queue's index on its port.
+    pub fn index(&self) -> u16 {
+        self.queue
+    }
+
     /// Receives into the free slots of `burst`; returns how many arrived.
     #[inline]
     pub fn rx_burst<const N: usize>(&mut self, burst: &mut Burst<N>) -> usize {

@@ -7,11 +7,13 @@
 //! times less often than the 10 ms of a polling lcore: reassembly and
 //! neighbour timeouts end up to that much late; what the application
 //! asks of lcore 0, a join's report, an address's announcement, rings its
-//! bell); then polls again. Ports without RX interrupts get naps on the
-//! bell instead, from [`NAP_MIN_NS`] doubling to [`NAP_MAX_NS`]: the
-//! first frame after a long quiet waits that long at most. Woken with
-//! nothing to do, it sleeps again at once; work starts the idle time
-//! over.
+//! bell); then polls again. `net_af_packet` has no RX interrupts, but
+//! each queue's packet socket is readable while frames wait in its ring:
+//! the lcore waits on it instead. Ports with neither get naps on the
+//! bell, from [`NAP_MIN_NS`] doubling to [`NAP_MAX_NS`]: the first frame
+//! after a long quiet waits that long at most. Woken with nothing to do,
+//! it sleeps again at once; work starts the idle time over. An lcore
+//! that polls a port with `poll = "busy"` does not sleep.
 
 use super::Worker;
 use crate::stats::Counter;
@@ -29,7 +31,8 @@ pub(super) const IDLE_TICK_NS: u64 = 100_000_000;
 impl Worker<'_> {
     /// At the loop's start, on the lcore's thread: its bell in the
     /// thread's epoll set, and its RX queues' interrupts where the devices
-    /// have them (else naps, said in the log).
+    /// have them (`net_af_packet`: its queues' packet sockets; else naps,
+    /// said in the log).
     pub(super) fn setup_sleep(&mut self) {
         if !self.shared.sleeps[self.idx] {
             if self.shared.adaptive && !self.rx.is_empty() {
@@ -38,28 +41,46 @@ impl Worker<'_> {
             return;
         }
         let bell = self.shared.bells[self.idx].clone();
-        match spate_dpdk::Sleeper::new(bell) {
-            Ok(s) => self.sleeper = Some(s),
+        let mut sleeper = match spate_dpdk::Sleeper::new(bell) {
+            Ok(s) => s,
             Err(e) => {
                 log::warn!("spate: lcore {}: {e}: it polls without sleeping", self.lcore);
                 return;
             }
-        }
+        };
         // Naps as short as asked (the default slack is 50 us).
         spate_dpdk::sleep::set_timer_slack(1_000);
         // An lcore without RX queues (steered ports) waits on its bell.
         let mut all = true;
         for (iface, q) in &self.rx {
-            if let Err(e) = q.intr_register() {
-                log::info!(
-                    "spate: lcore {}: interface {iface} has no RX interrupts ({e}): idle, the lcore naps {} us doubling to {} ms",
-                    self.lcore,
-                    NAP_MIN_NS / 1_000,
-                    NAP_MAX_NS / 1_000_000
-                );
-                all = false;
+            let Err(e) = q.intr_register() else { continue };
+            let port = self.shared.ports.get(*iface as usize).map(|p| p.info());
+            // net_af_packet has no RX interrupts, but each queue's packet
+            // socket is readable while frames wait in its ring.
+            if let Some(info) = port.filter(|i| i.driver == "net_af_packet" && i.if_index != 0) {
+                let sockets = spate_dpdk::sleep::packet_sockets(info.if_index);
+                if let Some(&fd) = sockets.get(q.index() as usize) {
+                    match sleeper.watch(fd) {
+                        Ok(()) => {
+                            log::info!(
+                                "spate: lcore {}: interface {iface} (net_af_packet) has no RX interrupts: idle, the lcore waits on its packet socket",
+                                self.lcore
+                            );
+                            continue;
+                        }
+                        Err(e) => log::info!("spate: lcore {}: interface {iface}'s packet socket: {e}", self.lcore),
+                    }
+                }
             }
+            log::info!(
+                "spate: lcore {}: interface {iface} has no RX interrupts ({e}): idle, the lcore naps {} us doubling to {} ms",
+                self.lcore,
+                NAP_MIN_NS / 1_000,
+                NAP_MAX_NS / 1_000_000
+            );
+            all = false;
         }
+        self.sleeper = Some(sleeper);
         self.rx_intr = all;
         self.nap_ns = NAP_MIN_NS;
         // net_tap's receive function answers nothing until the SIGIO that
