@@ -40,7 +40,8 @@ pub struct StackArgs {
     /// A default gateway (at most one per family).
     #[arg(long = "gateway", value_name = "ADDR")]
     pub gateways: Vec<IpAddr>,
-    /// The lcores spate polls on, in EAL -l syntax (`1`, `0-1`).
+    /// The lcores spate polls on, in EAL -l syntax (`1`, `0-1`), or in EAL
+    /// --lcores syntax to give an lcore a set of CPUs (`1@(0-1)`).
     #[arg(long, value_name = "LIST")]
     pub lcores: Option<String>,
     /// How the lcores share the ports' traffic: `auto` (hardware RSS where

@@ -1,9 +1,10 @@
 //! Sleeping until there is work: a polling lcore that finds nothing to do
 //! waits on its thread's epoll set (EAL's, where its RX queues'
 //! interrupts are registered: [`RxQueue::intr_register`]) for a frame, a
-//! ring of its [`Bell`] (another thread handed it work) or a timeout;
-//! or, where the devices have no RX interrupts, naps on its bell alone
-//! for a given time.
+//! ring of its [`Bell`] (another thread handed it work), a watched
+//! descriptor turning readable ([`Sleeper::watch`]: `net_af_packet`'s
+//! packet sockets) or a timeout; or, where the devices have no RX
+//! interrupts, naps on its bell and watched descriptors for a given time.
 //!
 //! [`RxQueue::intr_register`]: crate::RxQueue::intr_register
 
@@ -22,6 +23,8 @@ pub(crate) const INTR_EVENT_DEL: i32 = 2;
 /// The `data` of the bell's event, told apart from the queues' (their
 /// queue index).
 const BELL_DATA: usize = usize::MAX;
+/// The `data` of a watched descriptor's event.
+const WATCHED_DATA: usize = usize::MAX - 1;
 /// Events taken per wait.
 const EVENTS: usize = 16;
 
@@ -87,9 +90,11 @@ pub struct Sleeper {
     bell: Arc<Bell>,
     /// The bell's registration: EAL keeps its address until removed.
     event: Box<sys::rte_epoll_event>,
-    /// Descriptors watched beside the RX queues' interrupts, with their
-    /// registrations.
-    watched: Vec<(std::os::fd::RawFd, Box<sys::rte_epoll_event>)>,
+    /// Descriptors watched beside the RX queues' interrupts (this
+    /// sleeper's duplicates of them), with their registrations.
+    watched: Vec<(OwnedFd, Box<sys::rte_epoll_event>)>,
+    /// The bell and the watched descriptors, for naps.
+    nap_fds: Vec<libc::pollfd>,
     events: Vec<sys::rte_epoll_event>,
     _not_send: std::marker::PhantomData<*const ()>,
 }
@@ -114,32 +119,63 @@ impl Sleeper {
         if ret != 0 {
             return Err(os_error("rte_epoll_ctl"));
         }
+        let nap_fds = vec![libc::pollfd { fd: bell.fd.as_raw_fd(), events: libc::POLLIN, revents: 0 }];
         Ok(Sleeper {
             bell,
             event,
             watched: Vec::new(),
+            nap_fds,
             events: vec![Default::default(); EVENTS],
             _not_send: std::marker::PhantomData,
         })
     }
 
     /// Also wakes for descriptor `fd` turning readable (level-triggered:
-    /// a wait returns at once while it is): a queue whose device has no
-    /// RX interrupt but a descriptor readable while frames wait
-    /// ([`packet_sockets`]). The caller keeps `fd` open while the
-    /// sleeper lives.
+    /// a wait returns at once while it is), in waits and naps alike: a
+    /// queue whose device has no RX interrupt but a descriptor readable
+    /// while frames wait ([`packet_sockets`]). The sleeper watches its own
+    /// duplicate, so the registration stays sound whatever becomes of
+    /// `fd`.
     pub fn watch(&mut self, fd: std::os::fd::RawFd) -> Result<()> {
+        // SAFETY: duplicates a descriptor; an invalid one says EBADF.
+        let dup = unsafe { libc::fcntl(fd, libc::F_DUPFD_CLOEXEC, 0) };
+        if dup < 0 {
+            return Err(os_error("fcntl(F_DUPFD_CLOEXEC)"));
+        }
+        // SAFETY: a new descriptor this sleeper owns.
+        let dup = unsafe { OwnedFd::from_raw_fd(dup) };
         let mut event = Box::<sys::rte_epoll_event>::default();
         event.epdata.event = libc::EPOLLIN as u32;
-        event.epdata.data = fd as usize as *mut libc::c_void;
-        // SAFETY: the event lives in a box kept in `watched` until drop
-        // removes the registration.
-        let ret = unsafe { sys::rte_epoll_ctl(EPOLL_PER_THREAD, libc::EPOLL_CTL_ADD, fd, &mut *event) };
+        event.epdata.data = WATCHED_DATA as *mut libc::c_void;
+        // SAFETY: the event lives in a box kept in `watched`, beside the
+        // descriptor, until drop removes the registration.
+        let ret = unsafe { sys::rte_epoll_ctl(EPOLL_PER_THREAD, libc::EPOLL_CTL_ADD, dup.as_raw_fd(), &mut *event) };
         if ret != 0 {
             return Err(os_error("rte_epoll_ctl"));
         }
-        self.watched.push((fd, event));
+        self.nap_fds.push(libc::pollfd { fd: dup.as_raw_fd(), events: libc::POLLIN, revents: 0 });
+        self.watched.push((dup, event));
         Ok(())
+    }
+
+    /// A watched socket in error (its interface went down: `ENETDOWN`)
+    /// reports it on every wait until the error is read; reads them.
+    fn clear_errors(&self) {
+        for (fd, _) in &self.watched {
+            let mut err: libc::c_int = 0;
+            let mut len = std::mem::size_of::<libc::c_int>() as libc::socklen_t;
+            // SAFETY: reads (and so clears) the socket's pending error into
+            // a live int of the given length.
+            unsafe {
+                libc::getsockopt(
+                    fd.as_raw_fd(),
+                    libc::SOL_SOCKET,
+                    libc::SO_ERROR,
+                    &mut err as *mut libc::c_int as *mut libc::c_void,
+                    &mut len,
+                )
+            };
+        }
     }
 
     /// Waits up to `timeout_ms` (rounded to EAL's milliseconds) for an RX
@@ -150,12 +186,16 @@ impl Sleeper {
             sys::rte_epoll_wait(EPOLL_PER_THREAD, self.events.as_mut_ptr(), EVENTS as i32, timeout_ms.max(0))
         };
         let mut woke = Woke::default();
+        let mut errors = false;
         for e in self.events.iter().take(n.max(0) as usize) {
-            if e.epdata.data as usize == BELL_DATA {
-                woke.bell = true;
-            } else {
-                woke.rx = true;
+            match e.epdata.data as usize {
+                BELL_DATA => woke.bell = true,
+                WATCHED_DATA if e.epdata.event & libc::EPOLLERR as u32 != 0 => errors = true,
+                _ => woke.rx = true,
             }
+        }
+        if errors {
+            self.clear_errors();
         }
         // The bell's descriptor counts rings (it stays readable until
         // they are taken).
@@ -168,26 +208,41 @@ impl Sleeper {
     /// Naps up to `ns` nanoseconds, or until the bell rings (no RX
     /// interrupts: the devices have none).
     pub fn nap(&mut self, ns: u64) -> Woke {
-        let mut fds = libc::pollfd { fd: self.bell.fd.as_raw_fd(), events: libc::POLLIN, revents: 0 };
         let ts = libc::timespec {
             tv_sec: (ns / 1_000_000_000) as libc::time_t,
             tv_nsec: (ns % 1_000_000_000) as libc::c_long,
         };
-        // SAFETY: one live pollfd, a live timespec, no signal mask.
-        let n = unsafe { libc::ppoll(&mut fds, 1, &ts, std::ptr::null()) };
-        let bell = n > 0 && fds.revents & libc::POLLIN != 0;
+        for p in &mut self.nap_fds {
+            p.revents = 0;
+        }
+        // SAFETY: live pollfds (the bell's first, then the watched
+        // descriptors'), a live timespec, no signal mask.
+        let n = unsafe {
+            libc::ppoll(self.nap_fds.as_mut_ptr(), self.nap_fds.len() as libc::nfds_t, &ts, std::ptr::null())
+        };
+        let bell = n > 0 && self.nap_fds[0].revents & libc::POLLIN != 0;
         if bell {
             self.bell.clear();
         }
-        Woke { rx: false, bell }
+        let watched = &self.nap_fds[1..];
+        if n > 0 && watched.iter().any(|p| p.revents & libc::POLLERR != 0) {
+            self.clear_errors();
+        }
+        let rx = n > 0 && watched.iter().any(|p| p.revents & libc::POLLIN != 0);
+        Woke { rx, bell }
     }
 }
 
 impl Drop for Sleeper {
     fn drop(&mut self) {
-        for (fd, event) in &mut self.watched {
-            // SAFETY: removes a registration `watch` made, with its event.
-            unsafe { sys::rte_epoll_ctl(EPOLL_PER_THREAD, libc::EPOLL_CTL_DEL, *fd, &mut **event) };
+        for (fd, mut event) in self.watched.drain(..) {
+            // SAFETY: removes a registration `watch` made, with its event;
+            // should that fail, the event is leaked rather than freed
+            // under EAL's epoll set.
+            let ret = unsafe { sys::rte_epoll_ctl(EPOLL_PER_THREAD, libc::EPOLL_CTL_DEL, fd.as_raw_fd(), &mut *event) };
+            if ret != 0 {
+                std::mem::forget(event);
+            }
         }
         // SAFETY: removes the registration `new` made, with its event.
         unsafe {

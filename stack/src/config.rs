@@ -149,8 +149,9 @@ pub struct PortSpec {
     pub promiscuous: bool,
     /// How the lcores poll this port's queues, where it differs from the
     /// stack's `poll`: an lcore sleeps only when every port it polls is
-    /// adaptive (one busy port keeps it polling), and only adaptive ports
-    /// are configured with RX interrupts.
+    /// adaptive (one busy port keeps it polling; an lcore without RX
+    /// queues when every port is), and only adaptive ports are configured
+    /// with RX interrupts.
     #[serde(default)]
     pub poll: Option<PollMode>,
     /// Neighbours whose MAC is configured (Linux's `ip neigh add ...

@@ -162,8 +162,11 @@ pub(crate) struct Worker<'s> {
     /// The lcore's sleeps (its bell in its thread's epoll set), when
     /// polling is adaptive.
     sleeper: Option<spate_dpdk::Sleeper>,
-    /// Its RX queues all have interrupts (else it naps).
+    /// Its RX queues all have interrupts or watched descriptors (else it
+    /// naps).
     rx_intr: bool,
+    /// Per RX queue: its interrupt is registered in the thread's epoll set.
+    intr_registered: Vec<bool>,
     /// When the current idle time began.
     idle_since: Option<u64>,
     /// The next nap (no RX interrupts).
@@ -238,6 +241,7 @@ impl<'s> Worker<'s> {
             looped: Vec::new(),
             sleeper: None,
             rx_intr: false,
+            intr_registered: Vec::new(),
             idle_since: None,
             nap_ns: 0,
             pending_fds: Vec::new(),

@@ -52,14 +52,21 @@ impl Worker<'_> {
         spate_dpdk::sleep::set_timer_slack(1_000);
         // An lcore without RX queues (steered ports) waits on its bell.
         let mut all = true;
-        for (iface, q) in &self.rx {
-            let Err(e) = q.intr_register() else { continue };
+        self.intr_registered = vec![false; self.rx.len()];
+        for (i, (iface, q)) in self.rx.iter().enumerate() {
+            let Err(e) = q.intr_register() else {
+                self.intr_registered[i] = true;
+                continue;
+            };
             let port = self.shared.ports.get(*iface as usize).map(|p| p.info());
             // net_af_packet has no RX interrupts, but each queue's packet
-            // socket is readable while frames wait in its ring.
+            // socket is readable while frames wait in its ring. The driver
+            // opens one per queue pair, in order: any other socket on the
+            // interface (another port on it) and they are not told apart.
             if let Some(info) = port.filter(|i| i.driver == "net_af_packet" && i.if_index != 0) {
                 let sockets = spate_dpdk::sleep::packet_sockets(info.if_index);
-                if let Some(&fd) = sockets.get(q.index() as usize) {
+                let ours = sockets.len() == info.max_rx_queues as usize;
+                if let Some(&fd) = sockets.get(q.index() as usize).filter(|_| ours) {
                     match sleeper.watch(fd) {
                         Ok(()) => {
                             log::info!(
@@ -102,8 +109,8 @@ impl Worker<'_> {
         if self.sleeper.take().is_none() {
             return;
         }
-        if self.rx_intr {
-            for (_, q) in &self.rx {
+        for ((_, q), registered) in self.rx.iter().zip(std::mem::take(&mut self.intr_registered)) {
+            if registered {
                 let _ = q.intr_unregister();
             }
         }
@@ -195,7 +202,7 @@ impl Worker<'_> {
         if !self.rx_intr {
             return;
         }
-        for (_, q) in &self.rx {
+        for ((_, q), _) in self.rx.iter().zip(&self.intr_registered).filter(|(_, r)| **r) {
             let _ = if on { q.intr_enable() } else { q.intr_disable() };
         }
     }

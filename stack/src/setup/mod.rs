@@ -114,6 +114,8 @@ impl Stack {
                     log::warn!("cannot unpin the main thread: {e}");
                 }
             }
+        } else if cfg.lcores.contains('@') {
+            log::warn!("spate: the EAL runs already: the CPU sets of lcores {:?} are not applied", cfg.lcores);
         }
         let enabled = lcore::all();
         if let Some(l) = lcores.iter().find(|l| !enabled.contains(l)) {
@@ -291,11 +293,16 @@ impl Stack {
             crate::shared::flow_owners::FlowOwners::new(crate::rss::FlowHash::new(keys))
         });
         // An lcore sleeps when every port it polls is adaptive; one without
-        // RX queues follows the stack's mode.
+        // RX queues (it serves steered flows and hand-offs) when every port
+        // is.
+        let all_adaptive = match port_polls.is_empty() {
+            true => cfg.poll == PollMode::Adaptive,
+            false => port_polls.iter().all(|p| *p == PollMode::Adaptive),
+        };
         let sleeps = queues
             .iter()
             .map(|q| match q.rx.is_empty() {
-                true => cfg.poll == PollMode::Adaptive,
+                true => all_adaptive,
                 false => q.rx.iter().all(|(iface, _)| port_polls[*iface as usize] == PollMode::Adaptive),
             })
             .collect();

@@ -403,7 +403,7 @@ impl Shared {
     /// is adaptive, nothing otherwise.
     #[inline]
     pub fn wake(&self, worker: usize) {
-        if self.adaptive && self.doorbells[worker].should_ring() {
+        if self.adaptive && self.sleeps[worker] && self.doorbells[worker].should_ring() {
             self.bells[worker].ring();
         }
     }
