@@ -776,19 +776,24 @@ pub fn is_link_local(a: &Ipv6Addr) -> bool {
 
 /// Parses EAL `-l` syntax (`0`, `0-2`, `0,2,4-5`) into sorted lcore ids.
 pub fn parse_lcores(list: &str) -> Result<Vec<u32>> {
+    parse_list(list, 128)
+}
+
+/// Parses `0`, `0-2`, `0,2,4-5` into sorted ids below `max`.
+fn parse_list(list: &str, max: u32) -> Result<Vec<u32>> {
     let bad = || Error::Config(format!("lcore list {list:?} is not like 0, 0-1 or 0,2-3"));
     let mut out = Vec::new();
     for part in list.split(',') {
         let part = part.trim();
         if let Some((a, b)) = part.split_once('-') {
             let (a, b): (u32, u32) = (a.parse().map_err(|_| bad())?, b.parse().map_err(|_| bad())?);
-            if a > b || b >= 128 {
+            if a > b || b >= max {
                 return Err(bad());
             }
             out.extend(a..=b);
         } else {
             let v: u32 = part.parse().map_err(|_| bad())?;
-            if v >= 128 {
+            if v >= max {
                 return Err(bad());
             }
             out.push(v);
@@ -831,12 +836,13 @@ pub fn lcore_ids(spec: &str) -> Result<Vec<u32>> {
         return Err(bad("unbalanced parentheses"));
     }
     elements.push(&spec[start..]);
-    let group = |g: &str| -> Result<Vec<u32>> {
+    // Lcore ids below 128 (RTE_MAX_LCORE), CPUs below 1024 (CPU_SETSIZE).
+    let group = |g: &str, max: u32| -> Result<Vec<u32>> {
         let g = g.trim();
         match g.strip_prefix('(').and_then(|g| g.strip_suffix(')')) {
-            Some(inner) => parse_lcores(inner),
+            Some(inner) => parse_list(inner, max),
             None if g.contains(',') => Err(bad("a list needs parentheses")),
-            None => parse_lcores(g),
+            None => parse_list(g, max),
         }
     };
     let mut out = Vec::new();
@@ -845,9 +851,9 @@ pub fn lcore_ids(spec: &str) -> Result<Vec<u32>> {
             Some((ids, cpus)) => (ids, Some(cpus)),
             None => (e, None),
         };
-        let ids = group(ids).map_err(|_| bad(&format!("{ids:?} is not an lcore or a group of them")))?;
+        let ids = group(ids, 128).map_err(|_| bad(&format!("{ids:?} is not an lcore or a group of them")))?;
         if let Some(cpus) = cpus {
-            group(cpus).map_err(|_| bad(&format!("{cpus:?} is not a CPU or a set of them")))?;
+            group(cpus, 1024).map_err(|_| bad(&format!("{cpus:?} is not a CPU or a set of them")))?;
         }
         for id in ids {
             if out.contains(&id) {
@@ -908,6 +914,8 @@ mod tests {
         assert_eq!(lcore_ids("1@(0-1)").unwrap(), vec![1]);
         assert_eq!(lcore_ids("2@0,1@(0,1)").unwrap(), vec![1, 2]);
         assert_eq!(lcore_ids("(1-2)@(0-3),4").unwrap(), vec![1, 2, 4]);
+        assert_eq!(lcore_ids("1@(200-201)").unwrap(), vec![1], "CPUs past 127");
+        assert!(lcore_ids("200@1").is_err(), "lcore ids stay below 128");
         for bad in ["1@", "@1", "1@(0", "1@0,1)", "1@((0))", "1@0,1@1", "1@0,1", "x@1", "1@(a)"] {
             assert!(lcore_ids(bad).is_err(), "{bad}");
         }
