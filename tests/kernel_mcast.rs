@@ -540,6 +540,20 @@ fn every_member_socket_gets_every_datagram_and_spates_own_sends_loop_back() {
     running.stop();
 }
 
+/// A stack on lcore 1 on `device`, its port not promiscuous (the device
+/// filters), at 198.18.0.2/24 and fd00::2/64.
+fn device_filtered_config(device: &str) -> spate::StackConfig {
+    let mut port = spate::PortSpec::new(device).addr("198.18.0.2/24").unwrap().addr("fd00::2/64").unwrap();
+    port.promiscuous = false;
+    spate::StackConfig {
+        lcores: "1".into(),
+        ports: vec![port],
+        stop_on_signal: false,
+        mempool_size: 4095,
+        ..spate::StackConfig::default()
+    }
+}
+
 /// A stack in `ns` on `device` that does not run promiscuous, with a
 /// member of 239.10.11.12 that the kernel in `kernel` sends to: returns
 /// how the port hears its groups, once the datagram arrived.
@@ -549,15 +563,7 @@ fn not_promiscuous(
     kernel: &spate_testkit::Netns,
     dev: &str,
 ) -> spate::DeviceFilter {
-    let mut port = spate::PortSpec::new(&device).addr("198.18.0.2/24").unwrap().addr("fd00::2/64").unwrap();
-    port.promiscuous = false;
-    let cfg = spate::StackConfig {
-        lcores: "1".into(),
-        ports: vec![port],
-        stop_on_signal: false,
-        mempool_size: 4095,
-        ..spate::StackConfig::default()
-    };
+    let cfg = device_filtered_config(&device);
     let stack = ns.run(move || spate::Stack::new(cfg).expect("the stack"));
     if dev == "mtap0" {
         spate_testkit::kernel_peer(kernel, dev);
@@ -632,15 +638,7 @@ fn multicast_over_net_virtio_user_through_ovs_dpdk() {
         unique("net_virtio_user"),
         sock.display()
     );
-    let mut port = spate::PortSpec::new(&device).addr("198.18.0.2/24").unwrap().addr("fd00::2/64").unwrap();
-    port.promiscuous = false;
-    let cfg = spate::StackConfig {
-        lcores: "1".into(),
-        ports: vec![port],
-        stop_on_signal: false,
-        mempool_size: 4095,
-        ..spate::StackConfig::default()
-    };
+    let cfg = device_filtered_config(&device);
     // In server mode the port waits for OVS to connect.
     let starting = std::thread::spawn(move || spate::Stack::new(cfg).expect("the stack"));
     let until = std::time::Instant::now() + Duration::from_secs(20);

@@ -145,12 +145,18 @@ fn adaptive_echo_sleeps_when_idle_and_wakes_for_frames() {
 /// sleeps when idle.
 fn adaptive_stack(ns: &Netns, device: &str) -> spate::Stack {
     let port = spate::PortSpec::new(device).addr("198.18.0.2/24").unwrap();
+    stack_on_lcore_1(ns, vec![port], PollMode::Adaptive)
+}
+
+/// A stack in this process on lcore 1 in `ns` with `ports`, polling as
+/// `poll` says.
+fn stack_on_lcore_1(ns: &Netns, ports: Vec<spate::PortSpec>, poll: PollMode) -> spate::Stack {
     let cfg = spate::StackConfig {
         lcores: "1".into(),
-        ports: vec![port],
+        ports,
         stop_on_signal: false,
         mempool_size: 4095,
-        poll: spate::config::PollMode::Adaptive,
+        poll,
         ..spate::StackConfig::default()
     };
     ns.run(move || spate::Stack::new(cfg).expect("the stack"))
@@ -273,15 +279,7 @@ fn sleeps_when_idle(ns: &Netns, poll: PollMode, ports: &[Option<PollMode>]) -> u
                 .unwrap()
         })
         .collect();
-    let cfg = spate::StackConfig {
-        lcores: "1".into(),
-        ports,
-        stop_on_signal: false,
-        mempool_size: 4095,
-        poll,
-        ..spate::StackConfig::default()
-    };
-    let stack = ns.run(move || spate::Stack::new(cfg).expect("the stack"));
+    let stack = stack_on_lcore_1(ns, ports, poll);
     let running = stack.spawn_polling().unwrap();
     std::thread::sleep(Duration::from_millis(300));
     let sleeps = stack.counters()[spate::Counter::PollSleeps];

@@ -162,19 +162,8 @@ impl Sleeper {
     /// reports it on every wait until the error is read; reads them.
     fn clear_errors(&self) {
         for (fd, _) in &self.watched {
-            let mut err: libc::c_int = 0;
-            let mut len = std::mem::size_of::<libc::c_int>() as libc::socklen_t;
-            // SAFETY: reads (and so clears) the socket's pending error into
-            // a live int of the given length.
-            unsafe {
-                libc::getsockopt(
-                    fd.as_raw_fd(),
-                    libc::SOL_SOCKET,
-                    libc::SO_ERROR,
-                    &mut err as *mut libc::c_int as *mut libc::c_void,
-                    &mut len,
-                )
-            };
+            // Reading the pending error clears it.
+            let _ = socket_option(fd.as_raw_fd(), libc::SO_ERROR);
         }
     }
 
@@ -278,14 +267,7 @@ pub fn packet_sockets(if_index: u32) -> Vec<std::os::fd::RawFd> {
 
 /// The interface an `AF_PACKET` socket `fd` is bound to, if it is one.
 fn packet_socket_on(fd: std::os::fd::RawFd) -> Option<u32> {
-    let mut domain: libc::c_int = 0;
-    let mut len = std::mem::size_of::<libc::c_int>() as libc::socklen_t;
-    // SAFETY: reads an int option into a live int of the given length; a
-    // descriptor that is not a socket says ENOTSOCK.
-    let ret = unsafe {
-        libc::getsockopt(fd, libc::SOL_SOCKET, libc::SO_DOMAIN, &mut domain as *mut libc::c_int as *mut _, &mut len)
-    };
-    if ret != 0 || domain != libc::AF_PACKET {
+    if socket_option(fd, libc::SO_DOMAIN)? != libc::AF_PACKET {
         return None;
     }
     // SAFETY: an all-zero sockaddr_ll is valid.
@@ -294,6 +276,19 @@ fn packet_socket_on(fd: std::os::fd::RawFd) -> Option<u32> {
     // SAFETY: writes at most `len` bytes into the live address.
     let ret = unsafe { libc::getsockname(fd, &mut addr as *mut libc::sockaddr_ll as *mut libc::sockaddr, &mut len) };
     (ret == 0 && addr.sll_ifindex > 0).then_some(addr.sll_ifindex as u32)
+}
+
+/// Socket option `opt` (an int, at `SOL_SOCKET`) of descriptor `fd`, or
+/// none where it is no socket.
+fn socket_option(fd: std::os::fd::RawFd, opt: libc::c_int) -> Option<libc::c_int> {
+    let mut value: libc::c_int = 0;
+    let mut len = std::mem::size_of::<libc::c_int>() as libc::socklen_t;
+    // SAFETY: reads an int option into a live int of the given length; a
+    // descriptor that is not a socket says ENOTSOCK.
+    let ret = unsafe {
+        libc::getsockopt(fd, libc::SOL_SOCKET, opt, &mut value as *mut libc::c_int as *mut libc::c_void, &mut len)
+    };
+    (ret == 0).then_some(value)
 }
 
 /// Asks the kernel to wake the calling thread's timed sleeps within `ns`
