@@ -1,5 +1,5 @@
 //! net_null: configure, start, stop, statistics, link, and a worker lcore
-//! polling it.
+//! polling it; joining a worker's job sleeps until it ends.
 
 use std::sync::Arc;
 
@@ -79,7 +79,25 @@ fn worker_lcore_polls_a_port_and_returns() {
         // A panicking job is reported, not propagated across the FFI boundary.
         let job = lcore::launch(worker, || panic!("on purpose")).unwrap();
         assert_eq!(job.join(), -1);
+        // The caller sleeps until the job ends, without waking to look (a
+        // caller sharing a CPU with an lcore would take it away).
+        let job = lcore::launch(worker, || {
+            std::thread::sleep(std::time::Duration::from_millis(300));
+            3
+        })
+        .unwrap();
+        let before = voluntary_switches();
+        assert_eq!(job.join(), 3);
+        let woke = voluntary_switches() - before;
+        assert!(woke <= 5, "the joining thread woke {woke} times in 300 ms");
         assert!(lcore::launch(lcore::main_lcore(), || 0).is_err(), "the main lcore is the caller's");
     }
     assert_eq!(pool.in_use(), 0);
+}
+
+/// The calling thread's voluntary context switches (its sleeps).
+fn voluntary_switches() -> u64 {
+    let status = std::fs::read_to_string("/proc/thread-self/status").expect("the thread's status");
+    let line = status.lines().find_map(|l| l.strip_prefix("voluntary_ctxt_switches:")).expect("a count");
+    line.trim().parse().expect("a number")
 }

@@ -1,6 +1,7 @@
 //! Lcores: launching work on EAL worker lcores, thread affinity, the TSC.
 
 use std::ffi::{c_int, c_void};
+use std::sync::{Arc, Condvar, Mutex};
 
 use crate::error::{Error, Result};
 use crate::sys;
@@ -86,6 +87,8 @@ type Job = Box<dyn FnOnce() -> i32 + Send + 'static>;
 pub struct LcoreJoin {
     lcore: u32,
     joined: bool,
+    /// Set when the closure has returned (or unwound).
+    done: Arc<Done>,
     /// The EAL stays up while the job may run (given back once it has
     /// ended, by whoever waits for it; leaked with a forgotten handle).
     _eal: crate::eal::EalRef,
@@ -98,20 +101,52 @@ impl LcoreJoin {
     }
 
     /// Waits for the closure and returns its value (-1 if it panicked).
-    /// The caller sleeps while it waits: `rte_eal_wait_lcore` alone spins,
-    /// and a caller on a CPU shared with other work would take it away.
+    /// The caller sleeps until the closure ends, without waking to look:
+    /// `rte_eal_wait_lcore` alone spins, and a caller on a CPU shared
+    /// with other work (an adaptive lcore's, its peers') would take it
+    /// away.
     pub fn join(mut self) -> i32 {
         self.joined = true;
         self.wait()
     }
 
     fn wait(&self) -> i32 {
-        // SAFETY: reads the state of a valid worker lcore.
-        while unsafe { sys::rte_eal_get_lcore_state(self.lcore) } == sys::RUNNING {
-            std::thread::sleep(std::time::Duration::from_millis(1));
-        }
+        self.done.wait();
+        // The closure has returned: the lcore's state leaves RUNNING as
+        // soon as the EAL sees it, so this spin is short.
         // SAFETY: collects the return value of the finished job.
         unsafe { sys::rte_eal_wait_lcore(self.lcore) }
+    }
+}
+
+/// The end of a launched closure, told to whoever waits for it.
+#[derive(Debug, Default)]
+struct Done {
+    done: Mutex<bool>,
+    cv: Condvar,
+}
+
+impl Done {
+    fn set(&self) {
+        *self.done.lock().unwrap_or_else(|e| e.into_inner()) = true;
+        self.cv.notify_all();
+    }
+
+    fn wait(&self) {
+        let mut done = self.done.lock().unwrap_or_else(|e| e.into_inner());
+        while !*done {
+            done = self.cv.wait(done).unwrap_or_else(|e| e.into_inner());
+        }
+    }
+}
+
+/// Sets its [`Done`] when dropped: after the closure returned, or while it
+/// unwinds.
+struct SetOnDrop(Arc<Done>);
+
+impl Drop for SetOnDrop {
+    fn drop(&mut self) {
+        self.0.set();
     }
 }
 
@@ -132,6 +167,12 @@ where
         return Err(Error::Lcore { lcore, what: "the main lcore runs the caller; launch on a worker".into() });
     }
     let eal = crate::eal::EalRef::get()?;
+    let done = Arc::new(Done::default());
+    let end = SetOnDrop(done.clone());
+    let job = move || {
+        let _end = end;
+        job()
+    };
     let job: Box<Job> = Box::new(Box::new(job));
     let arg = Box::into_raw(job) as *mut c_void;
     // SAFETY: trampoline takes back the box exactly once when it runs.
@@ -146,7 +187,7 @@ where
         };
         return Err(Error::Lcore { lcore, what });
     }
-    Ok(LcoreJoin { lcore, joined: false, _eal: eal })
+    Ok(LcoreJoin { lcore, joined: false, done, _eal: eal })
 }
 
 unsafe extern "C" fn trampoline(arg: *mut c_void) -> c_int {
