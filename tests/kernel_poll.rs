@@ -4,7 +4,8 @@
 //! hand-off bell), with the kernel as the peer. Idle, it uses almost no CPU where `--poll busy` uses a whole
 //! one; datagrams after idle gaps are answered, woken by their frames
 //! (tap) or found by a nap; a stack's own sends from an application
-//! thread wake its sleeping lcore through the bell. (net_virtio_user
+//! thread wake its sleeping lcore through the bell; an lcore on a CPU set
+//! sleeps at once while threads wait for a CPU. (net_virtio_user
 //! behind OVS-DPDK: `ovs_dpdk.rs`.)
 
 use std::net::UdpSocket;
@@ -302,4 +303,53 @@ fn a_port_polled_busy_keeps_its_lcore_awake() {
     // Both adaptive: it sleeps.
     let n = sleeps_when_idle(&ns, PollMode::Adaptive, &[None, None]);
     assert!(n >= 2, "{n} sleeps");
+}
+
+/// Two threads spinning on the CPUs (unpinned) until the flag drops: with
+/// an lcore awake, more threads are runnable than there are CPUs.
+fn spinners(stop: &std::sync::Arc<std::sync::atomic::AtomicBool>) -> Vec<std::thread::JoinHandle<()>> {
+    (0..2)
+        .map(|_| {
+            let stop = stop.clone();
+            std::thread::spawn(move || {
+                let mut x = 0u64;
+                while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                    x = std::hint::black_box(x.wrapping_mul(6364136223846793005).wrapping_add(1));
+                }
+            })
+        })
+        .collect()
+}
+
+#[test]
+fn a_cpu_set_lcore_yields_to_threads_waiting_for_a_cpu() {
+    let _serial = device_lock();
+    use std::sync::Arc;
+    use std::sync::atomic::{AtomicBool, Ordering};
+    // An lcore on a CPU set sleeps as soon as it is idle while threads
+    // wait for a CPU; a pinned one polls out its idle time. Two spinning
+    // threads keep both CPUs busy.
+    for (lcores, yields) in [("1@(0-1)", true), ("1", false)] {
+        let (spate_ns, kernel) = spate_and_kernel("pyld");
+        let app = echo_on(&spate_ns, "net_af_packet0,iface=vA", "adaptive", lcores);
+        let stop = Arc::new(AtomicBool::new(false));
+        let spin = spinners(&stop);
+        echo_after_gaps(&kernel);
+        stop.store(true, Ordering::Relaxed);
+        for t in spin {
+            t.join().unwrap();
+        }
+        let (c, out) = app.stop();
+        assert_eq!(counter(&c, "Udp.InDatagrams"), 5, "{out}");
+        let contended = counter(&c, "Poll.SleepsContended");
+        if yields {
+            assert!(out.contains("sleeps at once while threads wait for a CPU"), "said in the log: {out}");
+            // After each reply, the first idle look finds the spinners
+            // waiting.
+            assert!(contended >= 4, "{contended} contended sleeps of 5 replies\n{out}");
+        } else {
+            assert!(!out.contains("sleeps at once while threads wait"), "{out}");
+            assert_eq!(contended, 0, "a pinned lcore keeps its CPU\n{out}");
+        }
+    }
 }

@@ -303,3 +303,88 @@ fn os_error(op: &str) -> Error {
     let errno = std::io::Error::last_os_error().raw_os_error().unwrap_or(0);
     Error::Os { op: op.to_string(), errno }
 }
+
+/// The system's run queues: whether some thread waits for a CPU. Read from
+/// `/proc/loadavg`, whose fourth field (`running/total`) counts the
+/// threads running or waiting to run on every online CPU, the caller among
+/// them: one system call, about half a microsecond here. Linux 6.12's
+/// scheduler leaves some sleeping threads on their run queue for a while
+/// (delayed dequeue), and counts them: the figure errs towards contention.
+#[derive(Debug)]
+pub struct RunQueue {
+    file: std::fs::File,
+    cpus: u32,
+}
+
+impl RunQueue {
+    /// Opens `/proc/loadavg`; none where it cannot be read.
+    pub fn open() -> Option<RunQueue> {
+        let file = std::fs::File::open("/proc/loadavg").ok()?;
+        // SAFETY: sysconf reads a system value.
+        let cpus = unsafe { libc::sysconf(libc::_SC_NPROCESSORS_ONLN) };
+        let q = RunQueue { file, cpus: u32::try_from(cpus).ok().filter(|&c| c > 0)? };
+        q.runnable()?;
+        Some(q)
+    }
+
+    /// Threads running or waiting to run, now.
+    pub fn runnable(&self) -> Option<u32> {
+        use std::os::unix::fs::FileExt;
+        let mut buf = [0u8; 128];
+        let n = self.file.read_at(&mut buf, 0).ok()?;
+        parse_runnable(buf.get(..n)?)
+    }
+
+    /// Whether more threads are runnable than there are online CPUs: one
+    /// waits for a CPU.
+    pub fn contended(&self) -> bool {
+        self.runnable().is_some_and(|r| r > self.cpus)
+    }
+}
+
+/// The running count of `/proc/loadavg`'s text (`0.10 0.05 0.01 3/120 4567`).
+fn parse_runnable(text: &[u8]) -> Option<u32> {
+    let text = std::str::from_utf8(text).ok()?;
+    let field = text.split_ascii_whitespace().nth(3)?;
+    field.split_once('/')?.0.parse().ok()
+}
+
+/// `F_GETSIG` (fcntl.h).
+const F_GETSIG: libc::c_int = 11;
+
+/// The signal descriptor `fd` sends its owner when it turns readable
+/// (`O_ASYNC`; `F_SETSIG` chose it, 0 means `SIGIO`); none where `fcntl`
+/// fails.
+pub fn io_signal(fd: std::os::fd::RawFd) -> Option<i32> {
+    // SAFETY: F_GETSIG takes no argument.
+    let sig = unsafe { libc::fcntl(fd, F_GETSIG) };
+    (sig >= 0).then_some(if sig == 0 { libc::SIGIO } else { sig })
+}
+
+/// Sends `sig` to the calling thread: its handler has run when this
+/// returns (unless the thread blocks the signal).
+pub fn raise(sig: i32) {
+    // SAFETY: raise signals the calling thread only; the handler is the
+    // process's, installed by whoever asked for the signal.
+    unsafe { libc::raise(sig) };
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parses_the_running_count() {
+        assert_eq!(parse_runnable(b"0.10 0.05 0.01 3/120 4567\n"), Some(3));
+        assert_eq!(parse_runnable(b"1.50 1.26 1.32 12/80 18743"), Some(12));
+        assert_eq!(parse_runnable(b"0.10 0.05 0.01"), None);
+        assert_eq!(parse_runnable(b"0.10 0.05 0.01 x/120 4567"), None);
+    }
+
+    #[test]
+    fn reads_this_system() {
+        let q = RunQueue::open().expect("/proc/loadavg");
+        // The calling thread runs.
+        assert!(q.runnable().expect("a count") >= 1);
+    }
+}

@@ -112,10 +112,12 @@ counters! {
     VxlanOutPackets = kept "Vxlan"."OutPackets": "Frames encapsulated into VXLAN.";
 
     PollSleeps = kept "Poll"."Sleeps": "Times an lcore slept, idle (poll = \"adaptive\").";
+    PollSleepsContended = kept "Poll"."SleepsContended": "Sleeps begun before the idle time was up: threads waited for a CPU and the lcore may run on several (its lcores entry a CPU set).";
     PollSleepsAborted = kept "Poll"."SleepsAborted": "Sleeps given up at the last look: work came while the lcore said it was going to sleep and armed its interrupts.";
     PollWakesRx = kept "Poll"."WakesRx": "Sleeps an RX queue's interrupt ended.";
     PollWakesHandoff = kept "Poll"."WakesHandoff": "Sleeps a hand-off ended: an application thread's send, another lcore's frames, the stack stopping.";
     PollWakesTimer = kept "Poll"."WakesTimer": "Sleeps that lasted until the stack's next timer, or naps to their end (ports without RX interrupts).";
+    PollSignalsRaised = kept "Poll"."SignalsRaised": "Times an idle lcore raised a net_tap queue's signal itself: frames waited that the driver reads only once its signal was handled.";
     PollAsleepMicros = kept "Poll"."AsleepMicros": "Microseconds the lcores slept.";
 
     TxFrames = kept "Tx"."Frames": "Frames handed to ports.";

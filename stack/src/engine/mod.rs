@@ -174,6 +174,14 @@ pub(crate) struct Worker<'s> {
     /// Descriptors readable while frames wait on a queue whose receive
     /// function may not see them yet (`net_tap`).
     pending_fds: Vec<std::os::fd::RawFd>,
+    /// The signal each of them sends when it turns readable.
+    pending_signals: Vec<i32>,
+    /// The system's run queues, looked at while idle, where the lcore may
+    /// run on more than one CPU.
+    run_queue: Option<spate_dpdk::sleep::RunQueue>,
+    /// When the idle lcore next looks at its pending descriptors and the
+    /// run queues.
+    next_idle_check: u64,
 
     // Transmit.
     /// Per port: this lcore's TX queue, or none (it hands its frames to
@@ -245,6 +253,9 @@ impl<'s> Worker<'s> {
             idle_since: None,
             nap_ns: 0,
             pending_fds: Vec::new(),
+            pending_signals: Vec::new(),
+            run_queue: None,
+            next_idle_check: 0,
             tap: None,
             tap_gen: 0,
             reasm: Reassembler::new(Limits {

@@ -14,6 +14,20 @@
 //! after a long quiet waits that long at most. Woken with nothing to do,
 //! it sleeps again at once; work starts the idle time over. An lcore
 //! that polls a port with `poll = "busy"` does not sleep.
+//!
+//! An lcore that may run on several CPUs (its `lcores` entry a CPU set,
+//! `1@(0-1)`) shares them: idle, it looks every [`IDLE_CHECK_NS`] whether
+//! threads wait for a CPU (more runnable than online CPUs) and if so
+//! sleeps at once, as a blocking thread would, instead of polling out its
+//! idle time while a peer or the application waits for the CPU it holds.
+//! A pinned lcore keeps its CPU: whoever shares it gets it only in the
+//! scheduler's slices either way, and a sleep would cost each frame a
+//! wake-up.
+//!
+//! `net_tap` reads a queue only once the signal its descriptor sent for
+//! the frames was handled, by whichever thread of the process the kernel
+//! picks (on a busy CPU, a millisecond later): an idle lcore that finds
+//! the descriptor readable at those looks raises the signal on itself.
 
 use super::Worker;
 use crate::stats::Counter;
@@ -24,6 +38,9 @@ pub(super) const IDLE_NS: u64 = 50_000;
 const NAP_MIN_NS: u64 = 1_000;
 /// The longest nap.
 const NAP_MAX_NS: u64 = 10_000_000;
+/// How often an idle lcore looks at its `net_tap` descriptors and, on a
+/// CPU set, at the run queues (the first look when it turns idle).
+const IDLE_CHECK_NS: u64 = 10_000;
 /// How long an lcore with RX interrupts sleeps at most: its timers' tick
 /// while idle.
 pub(super) const IDLE_TICK_NS: u64 = 100_000_000;
@@ -100,6 +117,17 @@ impl Worker<'_> {
             .filter(|(iface, _)| self.shared.ports.get(*iface as usize).is_some_and(|p| p.info().driver == "net_tap"))
             .filter_map(|(_, q)| q.intr_fd())
             .collect();
+        self.pending_signals =
+            self.pending_fds.iter().map(|&fd| spate_dpdk::sleep::io_signal(fd).unwrap_or(0)).collect();
+        // On a CPU set, the lcore yields its CPU when others wait for one.
+        let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
+        self.run_queue = (cpus > 1).then(spate_dpdk::sleep::RunQueue::open).flatten();
+        if self.run_queue.is_some() {
+            log::info!(
+                "spate: lcore {} may run on {cpus} CPUs: idle, it sleeps at once while threads wait for a CPU",
+                self.lcore
+            );
+        }
     }
 
     /// At the loop's end, on the lcore's thread: its RX queues' interrupts
@@ -115,6 +143,8 @@ impl Worker<'_> {
             }
         }
         self.pending_fds.clear();
+        self.pending_signals.clear();
+        self.run_queue = None;
     }
 
     /// An iteration that did work: the idle time starts over.
@@ -135,10 +165,39 @@ impl Worker<'_> {
                 // A new idle time: naps start short again.
                 self.idle_since = Some(self.now.0);
                 self.nap_ns = NAP_MIN_NS;
+                self.next_idle_check = self.now.0;
                 self.now.0
             }
         };
         if self.now.0.saturating_sub(since) >= IDLE_NS {
+            self.sleep();
+        } else if self.now.0 >= self.next_idle_check && (self.run_queue.is_some() || !self.pending_fds.is_empty()) {
+            self.idle_check();
+        }
+    }
+
+    /// The looks of an idle lcore before its idle time is up: `net_tap`
+    /// frames waiting for their signal get it here; threads waiting for a
+    /// CPU send a CPU-set lcore to sleep at once.
+    #[cold]
+    #[inline(never)]
+    fn idle_check(&mut self) {
+        self.next_idle_check = self.now.0 + IDLE_CHECK_NS;
+        // One handler run serves every queue (the driver's trigger is one
+        // for all): the first readable descriptor's signal is enough.
+        let waiting = self
+            .pending_fds
+            .iter()
+            .zip(&self.pending_signals)
+            .find(|&(&fd, &sig)| sig != 0 && spate_dpdk::sleep::readable(fd));
+        if let Some((_, &sig)) = waiting {
+            spate_dpdk::sleep::raise(sig);
+            // The next poll takes the frames.
+            self.inc(Counter::PollSignalsRaised);
+            return;
+        }
+        if self.run_queue.as_ref().is_some_and(|q| q.contended()) {
+            self.inc(Counter::PollSleepsContended);
             self.sleep();
         }
     }
