@@ -35,6 +35,8 @@ use spate_testkit::{Netns, SpateApp, cpu_model, kernel_peer, unique, unique_sock
 
 const ECHO: &str = env!("CARGO_BIN_EXE_spate-echo");
 const SPATE_MAC: &str = "02:53:50:41:54:45";
+/// The pause between a run's setup and its first round trip.
+const SETTLE: Duration = Duration::from_millis(500);
 
 /// Round-trip times in nanoseconds, sorted.
 struct Rtts(Vec<u64>);
@@ -56,6 +58,10 @@ impl Rtts {
 /// (after `warm` unrecorded ones); a reply lost is a datagram resent and
 /// not recorded.
 fn kernel_client(target: SocketAddr, warm: usize, n: usize) -> (Vec<u64>, usize) {
+    // The namespaces of the run before are torn down in the background
+    // (RCU callbacks on the CPUs for tens of milliseconds): they would
+    // land on this run's first round trips.
+    std::thread::sleep(SETTLE);
     let s = KernelSocket::bind("198.18.0.1:0").expect("client socket");
     s.set_read_timeout(Some(Duration::from_millis(200))).unwrap();
     let mut buf = [0u8; 64];
