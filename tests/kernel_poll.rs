@@ -305,43 +305,62 @@ fn a_port_polled_busy_keeps_its_lcore_awake() {
     assert!(n >= 2, "{n} sleeps");
 }
 
-/// Two threads spinning on the CPUs (unpinned) until the flag drops: with
-/// an lcore awake, more threads are runnable than there are CPUs.
-fn spinners(stop: &std::sync::Arc<std::sync::atomic::AtomicBool>) -> Vec<std::thread::JoinHandle<()>> {
-    (0..2)
-        .map(|_| {
-            let stop = stop.clone();
-            std::thread::spawn(move || {
-                let mut x = 0u64;
-                while !stop.load(std::sync::atomic::Ordering::Relaxed) {
-                    x = std::hint::black_box(x.wrapping_mul(6364136223846793005).wrapping_add(1));
-                }
+/// The system's online CPUs.
+fn online_cpus() -> usize {
+    std::fs::read_to_string("/proc/cpuinfo").expect("cpuinfo").matches("processor\t:").count().max(1)
+}
+
+/// A thread spinning per online CPU (unpinned) until dropped: with an
+/// lcore awake, more threads are runnable than there are CPUs.
+struct Spinners {
+    stop: std::sync::Arc<std::sync::atomic::AtomicBool>,
+    threads: Vec<std::thread::JoinHandle<()>>,
+}
+
+impl Spinners {
+    fn start() -> Spinners {
+        let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let threads = (0..online_cpus())
+            .map(|_| {
+                let stop = stop.clone();
+                std::thread::spawn(move || {
+                    let mut x = 0u64;
+                    while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                        x = std::hint::black_box(x.wrapping_mul(6364136223846793005).wrapping_add(1));
+                    }
+                })
             })
-        })
-        .collect()
+            .collect();
+        Spinners { stop, threads }
+    }
+}
+
+impl Drop for Spinners {
+    fn drop(&mut self) {
+        self.stop.store(true, std::sync::atomic::Ordering::Relaxed);
+        for t in self.threads.drain(..) {
+            let _ = t.join();
+        }
+    }
 }
 
 #[test]
 fn a_cpu_set_lcore_yields_to_threads_waiting_for_a_cpu() {
     let _serial = device_lock();
-    use std::sync::Arc;
-    use std::sync::atomic::{AtomicBool, Ordering};
-    // An lcore on a CPU set sleeps as soon as it is idle while threads
-    // wait for a CPU; a pinned one polls out its idle time. Two spinning
-    // threads keep both CPUs busy.
-    for (lcores, yields) in [("1@(0-1)", true), ("1", false)] {
+    // An lcore free to run on every CPU sleeps as soon as it is idle while
+    // threads wait for a CPU; a pinned one polls out its idle time. A
+    // thread spinning on each CPU keeps them all busy.
+    let all = format!("1@(0-{})", online_cpus().max(2) - 1);
+    for (lcores, yields) in [(all.as_str(), true), ("1", false)] {
         let (spate_ns, kernel) = spate_and_kernel("pyld");
         let app = echo_on(&spate_ns, "net_af_packet0,iface=vA", "adaptive", lcores);
-        let stop = Arc::new(AtomicBool::new(false));
-        let spin = spinners(&stop);
+        let spinners = Spinners::start();
         echo_after_gaps(&kernel);
-        stop.store(true, Ordering::Relaxed);
-        for t in spin {
-            t.join().unwrap();
-        }
+        drop(spinners);
         let (c, out) = app.stop();
         assert_eq!(counter(&c, "Udp.InDatagrams"), 5, "{out}");
         let contended = counter(&c, "Poll.SleepsContended");
+        println!("--lcores {lcores}: {contended} contended sleeps");
         if yields {
             assert!(out.contains("sleeps at once while threads wait for a CPU"), "said in the log: {out}");
             // After each reply, the first idle look finds the spinners
@@ -352,4 +371,32 @@ fn a_cpu_set_lcore_yields_to_threads_waiting_for_a_cpu() {
             assert_eq!(contended, 0, "a pinned lcore keeps its CPU\n{out}");
         }
     }
+}
+
+#[test]
+fn a_tap_queue_signals_with_a_signal_the_process_handles() {
+    // What an idle lcore raises on itself for net_tap frames: the signal
+    // the driver asked for its queue's descriptor (a real-time one, with
+    // its handler), never a default SIGIO that would end the process.
+    let _serial = device_lock();
+    shared_eal(Memory::Hugepages);
+    let ns = Netns::new("psig");
+    let sig = ns.run(|| {
+        use spate::dpdk::{Mempool, MempoolConfig, Port, PortConfig};
+        let pool =
+            std::sync::Arc::new(Mempool::new(&MempoolConfig::new(&spate_testkit::unique("psig"), 4095)).unwrap());
+        let mut port = Port::create(&format!("{},iface=sg0", spate_testkit::unique("net_tap"))).unwrap();
+        let cfg = PortConfig { rx_interrupts: true, ..PortConfig::default() };
+        port.configure(&cfg, pool).unwrap();
+        port.start().unwrap();
+        let rx = port.rx_queue(0).unwrap();
+        let fd = rx.intr_fd().expect("net_tap's queue descriptor");
+        let sig = spate::dpdk::sched::IoSignal::of(fd).map(|s| s.number());
+        drop(rx);
+        port.stop().unwrap();
+        sig
+    });
+    let sig = sig.expect("the tap queue's descriptor signals, with a handler");
+    assert_ne!(sig, libc::SIGIO, "net_tap asks for a real-time signal");
+    assert!(sig >= libc::SIGRTMIN(), "{sig}");
 }

@@ -112,8 +112,13 @@ impl LcoreJoin {
 
     fn wait(&self) -> i32 {
         self.done.wait();
-        // The closure has returned: the lcore's state leaves RUNNING as
-        // soon as the EAL sees it, so this spin is short.
+        // The closure has returned; the lcore's state leaves RUNNING once
+        // its thread is back in the EAL's loop. The caller gives its CPU
+        // away meanwhile: that thread may wait for this very CPU.
+        // SAFETY: reads the state of a valid worker lcore.
+        while unsafe { sys::rte_eal_get_lcore_state(self.lcore) } == sys::RUNNING {
+            std::thread::yield_now();
+        }
         // SAFETY: collects the return value of the finished job.
         unsafe { sys::rte_eal_wait_lcore(self.lcore) }
     }
@@ -199,6 +204,20 @@ unsafe extern "C" fn trampoline(arg: *mut c_void) -> c_int {
             log::error!("a job on lcore {:?} panicked", current());
             -1
         }
+    }
+}
+
+/// How many CPUs the calling thread may run on (its affinity mask; a
+/// cgroup's CPU quota does not count).
+pub fn cpus_allowed() -> usize {
+    // SAFETY: cpu_set_t is plain data; sched_getaffinity fills the set we
+    // own, of the size given.
+    unsafe {
+        let mut set: libc::cpu_set_t = std::mem::zeroed();
+        if libc::sched_getaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &mut set) != 0 {
+            return 1;
+        }
+        libc::CPU_COUNT(&set) as usize
     }
 }
 

@@ -40,6 +40,7 @@ pub mod mempool;
 pub mod port;
 pub mod process;
 pub mod ring;
+pub mod sched;
 pub mod signal;
 pub mod sleep;
 pub mod sys;

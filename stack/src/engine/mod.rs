@@ -175,10 +175,15 @@ pub(crate) struct Worker<'s> {
     /// function may not see them yet (`net_tap`).
     pending_fds: Vec<std::os::fd::RawFd>,
     /// The signal each of them sends when it turns readable.
-    pending_signals: Vec<i32>,
+    pending_signals: Vec<Option<spate_dpdk::sched::IoSignal>>,
+    /// One of them was readable at the last look of this idle time (or
+    /// woke the lcore).
+    pending_seen: bool,
+    /// The last sleep ended for a frame.
+    woke_rx: bool,
     /// The system's run queues, looked at while idle, where the lcore may
-    /// run on more than one CPU.
-    run_queue: Option<spate_dpdk::sleep::RunQueue>,
+    /// run on every CPU.
+    run_queue: Option<spate_dpdk::sched::RunQueue>,
     /// When the idle lcore next looks at its pending descriptors and the
     /// run queues.
     next_idle_check: u64,
@@ -254,6 +259,8 @@ impl<'s> Worker<'s> {
             nap_ns: 0,
             pending_fds: Vec::new(),
             pending_signals: Vec::new(),
+            pending_seen: false,
+            woke_rx: false,
             run_queue: None,
             next_idle_check: 0,
             tap: None,

@@ -15,19 +15,22 @@
 //! it sleeps again at once; work starts the idle time over. An lcore
 //! that polls a port with `poll = "busy"` does not sleep.
 //!
-//! An lcore that may run on several CPUs (its `lcores` entry a CPU set,
-//! `1@(0-1)`) shares them: idle, it looks every [`IDLE_CHECK_NS`] whether
-//! threads wait for a CPU (more runnable than online CPUs) and if so
-//! sleeps at once, as a blocking thread would, instead of polling out its
-//! idle time while a peer or the application waits for the CPU it holds.
-//! A pinned lcore keeps its CPU: whoever shares it gets it only in the
-//! scheduler's slices either way, and a sleep would cost each frame a
-//! wake-up.
+//! An lcore that may run on every CPU (its `lcores` entry a CPU set of
+//! them all, `1@(0-1)` on two) shares them: idle, it looks every
+//! [`IDLE_CHECK_NS`] whether threads wait for a CPU (more runnable than
+//! online CPUs) and if so sleeps at once, as a blocking thread would,
+//! instead of polling out its idle time while a peer or the application
+//! waits for the CPU it holds. The count is the system's: it says
+//! nothing of a smaller set's CPUs, so an lcore on one keeps polling, as
+//! a pinned lcore does. A pinned lcore keeps its CPU: whoever shares it
+//! gets it in the scheduler's slices either way, and a sleep would cost
+//! each frame a wake-up.
 //!
 //! `net_tap` reads a queue only once the signal its descriptor sent for
 //! the frames was handled, by whichever thread of the process the kernel
-//! picks (on a busy CPU, a millisecond later): an idle lcore that finds
-//! the descriptor readable at those looks raises the signal on itself.
+//! picked (on a busy CPU, up to milliseconds later). An idle lcore whose
+//! `net_tap` descriptor woke it, or stayed readable from one look to the
+//! next, raises the signal on itself.
 
 use super::Worker;
 use crate::stats::Counter;
@@ -107,9 +110,9 @@ impl Worker<'_> {
         self.sleeper = Some(sleeper);
         self.rx_intr = all;
         self.nap_ns = NAP_MIN_NS;
-        // net_tap's receive function answers nothing until the SIGIO that
-        // follows a frame was handled (its `trigger_seen`), which may come
-        // after the frame woke the lcore, or after the last look: its
+        // net_tap's receive function answers nothing until the signal
+        // that follows a frame was handled (its `trigger_seen`), which may
+        // come after the frame woke the lcore, or after the last look: its
         // descriptor, readable while frames wait, is looked at too.
         self.pending_fds = self
             .rx
@@ -117,16 +120,28 @@ impl Worker<'_> {
             .filter(|(iface, _)| self.shared.ports.get(*iface as usize).is_some_and(|p| p.info().driver == "net_tap"))
             .filter_map(|(_, q)| q.intr_fd())
             .collect();
-        self.pending_signals =
-            self.pending_fds.iter().map(|&fd| spate_dpdk::sleep::io_signal(fd).unwrap_or(0)).collect();
-        // On a CPU set, the lcore yields its CPU when others wait for one.
-        let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
-        self.run_queue = (cpus > 1).then(spate_dpdk::sleep::RunQueue::open).flatten();
-        if self.run_queue.is_some() {
-            log::info!(
-                "spate: lcore {} may run on {cpus} CPUs: idle, it sleeps at once while threads wait for a CPU",
-                self.lcore
-            );
+        self.pending_signals = self.pending_fds.iter().map(|&fd| spate_dpdk::sched::IoSignal::of(fd)).collect();
+        // On a CPU set of every CPU, the lcore yields when threads wait for
+        // one.
+        let allowed = spate_dpdk::lcore::cpus_allowed();
+        if allowed > 1 {
+            match spate_dpdk::sched::RunQueue::open() {
+                Some(q) if allowed as u32 >= q.cpus() => {
+                    log::info!(
+                        "spate: lcore {} may run on every CPU: idle, it sleeps at once while threads wait for a CPU",
+                        self.lcore
+                    );
+                    self.run_queue = Some(q);
+                }
+                Some(q) => log::info!(
+                    "spate: lcore {} may run on {allowed} of {} CPUs: it polls out its idle time (the system's run queue count says nothing of its CPUs)",
+                    self.lcore,
+                    q.cpus()
+                ),
+                None => {
+                    log::info!("spate: lcore {}: /proc/loadavg cannot be read: it polls out its idle time", self.lcore)
+                }
+            }
         }
     }
 
@@ -156,9 +171,15 @@ impl Worker<'_> {
     /// An iteration that found no work: sleeps once idle long enough.
     #[inline]
     pub(super) fn idle(&mut self) {
-        if self.sleeper.is_none() {
-            return;
+        if self.sleeper.is_some() {
+            self.idle_adaptive();
         }
+    }
+
+    /// The idle iteration of an lcore that may sleep (out of the polling
+    /// loop's code: a busy lcore never comes here).
+    #[inline(never)]
+    fn idle_adaptive(&mut self) {
         let since = match self.idle_since {
             Some(t) => t,
             None => {
@@ -166,6 +187,7 @@ impl Worker<'_> {
                 self.idle_since = Some(self.now.0);
                 self.nap_ns = NAP_MIN_NS;
                 self.next_idle_check = self.now.0;
+                self.pending_seen = std::mem::take(&mut self.woke_rx);
                 self.now.0
             }
         };
@@ -177,25 +199,33 @@ impl Worker<'_> {
     }
 
     /// The looks of an idle lcore before its idle time is up: `net_tap`
-    /// frames waiting for their signal get it here; threads waiting for a
-    /// CPU send a CPU-set lcore to sleep at once.
+    /// frames still waiting for their signal get it here; threads waiting
+    /// for a CPU send a CPU-set lcore to sleep at once.
     #[cold]
     #[inline(never)]
     fn idle_check(&mut self) {
         self.next_idle_check = self.now.0 + IDLE_CHECK_NS;
-        // One handler run serves every queue (the driver's trigger is one
-        // for all): the first readable descriptor's signal is enough.
         let waiting = self
             .pending_fds
             .iter()
             .zip(&self.pending_signals)
-            .find(|&(&fd, &sig)| sig != 0 && spate_dpdk::sleep::readable(fd));
-        if let Some((_, &sig)) = waiting {
-            spate_dpdk::sleep::raise(sig);
-            // The next poll takes the frames.
-            self.inc(Counter::PollSignalsRaised);
+            .find(|&(&fd, _)| spate_dpdk::sleep::readable(fd))
+            .map(|(_, sig)| *sig);
+        if let Some(sig) = waiting {
+            // Frames wait: no sleep (its last look would find them). One
+            // handler run serves every queue (the driver's trigger is one
+            // for all).
+            match sig {
+                Some(sig) if self.pending_seen => {
+                    sig.raise();
+                    self.inc(Counter::PollSignalsRaised);
+                    self.pending_seen = false;
+                }
+                _ => self.pending_seen = true,
+            }
             return;
         }
+        self.pending_seen = false;
         if self.run_queue.as_ref().is_some_and(|q| q.contended()) {
             self.inc(Counter::PollSleepsContended);
             self.sleep();
@@ -244,13 +274,14 @@ impl Worker<'_> {
             // an added address's announcement): due now.
             self.next_timer = crate::time::Instant(0);
         }
+        self.woke_rx = woke.rx;
         if !woke.timed_out() {
             // Woken for work: it polls a full idle time before sleeping
             // again. A device may signal before its frame can be taken:
             // net_tap's interrupt is its descriptor turning readable, while
-            // its receive function returns nothing until the SIGIO that
-            // follows has been handled (`trigger_seen`); the next look a
-            // few microseconds later finds the frame.
+            // its receive function returns nothing until the signal that
+            // follows has been handled (`trigger_seen`); a later look finds
+            // the frame, or raises the signal (`idle_check`).
             self.idle_since = None;
         }
     }
