@@ -215,10 +215,7 @@ fn over_vhost(warm: usize, n: usize) -> (Rtts, usize) {
 fn neighbour(stop: Arc<AtomicBool>) -> std::thread::JoinHandle<()> {
     std::thread::spawn(move || {
         spate_testkit::pin_to_cpu(1).expect("pin to CPU 1");
-        let mut x = 0u64;
-        while !stop.load(Ordering::Relaxed) {
-            x = std::hint::black_box(x.wrapping_mul(6364136223846793005).wrapping_add(1));
-        }
+        spate_testkit::spin_until(&stop);
     })
 }
 

@@ -305,11 +305,6 @@ fn a_port_polled_busy_keeps_its_lcore_awake() {
     assert!(n >= 2, "{n} sleeps");
 }
 
-/// The system's online CPUs.
-fn online_cpus() -> usize {
-    std::fs::read_to_string("/proc/cpuinfo").expect("cpuinfo").matches("processor\t:").count().max(1)
-}
-
 /// A thread spinning per online CPU (unpinned) until dropped: with an
 /// lcore awake, more threads are runnable than there are CPUs.
 struct Spinners {
@@ -320,15 +315,10 @@ struct Spinners {
 impl Spinners {
     fn start() -> Spinners {
         let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
-        let threads = (0..online_cpus())
+        let threads = (0..spate::dpdk::lcore::online_cpus().expect("the online CPUs"))
             .map(|_| {
                 let stop = stop.clone();
-                std::thread::spawn(move || {
-                    let mut x = 0u64;
-                    while !stop.load(std::sync::atomic::Ordering::Relaxed) {
-                        x = std::hint::black_box(x.wrapping_mul(6364136223846793005).wrapping_add(1));
-                    }
-                })
+                std::thread::spawn(move || spate_testkit::spin_until(&stop))
             })
             .collect();
         Spinners { stop, threads }
@@ -350,7 +340,7 @@ fn a_cpu_set_lcore_yields_to_threads_waiting_for_a_cpu() {
     // An lcore free to run on every CPU sleeps as soon as it is idle while
     // threads wait for a CPU; a pinned one polls out its idle time. A
     // thread spinning on each CPU keeps them all busy.
-    let all = format!("1@(0-{})", online_cpus().max(2) - 1);
+    let all = format!("1@(0-{})", spate::dpdk::lcore::online_cpus().expect("the online CPUs").max(2) - 1);
     for (lcores, yields) in [(all.as_str(), true), ("1", false)] {
         let (spate_ns, kernel) = spate_and_kernel("pyld");
         let app = echo_on(&spate_ns, "net_af_packet0,iface=vA", "adaptive", lcores);

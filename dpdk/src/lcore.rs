@@ -239,12 +239,18 @@ pub fn set_affinity(cpus: &[usize]) -> std::io::Result<()> {
 /// Lets the calling thread run on every online CPU again: threads spawned
 /// after EAL init inherit the main lcore's single-CPU affinity.
 pub fn unpin_current_thread() -> std::io::Result<()> {
-    let n = std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1);
-    // available_parallelism honours the current mask; read the online count instead.
-    // SAFETY: sysconf is always safe to call.
-    let online = unsafe { libc::sysconf(libc::_SC_NPROCESSORS_ONLN) };
-    let n = if online > 0 { online as usize } else { n };
+    // available_parallelism honours the current mask: the online count
+    // first.
+    let n = online_cpus().unwrap_or_else(|| std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1));
     set_affinity(&(0..n).collect::<Vec<_>>())
+}
+
+/// The system's online CPUs (`_SC_NPROCESSORS_ONLN`), whatever the calling
+/// thread's affinity; none where the count cannot be read.
+pub fn online_cpus() -> Option<usize> {
+    // SAFETY: sysconf reads a system value.
+    let online = unsafe { libc::sysconf(libc::_SC_NPROCESSORS_ONLN) };
+    usize::try_from(online).ok().filter(|&n| n > 0)
 }
 
 /// CPU time the calling thread has used, in nanoseconds.

@@ -19,9 +19,7 @@ impl RunQueue {
     /// Opens `/proc/loadavg`; none where it cannot be read.
     pub fn open() -> Option<RunQueue> {
         let file = std::fs::File::open("/proc/loadavg").ok()?;
-        // SAFETY: sysconf reads a system value.
-        let cpus = unsafe { libc::sysconf(libc::_SC_NPROCESSORS_ONLN) };
-        let q = RunQueue { file, cpus: u32::try_from(cpus).ok().filter(|&c| c > 0)? };
+        let q = RunQueue { file, cpus: u32::try_from(crate::lcore::online_cpus()?).ok()? };
         q.runnable()?;
         Some(q)
     }

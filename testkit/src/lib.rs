@@ -33,6 +33,15 @@ pub const AIOQUIC_PYTHON: &str = "/opt/spate-test/aioquic/bin/python3";
 /// setup --tests`).
 pub const PROMTOOL: &str = "/opt/spate-test/prometheus/usr/bin/promtool";
 
+/// Keeps the calling thread's CPU busy (a noisy neighbour, arithmetic the
+/// compiler may not drop) until `stop` is set.
+pub fn spin_until(stop: &std::sync::atomic::AtomicBool) {
+    let mut x = 0u64;
+    while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+        x = std::hint::black_box(x.wrapping_mul(6364136223846793005).wrapping_add(1));
+    }
+}
+
 /// The CPU's model name (`/proc/cpuinfo`), printed with every benchmark
 /// table: the same code costs different cycles on different machines.
 pub fn cpu_model() -> String {
