@@ -112,7 +112,7 @@ counters! {
     VxlanOutPackets = kept "Vxlan"."OutPackets": "Frames encapsulated into VXLAN.";
 
     PollSleeps = kept "Poll"."Sleeps": "Times an lcore slept, idle (poll = \"adaptive\").";
-    PollSleepsContended = kept "Poll"."SleepsContended": "Sleeps begun before the idle time was up: threads waited for a CPU and the lcore may run on several (its lcores entry a CPU set).";
+    PollSleepsContended = kept "Poll"."SleepsContended": "Sleeps begun before the idle time was up: threads waited for a CPU and the lcore may run on every CPU (its lcores entry a CPU set of them all).";
     PollSleepsAborted = kept "Poll"."SleepsAborted": "Sleeps given up at the last look: work came while the lcore said it was going to sleep and armed its interrupts.";
     PollWakesRx = kept "Poll"."WakesRx": "Sleeps an RX queue's interrupt ended.";
     PollWakesHandoff = kept "Poll"."WakesHandoff": "Sleeps a hand-off ended: an application thread's send, another lcore's frames, the stack stopping.";

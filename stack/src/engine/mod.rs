@@ -172,10 +172,9 @@ pub(crate) struct Worker<'s> {
     /// The next nap (no RX interrupts).
     nap_ns: u64,
     /// Descriptors readable while frames wait on a queue whose receive
-    /// function may not see them yet (`net_tap`).
-    pending_fds: Vec<std::os::fd::RawFd>,
-    /// The signal each of them sends when it turns readable.
-    pending_signals: Vec<Option<spate_dpdk::sched::IoSignal>>,
+    /// function may not see them yet (`net_tap`), each with the signal it
+    /// sends when it turns readable.
+    pending_fds: Vec<(std::os::fd::RawFd, Option<spate_dpdk::sched::IoSignal>)>,
     /// One of them was readable at the last look of this idle time (or
     /// woke the lcore).
     pending_seen: bool,
@@ -258,7 +257,6 @@ impl<'s> Worker<'s> {
             idle_since: None,
             nap_ns: 0,
             pending_fds: Vec::new(),
-            pending_signals: Vec::new(),
             pending_seen: false,
             woke_rx: false,
             run_queue: None,

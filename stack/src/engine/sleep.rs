@@ -119,8 +119,8 @@ impl Worker<'_> {
             .iter()
             .filter(|(iface, _)| self.shared.ports.get(*iface as usize).is_some_and(|p| p.info().driver == "net_tap"))
             .filter_map(|(_, q)| q.intr_fd())
+            .map(|fd| (fd, spate_dpdk::sched::IoSignal::of(fd)))
             .collect();
-        self.pending_signals = self.pending_fds.iter().map(|&fd| spate_dpdk::sched::IoSignal::of(fd)).collect();
         // On a CPU set of every CPU, the lcore yields when threads wait for
         // one.
         let allowed = spate_dpdk::lcore::cpus_allowed();
@@ -158,7 +158,6 @@ impl Worker<'_> {
             }
         }
         self.pending_fds.clear();
-        self.pending_signals.clear();
         self.run_queue = None;
     }
 
@@ -205,12 +204,7 @@ impl Worker<'_> {
     #[inline(never)]
     fn idle_check(&mut self) {
         self.next_idle_check = self.now.0 + IDLE_CHECK_NS;
-        let waiting = self
-            .pending_fds
-            .iter()
-            .zip(&self.pending_signals)
-            .find(|&(&fd, _)| spate_dpdk::sleep::readable(fd))
-            .map(|(_, sig)| *sig);
+        let waiting = self.pending_fds.iter().find(|&&(fd, _)| spate_dpdk::sleep::readable(fd)).map(|&(_, sig)| sig);
         if let Some(sig) = waiting {
             // Frames wait: no sleep (its last look would find them). One
             // handler run serves every queue (the driver's trigger is one
@@ -242,7 +236,7 @@ impl Worker<'_> {
         let found = self.poll_rx() > 0
             || !self.shared.inbox[self.idx].is_empty()
             || !self.looped.is_empty()
-            || self.pending_fds.iter().any(|&fd| spate_dpdk::sleep::readable(fd));
+            || self.pending_fds.iter().any(|&(fd, _)| spate_dpdk::sleep::readable(fd));
         if found || self.shared.should_stop() {
             self.arm(false);
             self.shared.doorbells[self.idx].awake();
