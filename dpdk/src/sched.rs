@@ -96,6 +96,58 @@ impl IoSignal {
     }
 }
 
+/// `F_SETOWN_EX` and `F_OWNER_TID` (fcntl.h).
+const F_SETOWN_EX: libc::c_int = 15;
+const F_OWNER_TID: libc::c_int = 0;
+
+/// `struct f_owner_ex`.
+#[repr(C)]
+struct OwnerEx {
+    kind: libc::c_int,
+    pid: libc::pid_t,
+}
+
+/// Sends the signals of the process's TAP descriptors (net_tap's queues,
+/// `O_ASYNC` to the process) to the calling thread instead of the whole
+/// process: any thread of the process may take a process-wide signal,
+/// and the application's threads would see their system calls end with
+/// `EINTR`. net_tap's handler only counts the signals, in one counter for
+/// every queue, so the lcore that takes them may be any that polls a TAP
+/// port. Returns how many descriptors it redirected.
+pub fn direct_tap_signals_here() -> usize {
+    let Ok(dir) = std::fs::read_dir("/proc/self/fd") else {
+        return 0;
+    };
+    // SAFETY: gettid and getpid take no arguments.
+    let (tid, pid) = unsafe { (libc::gettid(), libc::getpid()) };
+    let mut n = 0;
+    for e in dir.flatten() {
+        let Some(fd) = e.file_name().to_str().and_then(|f| f.parse::<libc::c_int>().ok()) else {
+            continue;
+        };
+        if std::fs::read_link(e.path()).ok().as_deref() != Some(std::path::Path::new("/dev/net/tun")) {
+            continue;
+        }
+        // SAFETY: F_GETFL and F_GETOWN take no argument; F_SETOWN_EX
+        // reads an f_owner_ex we own. A descriptor closed meanwhile fails.
+        unsafe {
+            if libc::fcntl(fd, libc::F_GETFL) & libc::O_ASYNC == 0 {
+                continue;
+            }
+            // The process, or a thread of it (an lcore of an earlier run).
+            let owner = libc::fcntl(fd, libc::F_GETOWN);
+            if owner != pid && (owner <= 0 || !std::path::Path::new(&format!("/proc/self/task/{owner}")).exists()) {
+                continue;
+            }
+            let owner = OwnerEx { kind: F_OWNER_TID, pid: tid };
+            if libc::fcntl(fd, F_SETOWN_EX, &owner as *const OwnerEx) == 0 {
+                n += 1;
+            }
+        }
+    }
+    n
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

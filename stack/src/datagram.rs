@@ -649,7 +649,7 @@ impl SendBuf {
         self.mbuf
             .append(bytes.len())
             .map(|dst| dst.copy_from_slice(bytes))
-            .map_err(|_| std::io::Error::new(std::io::ErrorKind::OutOfMemory, "send buffer full"))
+            .map_err(|_| std::io::Error::from_raw_os_error(libc::EMSGSIZE))
     }
 }
 

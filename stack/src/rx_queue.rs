@@ -183,6 +183,8 @@ pub struct RxQueue<T> {
     rcvbuf: AtomicUsize,
     closed: AtomicBool,
     alert: AtomicBool,
+    /// Readers do not wait while it is set (`halt`: the stack stopped).
+    halted: AtomicBool,
     /// A reader finding nothing naps this many ns before it asks to be
     /// woken (0: it asks at once).
     nap: AtomicU64,
@@ -250,6 +252,7 @@ impl<T: Truesize> RxQueue<T> {
             rcvbuf: AtomicUsize::new(rcvbuf),
             closed: AtomicBool::new(false),
             alert: AtomicBool::new(false),
+            halted: AtomicBool::new(false),
             nap: AtomicU64::new(0),
             cap,
         }
@@ -264,6 +267,28 @@ impl<T: Truesize> RxQueue<T> {
         let task = self.unregister(&mut g);
         drop(g);
         wake_task(task);
+    }
+
+    /// Wakes every waiting reader and the registered task, and lets no
+    /// reader wait until [`resume`](Self::resume): the stack stopped, and
+    /// every read returns what is queued or nothing at once.
+    pub fn halt(&self) {
+        self.halted.store(true, Ordering::SeqCst);
+        let mut g = lock(&self.waiters.lock);
+        self.waiters.cv.notify_all();
+        let task = self.unregister(&mut g);
+        drop(g);
+        wake_task(task);
+    }
+
+    /// Readers wait again (the stack runs again).
+    pub fn resume(&self) {
+        self.halted.store(false, Ordering::SeqCst);
+    }
+
+    /// Whether readers may not wait ([`halt`](Self::halt)).
+    pub fn is_halted(&self) -> bool {
+        self.halted.load(Ordering::SeqCst)
     }
 
     /// Asks that the task `waker` belongs to be woken when a datagram is
@@ -285,7 +310,10 @@ impl<T: Truesize> RxQueue<T> {
         drop(g);
         // Registered before looking (as `wait` does): a push after the
         // look sees the registration.
-        !(self.has_data() || self.closed.load(Ordering::Acquire) || self.alert.load(Ordering::SeqCst))
+        !(self.has_data()
+            || self.closed.load(Ordering::Acquire)
+            || self.is_halted()
+            || self.alert.load(Ordering::SeqCst))
     }
 
     /// Takes the registered waker out (the waiters' lock held).
@@ -684,7 +712,11 @@ impl<T: Truesize> RxQueue<T> {
 
     /// Blocks as `wait` allows; false when the caller should stop trying.
     fn wait(&self, wait: Wait) -> bool {
-        if wait == Wait::No || self.closed.load(Ordering::Acquire) || self.alert.swap(false, Ordering::SeqCst) {
+        if wait == Wait::No
+            || self.closed.load(Ordering::Acquire)
+            || self.is_halted()
+            || self.alert.swap(false, Ordering::SeqCst)
+        {
             return false;
         }
         let nap = self.nap.load(Ordering::Relaxed);
@@ -705,7 +737,11 @@ impl<T: Truesize> RxQueue<T> {
         let mut g = lock(&w.lock);
         // Registered before looking, so a push after the look sees us.
         w.count.fetch_add(1, Ordering::SeqCst);
-        let timed_out = if self.has_data() || self.closed.load(Ordering::Acquire) || self.alert.load(Ordering::SeqCst) {
+        let timed_out = if self.has_data()
+            || self.closed.load(Ordering::Acquire)
+            || self.is_halted()
+            || self.alert.load(Ordering::SeqCst)
+        {
             false
         } else {
             match wait {
@@ -727,7 +763,10 @@ impl<T: Truesize> RxQueue<T> {
         };
         w.count.fetch_sub(1, Ordering::SeqCst);
         drop(g);
-        !timed_out && !self.closed.load(Ordering::Acquire) && !self.alert.swap(false, Ordering::SeqCst)
+        !timed_out
+            && !self.closed.load(Ordering::Acquire)
+            && !self.is_halted()
+            && !self.alert.swap(false, Ordering::SeqCst)
     }
 
     /// Whether anything is queued, looked at under the locks (the blocking
@@ -904,6 +943,28 @@ mod tests {
         assert_eq!(first, Some(D(1, 10)));
         assert_eq!(second, None);
         assert!(matches!(q.push(0, D(2, 10)), Err(Refused::Closed(_))));
+    }
+
+    #[test]
+    fn halt_wakes_every_waiter_and_keeps_readers_from_waiting() {
+        let q = Arc::new(RxQueue::<D>::new(1, 1000));
+        let waiters: Vec<_> = (0..3)
+            .map(|_| {
+                let q = q.clone();
+                std::thread::spawn(move || q.pop(Wait::Forever))
+            })
+            .collect();
+        std::thread::sleep(Duration::from_millis(50));
+        q.halt();
+        for w in waiters {
+            assert_eq!(w.join().unwrap(), None);
+        }
+        // Later reads do not wait; after resume they do again.
+        assert_eq!(q.pop(Wait::Forever), None);
+        q.resume();
+        let deadline = StdInstant::now() + Duration::from_millis(30);
+        assert_eq!(q.pop(Wait::Until(deadline)), None);
+        assert!(StdInstant::now() >= deadline);
     }
 
     #[test]

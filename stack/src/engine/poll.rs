@@ -40,6 +40,15 @@ impl Worker<'_> {
         }
         self.install_local_tx();
         self.setup_sleep();
+        // net_tap's signals reach this lcore, not the application's threads.
+        if self
+            .rx
+            .iter()
+            .any(|(iface, _)| self.shared.ports.get(*iface as usize).is_some_and(|p| p.info().driver == "net_tap"))
+        {
+            let n = spate_dpdk::sched::direct_tap_signals_here();
+            log::debug!("spate: lcore {}: {n} TAP descriptors signal this lcore", self.lcore);
+        }
         // Should the loop unwind, the queue goes with it (its mbufs
         // freed): a thread that carries on must not send into it.
         let _installed = LocalTxGuard;

@@ -490,9 +490,14 @@ impl Stack {
         self.shared.neigh.waiting()
     }
 
-    /// Asks the lcores to stop.
+    /// Asks the lcores to stop. The stack is down from then on until it
+    /// runs again: its sockets' calls fail with `ENETDOWN`, and threads
+    /// blocked in them wake with it (at once when it does not run).
     pub fn stop(&self) {
         self.shared.request_stop();
+        if !self.is_running() {
+            self.shared.went_down();
+        }
     }
 
     /// Whether lcores are polling.

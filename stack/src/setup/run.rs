@@ -63,6 +63,7 @@ impl Stack {
         }
         let app = Arc::new(app);
         let mut queues = self.shared.control.start()?;
+        self.shared.came_up();
         let mut joins = Vec::new();
         let mut local = None;
         for (idx, q) in queues.drain(..).enumerate() {
@@ -87,6 +88,7 @@ impl Stack {
             let mut w = Worker::new(idx, l, self, q);
             let mut h = app(idx);
             w.run(&mut h);
+            self.shared.went_down();
             self.shared.control.give_back(idx, w.into_queues());
             // This lcore stopped (a signal, `stop`): the others follow.
             self.stop();
@@ -113,6 +115,7 @@ impl Stack {
         }
         let app = Arc::new(app);
         let mut queues = self.shared.control.start()?;
+        self.shared.came_up();
         let mut joins = Vec::new();
         for (idx, q) in queues.drain(..).enumerate() {
             match self.launch(idx, self.shared.lcores[idx], q, app.clone()) {
@@ -141,6 +144,9 @@ impl Stack {
             let mut w = Worker::new(idx, l, &stack, q);
             let mut h = app(idx);
             w.run(&mut h);
+            // Blocked calls end as soon as one lcore stops, joined or not
+            // (the README's program blocks in a receive, never joining).
+            stack.shared.went_down();
             let q = w.into_queues();
             stack.shared.control.give_back(idx, q);
             0

@@ -431,8 +431,49 @@ impl Shared {
     /// waiting on a full inbox, which give up.
     pub fn stopped(&self) {
         self.control.stopped();
+        self.went_down();
+    }
+
+    /// An lcore left its loop (a signal, `stop`): the stack is down until
+    /// it runs again. Every socket's calls fail with `ENETDOWN` (its
+    /// pending error, kept while the stack is down), readers waiting in
+    /// any thread wake and wait no more, and senders waiting for room in
+    /// an inbox give up.
+    pub fn went_down(&self) {
+        if self.control.down.swap(true, Ordering::SeqCst) {
+            return;
+        }
+        for b in self.sockets.bindings() {
+            b.sock.error.store(libc::ENETDOWN, Ordering::SeqCst);
+            b.sock.queue.halt();
+        }
         for inbox in self.inbox.iter() {
             inbox.wake();
+        }
+    }
+
+    /// The lcores start polling again: the sockets' `ENETDOWN` goes.
+    pub fn came_up(&self) {
+        self.control.down.store(false, Ordering::SeqCst);
+        for b in self.sockets.bindings() {
+            let _ = b.sock.error.compare_exchange(libc::ENETDOWN, 0, Ordering::SeqCst, Ordering::SeqCst);
+            b.sock.queue.resume();
+        }
+    }
+
+    /// Whether the stack is down: its lcores stopped, and it has not run
+    /// since ([`went_down`](Self::went_down)). A stack not yet run is not.
+    pub fn is_down(&self) -> bool {
+        self.control.down.load(Ordering::SeqCst)
+    }
+
+    /// Marks `core`, a socket just bound, down with the stack if it is
+    /// (after the socket is in the table: a stop running now either sees
+    /// it there or is seen here).
+    pub fn note_down(&self, core: &SocketCore) {
+        if self.is_down() {
+            core.error.store(libc::ENETDOWN, Ordering::SeqCst);
+            core.queue.halt();
         }
     }
 
@@ -453,6 +494,8 @@ impl Shared {
 pub(crate) struct Control {
     stop: AtomicBool,
     running: AtomicBool,
+    /// The lcores stopped since they last started (`Shared::went_down`).
+    down: AtomicBool,
     /// Each lcore's queue handles while it does not poll.
     queues: Mutex<Vec<Option<WorkerQueues>>>,
 }
@@ -463,6 +506,7 @@ impl Control {
         Control {
             stop: AtomicBool::new(false),
             running: AtomicBool::new(false),
+            down: AtomicBool::new(false),
             queues: Mutex::new(queues.into_iter().map(Some).collect()),
         }
     }

@@ -61,7 +61,7 @@ impl SocketBuilder {
 
     /// Creates the socket bound to `addr` (port 0 picks an ephemeral port).
     pub fn bind(self, addr: impl ToSocketAddrs) -> io::Result<UdpSocket> {
-        let mut last = io::Error::new(io::ErrorKind::InvalidInput, "no address to bind");
+        let mut last = errno(libc::EINVAL, "no address to bind");
         for a in addr.to_socket_addrs()? {
             match self.bind_one(a) {
                 Ok(s) => return Ok(s),
@@ -126,6 +126,7 @@ impl SocketBuilder {
             BindError::InUse => errno(libc::EADDRINUSE, "address in use"),
             BindError::NoPorts => errno(libc::EAGAIN, "no ephemeral port free"),
         })?;
+        shared.note_down(&core);
         let tx_worker = shared.next_tx_worker.fetch_add(1, Ordering::Relaxed) % shared.workers;
         let state = State {
             local,
@@ -288,7 +289,7 @@ impl UdpSocket {
     /// is an error, as for `std::net::UdpSocket`.
     pub fn set_read_timeout(&self, t: Option<Duration>) -> io::Result<()> {
         if t == Some(Duration::ZERO) {
-            return Err(io::Error::new(io::ErrorKind::InvalidInput, "cannot set a 0 duration timeout"));
+            return Err(errno(libc::EINVAL, "cannot set a 0 duration timeout"));
         }
         let nanos = t.map(|d| d.as_nanos().min(u64::MAX as u128) as u64).unwrap_or(0);
         self.inner.read_timeout.store(nanos, Ordering::Relaxed);
@@ -309,7 +310,7 @@ impl UdpSocket {
     /// `SO_SNDTIMEO`. `None`: until there is room or the stack stops.
     pub fn set_write_timeout(&self, t: Option<Duration>) -> io::Result<()> {
         if t == Some(Duration::ZERO) {
-            return Err(io::Error::new(io::ErrorKind::InvalidInput, "cannot set a 0 duration timeout"));
+            return Err(errno(libc::EINVAL, "cannot set a 0 duration timeout"));
         }
         *self.inner.write_timeout.lock().unwrap_or_else(|p| p.into_inner()) = t;
         Ok(())
@@ -368,7 +369,7 @@ impl UdpSocket {
 
     /// Takes the pending error, if any (`SO_ERROR`).
     pub fn take_error(&self) -> io::Result<Option<io::Error>> {
-        Ok(match self.core.error.swap(0, Ordering::AcqRel) {
+        Ok(match self.take_errno() {
             0 => None,
             e => Some(io::Error::from_raw_os_error(e)),
         })
@@ -380,10 +381,21 @@ impl UdpSocket {
         if self.core.error.load(Ordering::Relaxed) == 0 {
             return Ok(());
         }
-        match self.core.error.swap(0, Ordering::AcqRel) {
+        match self.take_errno() {
             0 => Ok(()),
             e => Err(io::Error::from_raw_os_error(e)),
         }
+    }
+
+    /// Takes the pending errno (0 for none), leaving `ENETDOWN` in place
+    /// while the stack is down: every call fails until it runs again.
+    #[cold]
+    fn take_errno(&self) -> i32 {
+        let e = self.core.error.load(Ordering::Acquire);
+        if e == libc::ENETDOWN && self.shared().is_down() {
+            return e;
+        }
+        self.core.error.swap(0, Ordering::AcqRel)
     }
 
     #[inline]
@@ -398,8 +410,12 @@ impl UdpSocket {
     }
 
     pub(super) fn no_data(&self) -> io::Error {
-        // A timeout reports WouldBlock, as std does on Unix.
-        io::Error::from_raw_os_error(libc::EAGAIN)
+        // A timeout reports WouldBlock, as std does on Unix; a stack that
+        // stopped, NetworkDown.
+        match self.shared().is_down() {
+            true => io::Error::from_raw_os_error(libc::ENETDOWN),
+            false => io::Error::from_raw_os_error(libc::EAGAIN),
+        }
     }
 
     /// Receives one datagram; bytes beyond `buf` are cut off.
@@ -457,10 +473,15 @@ impl UdpSocket {
     /// (as the socket's mode says) only for the first. Allocates nothing
     /// while `out` has capacity; clearing `out` frees the mbufs in bulk.
     pub fn recv_batch(&self, out: &mut DatagramBatch, max: usize) -> io::Result<usize> {
+        self.recv_batch_waiting(out, max, self.wait_mode())
+    }
+
+    #[inline]
+    pub(super) fn recv_batch_waiting(&self, out: &mut DatagramBatch, max: usize, wait: Wait) -> io::Result<usize> {
         crate::app_thread::enter();
         self.pending_error()?;
         let held = out.len();
-        match self.core.queue.pop_batch(out.vec(), max, self.wait_mode()) {
+        match self.core.queue.pop_batch(out.vec(), max, wait) {
             0 if max > 0 => Err(self.pending_error().err().unwrap_or_else(|| self.no_data())),
             n => {
                 // A thread reading what a polling lcore queued finds every

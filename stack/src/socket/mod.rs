@@ -172,9 +172,12 @@ fn check_broadcast(net: &Net, dst: &IpAddr, route: &crate::route::Route, allowed
     }
 }
 
+/// Linux's errno `code` as the error, as `std::net::UdpSocket` gives it
+/// (`raw_os_error()` is the code, so a C caller gets it back and Rust's
+/// `ErrorKind` matches); `what` says why, logged at debug level.
 pub(crate) fn errno(code: i32, what: &'static str) -> io::Error {
-    let kind = io::Error::from_raw_os_error(code).kind();
-    io::Error::new(kind, format!("{what} ({})", io::Error::from_raw_os_error(code)))
+    log::debug!("socket call: {what} (errno {code})");
+    io::Error::from_raw_os_error(code)
 }
 
 impl UdpSocket {

@@ -9,7 +9,7 @@ use std::net::SocketAddr;
 use std::task::{Context, Poll};
 
 use super::UdpSocket;
-use crate::datagram::Datagram;
+use crate::datagram::{Datagram, DatagramBatch};
 use crate::rx_queue::Wait;
 
 impl UdpSocket {
@@ -45,6 +45,57 @@ impl UdpSocket {
             queue.clear_alert();
         }
         Poll::Pending
+    }
+}
+
+impl UdpSocket {
+    /// Whether a receive would not block: `Ready` when a datagram, a
+    /// pending error or a stopped stack is there to report; otherwise
+    /// the task in `cx` is woken (once) when one comes, and `Pending`.
+    /// Nothing is taken. The waker takes the place of the one an earlier
+    /// poll left, as [`poll_recv_from`](Self::poll_recv_from)'s does (the
+    /// C API's readiness descriptor is built on it).
+    pub fn poll_recv_ready(&self, cx: &mut Context<'_>) -> Poll<()> {
+        let queue = &self.core.queue;
+        if self.core.error.load(std::sync::atomic::Ordering::Relaxed) != 0 || !queue.looks_empty() {
+            return Poll::Ready(());
+        }
+        match queue.register_waker(cx.waker()) {
+            true => Poll::Pending,
+            false => Poll::Ready(()),
+        }
+    }
+
+    /// Whether a receive would not block (a datagram, a pending error or
+    /// a stopped stack), without registering anything: two loads.
+    #[inline]
+    pub fn recv_ready(&self) -> bool {
+        self.core.error.load(std::sync::atomic::Ordering::Relaxed) != 0 || !self.core.queue.looks_empty()
+    }
+
+    /// [`recv_batch`](Self::recv_batch) that never waits, whatever the
+    /// socket's mode: `WouldBlock` when nothing is queued.
+    #[inline]
+    pub fn try_recv_batch(&self, out: &mut DatagramBatch, max: usize) -> io::Result<usize> {
+        self.recv_batch_waiting(out, max, Wait::No)
+    }
+
+    /// [`peek_from`](Self::peek_from) that never waits.
+    pub fn try_peek_from(&self, buf: &mut [u8]) -> io::Result<(usize, SocketAddr)> {
+        crate::app_thread::enter();
+        self.pending_error()?;
+        let (n, src) = self
+            .core
+            .queue
+            .peek(Wait::No, |d| (d.copy_to(buf), d.src()))
+            .ok_or_else(|| self.pending_error().err().unwrap_or_else(|| self.no_data()))?;
+        Ok((n, self.present(src)))
+    }
+
+    /// The payload length of the next datagram, if one is queued (what
+    /// Linux's `FIONREAD` answers for a UDP socket).
+    pub fn next_len(&self) -> Option<usize> {
+        self.core.queue.peek(Wait::No, |d| d.len())
     }
 }
 

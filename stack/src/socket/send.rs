@@ -277,7 +277,7 @@ impl UdpSocket {
             let (ttl, tos) = (path.ttl, path.tos);
             let headers =
                 UdpHeaders { src, dst, ident, dont_frag: true, ttl, tos, zero_checksum: false, known_checksum: None };
-            push_udp_ip(&mut m, &headers, route.offload).map_err(|e| io::Error::new(io::ErrorKind::InvalidInput, e))?;
+            push_udp_ip(&mut m, &headers, route.offload).map_err(|e| errno(libc::EMSGSIZE, e))?;
             mark_mcast_loop(&mut m, path.mcast_loop);
             let pkt = TxPacket { mbuf: m, iface: route.iface, next_hop: route.next_hop, datagram: true };
             if let Err(e) = self.submit(pkt, v4) {
@@ -564,7 +564,7 @@ impl UdpSocket {
         } else {
             push_udp_ipv4(&mut buf.mbuf, src, d, Udp4::datagram(ident, path.ttl, path.tos), known, offload)
         };
-        pushed.map_err(|e| io::Error::new(io::ErrorKind::InvalidInput, e))?;
+        pushed.map_err(|e| errno(libc::EMSGSIZE, e))?;
         mark_mcast_loop(&mut buf.mbuf, path.mcast_loop);
         Ok(Ok(TxPacket { mbuf: buf.mbuf, iface: path.iface, next_hop: IpAddr::V4(path.next_hop), datagram: true }))
     }
@@ -588,8 +588,7 @@ impl UdpSocket {
         let known_checksum = buf.reply_checksum(&src, &dst);
         let (ttl, tos) = (path.ttl, path.tos);
         let headers = UdpHeaders { src, dst, ident, dont_frag: true, ttl, tos, zero_checksum: false, known_checksum };
-        push_udp_ip(&mut buf.mbuf, &headers, route.offload)
-            .map_err(|e| io::Error::new(io::ErrorKind::InvalidInput, e))?;
+        push_udp_ip(&mut buf.mbuf, &headers, route.offload).map_err(|e| errno(libc::EMSGSIZE, e))?;
         mark_mcast_loop(&mut buf.mbuf, path.mcast_loop);
         Ok(Prepared::Packet(TxPacket { mbuf: buf.mbuf, iface: route.iface, next_hop: route.next_hop, datagram: true }))
     }
