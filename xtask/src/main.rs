@@ -12,6 +12,7 @@
 //! cargo xtask perf-guard [--update]   spate's own instructions per datagram against perf-budget.toml
 //! cargo xtask fuzz [--secs N] [TARGET...]   every cargo-fuzz target (or those named) for N s each
 //! cargo xtask soak [--minutes M]   hostile and legitimate traffic for M minutes, memory sampled (not in CI)
+//! cargo xtask install [--prefix DIR] [--debug]   libspate, spate.h, spate.pc and the tools under DIR (/usr/local)
 //! ```
 
 use std::path::{Path, PathBuf};
@@ -57,6 +58,9 @@ const TEST_PACKAGES: &[&str] = &[
     "podman-compose",
     "binutils",
     "valgrind",
+    // The C API's test programs (C, C++, with the sanitizers).
+    "gcc",
+    "g++",
     // The pps harness labels its plot with this font.
     "fonts-dejavu-core",
 ];
@@ -91,9 +95,10 @@ fn main() -> ExitCode {
         "perf-guard" => perf_guard(rest.iter().any(|a| a == "--update")),
         "fuzz" => fuzz(rest),
         "soak" => soak(rest),
+        "install" => install(rest),
         _ => {
             eprintln!(
-                "usage: cargo xtask <demo | test | setup [--tests] | bench [--quick] | leftovers | layers | deps | perf-guard [--update] | fuzz [--secs N] [TARGET...]>\n\
+                "usage: cargo xtask <demo | test | setup [--tests] | bench [--quick] | leftovers | layers | deps | perf-guard [--update] | fuzz [--secs N] [TARGET...] | install [--prefix DIR] [--debug]>\n\
                  demo: install what is missing, build, and run spate's main job\n\
                  test: install what the tests need and run the whole suite"
             );
@@ -230,6 +235,83 @@ fn hugepages() {
             eprintln!("note: cannot mount hugetlbfs; DPDK will run with --no-huge where it can");
         }
     }
+}
+
+/// The programs `cargo xtask install` puts under `bin/`.
+const TOOLS: &[&str] = &[
+    "spate-echo",
+    "spate-sink",
+    "spate-flood",
+    "spate-iperf",
+    "spate-relay",
+    "spate-stat",
+    "spate-dump",
+    "spate-quic",
+];
+
+/// Where the C API's tests find their install (`cargo xtask test`
+/// installs the debug build there first).
+const C_PREFIX: &str = "target/c-api-prefix";
+
+/// `cargo xtask install [--prefix DIR] [--debug]`: builds libspate and
+/// the tools (release, or the dev profile with `--debug`) and installs
+/// `lib/libspate.so` (soname `libspate.so.0`), `lib/libspate.a`,
+/// `include/spate.h`, `lib/pkgconfig/spate.pc` and the tools under `bin/`.
+fn install(args: &[String]) -> Result {
+    let mut prefix = PathBuf::from("/usr/local");
+    let mut debug = false;
+    let mut it = args.iter();
+    while let Some(a) = it.next() {
+        match a.as_str() {
+            "--prefix" => prefix = PathBuf::from(it.next().ok_or("--prefix needs a folder")?),
+            "--debug" => debug = true,
+            other => return Err(format!("install: unknown argument {other:?} (--prefix DIR, --debug)")),
+        }
+    }
+    let prefix = if prefix.is_absolute() { prefix } else { root().join(prefix) };
+    let mut build = cargo();
+    build.args(["build", "-p", "spate-capi", "-p", "spate-apps", "--bins", "--lib"]);
+    if !debug {
+        build.arg("--release");
+    }
+    run(&mut build)?;
+    let out = root().join("target").join(if debug { "debug" } else { "release" });
+    let (lib, include, pc, bin) =
+        (prefix.join("lib"), prefix.join("include"), prefix.join("lib/pkgconfig"), prefix.join("bin"));
+    for d in [&lib, &include, &pc, &bin] {
+        std::fs::create_dir_all(d).map_err(|e| format!("{}: {e}", d.display()))?;
+    }
+    let copy = |from: &Path, to: &Path| -> Result {
+        // Replaced, not written over: a running program may map the old
+        // one. A link where it can be (the debug build's files are large).
+        let _ = std::fs::remove_file(to);
+        if std::fs::hard_link(from, to).is_ok() {
+            return Ok(());
+        }
+        std::fs::copy(from, to).map(|_| ()).map_err(|e| format!("{} -> {}: {e}", from.display(), to.display()))
+    };
+    copy(&out.join("libspate_capi.so"), &lib.join("libspate.so.0"))?;
+    let link = lib.join("libspate.so");
+    let _ = std::fs::remove_file(&link);
+    std::os::unix::fs::symlink("libspate.so.0", &link).map_err(|e| format!("{}: {e}", link.display()))?;
+    copy(&out.join("libspate_capi.a"), &lib.join("libspate.a"))?;
+    copy(&root().join("capi/include/spate.h"), &include.join("spate.h"))?;
+    for t in TOOLS {
+        copy(&out.join(t), &bin.join(t))?;
+    }
+    let version = env!("CARGO_PKG_VERSION");
+    let pc_text = format!(
+        "prefix={}\nlibdir=${{prefix}}/lib\nincludedir=${{prefix}}/include\n\n\
+         Name: spate\nDescription: spate's userspace UDP/IP stack on DPDK, its C API\nVersion: {version}\n\
+         Libs: -L${{libdir}} -lspate\n\
+         Libs.private: -lrte_bus_vdev -lrte_net_ring -lgcc_s -lutil -lrt -lpthread -lm -ldl -lc\n\
+         Requires.private: libdpdk\nCflags: -I${{includedir}}\n",
+        prefix.display()
+    );
+    let pc_file = pc.join("spate.pc");
+    std::fs::write(&pc_file, pc_text).map_err(|e| format!("{}: {e}", pc_file.display()))?;
+    eprintln!("installed libspate {version} under {}", prefix.display());
+    Ok(())
 }
 
 fn cargo() -> Command {
@@ -385,7 +467,8 @@ fn test(args: &[String]) -> Result {
     setup(true)?;
     dependency_check()?;
     let before = leftover_report();
-    let result = run(cargo().args(["test", "--workspace"]).args(args))
+    let result = install(&["--debug".into(), "--prefix".into(), C_PREFIX.into()])
+        .and_then(|()| run(cargo().args(["test", "--workspace"]).args(args)))
         .and_then(|()| loom())
         .and_then(|()| inline_check())
         .and_then(|()| perf_guard(false))

@@ -1,0 +1,163 @@
+//! A socket's readiness as a descriptor of the process, and the sleep of
+//! a thread blocked in a call.
+//!
+//! Each C socket owns a non-blocking event descriptor, the number
+//! `spate_socket` returns: readable while the socket has a datagram, an
+//! error or a stopped stack to report, so a program's `epoll`, `poll` or
+//! `select` waits on it beside its other descriptors. The socket's
+//! receive queue holds a waker ([`Readiness`]) while the descriptor is
+//! reset: the polling lcore that queues the next datagram wakes it, which
+//! makes the descriptor readable (one `write`) and wakes the threads
+//! sleeping in a blocking call on the socket. After a receive that left
+//! the queue empty, the descriptor is reset and the waker armed again
+//! (one `read`), so it stays readable exactly while there is something to
+//! take. A blocked thread sleeps on an event descriptor of its own
+//! (blocking `read`, see [`syscalls::sleep`]), so a signal interrupts it
+//! as Linux's blocking socket calls are interrupted.
+
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::task::{Context, Wake, Waker};
+use std::time::Duration;
+
+use spate::UdpSocket;
+
+use crate::syscalls::{self, Woken};
+
+/// A socket's readiness descriptor and its sleeping threads.
+#[derive(Debug)]
+pub struct Readiness {
+    /// The socket's descriptor (non-blocking event descriptor).
+    pub fd: i32,
+    /// The waker sits in the socket's queue and the descriptor is reset.
+    armed: AtomicBool,
+    /// Serializes resets, so two readers never reset over a signal.
+    reset_lock: Mutex<()>,
+    /// The event descriptors of threads sleeping in a call on the socket.
+    sleepers: Mutex<Vec<i32>>,
+    asleep: AtomicUsize,
+}
+
+impl Readiness {
+    /// A readiness with a new descriptor.
+    pub fn new() -> std::io::Result<Arc<Readiness>> {
+        let fd = syscalls::eventfd(true)?;
+        Ok(Arc::new(Readiness {
+            fd,
+            armed: AtomicBool::new(false),
+            reset_lock: Mutex::new(()),
+            sleepers: Mutex::new(Vec::new()),
+            asleep: AtomicUsize::new(0),
+        }))
+    }
+
+    /// Makes the descriptor readable and wakes the sleeping threads.
+    pub fn notify(&self) {
+        self.armed.store(false, Ordering::SeqCst);
+        syscalls::signal(self.fd);
+        if self.asleep.load(Ordering::SeqCst) > 0 {
+            for fd in self.sleepers.lock().unwrap_or_else(|p| p.into_inner()).iter() {
+                syscalls::signal(*fd);
+            }
+        }
+    }
+
+    /// After a receive: when `sock` has nothing left to report and the
+    /// waker fired since it was armed, resets the descriptor and arms the
+    /// waker again (signalling at once if something came meanwhile).
+    #[inline]
+    pub fn settle(self: &Arc<Self>, sock: &UdpSocket) {
+        if self.armed.load(Ordering::Acquire) || sock.recv_ready() {
+            return;
+        }
+        self.rearm(sock);
+    }
+
+    /// Resets the descriptor and arms the waker, whatever the queue holds
+    /// (a socket just bound), signalling again when it is not empty.
+    #[cold]
+    pub fn rearm(self: &Arc<Self>, sock: &UdpSocket) {
+        let _g = self.reset_lock.lock().unwrap_or_else(|p| p.into_inner());
+        if self.armed.load(Ordering::Acquire) {
+            return;
+        }
+        syscalls::reset(self.fd);
+        self.armed.store(true, Ordering::SeqCst);
+        let waker = Waker::from(self.clone());
+        if sock.poll_recv_ready(&mut Context::from_waker(&waker)).is_ready() {
+            self.notify();
+        }
+    }
+
+    /// Sleeps the calling thread until `sock` (when bound) may have
+    /// something to report, `timeout` passes or a signal interrupts:
+    /// `Ok` to look again, else the errno (`EAGAIN`, `EINTR`). A thread
+    /// woken with nothing to take looks again and sleeps again.
+    pub fn sleep(self: &Arc<Self>, sock: Option<&UdpSocket>, timeout: Option<Duration>) -> Result<(), i32> {
+        THREAD_FD.with(|t| {
+            let tfd = t.0?;
+            {
+                let mut s = self.sleepers.lock().unwrap_or_else(|p| p.into_inner());
+                s.push(tfd);
+                self.asleep.fetch_add(1, Ordering::SeqCst);
+            }
+            // Registered before arming: a wake after the arm finds us.
+            let ready = match sock {
+                Some(sock) => {
+                    if !self.armed.load(Ordering::Acquire) {
+                        self.rearm(sock);
+                    }
+                    let waker = Waker::from(self.clone());
+                    sock.poll_recv_ready(&mut Context::from_waker(&waker)).is_ready()
+                }
+                None => crate::global::is_down(),
+            };
+            let out = match ready {
+                true => Ok(()),
+                false => match syscalls::sleep(tfd, timeout) {
+                    Woken::Signalled => Ok(()),
+                    Woken::TimedOut => Err(libc::EAGAIN),
+                    Woken::Interrupted => Err(libc::EINTR),
+                },
+            };
+            let mut s = self.sleepers.lock().unwrap_or_else(|p| p.into_inner());
+            if let Some(i) = s.iter().position(|f| *f == tfd) {
+                s.swap_remove(i);
+            }
+            self.asleep.fetch_sub(1, Ordering::SeqCst);
+            out
+        })
+    }
+}
+
+impl Drop for Readiness {
+    fn drop(&mut self) {
+        syscalls::close(self.fd);
+    }
+}
+
+impl Wake for Readiness {
+    fn wake(self: Arc<Self>) {
+        self.notify();
+    }
+
+    fn wake_by_ref(self: &Arc<Self>) {
+        self.notify();
+    }
+}
+
+/// The calling thread's blocking event descriptor (or the errno that
+/// making it gave), closed when the thread ends.
+struct ThreadFd(Result<i32, i32>);
+
+impl Drop for ThreadFd {
+    fn drop(&mut self) {
+        if let Ok(fd) = self.0 {
+            syscalls::close(fd);
+        }
+    }
+}
+
+thread_local! {
+    static THREAD_FD: ThreadFd = ThreadFd(syscalls::eventfd(false).map_err(|e| e.raw_os_error().unwrap_or(libc::EMFILE)));
+}

@@ -1,0 +1,431 @@
+//! A C socket: a spate socket that exists before `bind` (its options
+//! kept until then), its descriptor, and the calls on it with Linux's
+//! semantics, in safe Rust over slices and addresses (`ffi` turns the
+//! C arguments into them). Errors are Linux's errno values.
+
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr, SocketAddrV6};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, OnceLock};
+use std::time::{Duration, Instant};
+
+use spate::{Datagram, DatagramBatch, SendMeta, UdpSocket};
+
+use crate::global;
+use crate::readiness::Readiness;
+
+/// A result with Linux's errno as the error.
+pub type CResult<T> = Result<T, i32>;
+
+/// The errno of a spate error.
+pub fn os(e: std::io::Error) -> i32 {
+    e.raw_os_error().unwrap_or(libc::EIO)
+}
+
+/// Which control messages a receive delivers (bits of `CSocket::cmsgs`).
+pub mod want {
+    /// `IP_PKTINFO`.
+    pub(crate) const PKTINFO: u32 = 1;
+    /// `IP_RECVTOS`.
+    pub(crate) const TOS: u32 = 2;
+    /// `IP_RECVTTL`.
+    pub(crate) const TTL: u32 = 4;
+    /// `IPV6_RECVPKTINFO`.
+    pub(crate) const PKTINFO6: u32 = 8;
+    /// `IPV6_RECVTCLASS`.
+    pub(crate) const TCLASS: u32 = 16;
+    /// `IPV6_RECVHOPLIMIT`.
+    pub(crate) const HOPLIMIT: u32 = 32;
+    /// `SO_TIMESTAMPNS`.
+    pub(crate) const TIMESTAMPNS: u32 = 64;
+    /// `UDP_GRO`.
+    pub(crate) const GRO: u32 = 128;
+}
+
+/// What is set before `bind` and used by it.
+#[derive(Debug, Default)]
+pub struct BindOptions {
+    pub reuseaddr: bool,
+    pub reuseport: bool,
+    pub v6only: bool,
+    /// `SO_RCVBUF` as Linux reports it (twice what was asked).
+    pub rcvbuf: Option<usize>,
+    /// `SO_BINDTODEVICE`: spate's interface index.
+    pub device: Option<u16>,
+    /// Options of the bound socket set before `bind`: (level, name,
+    /// value), applied in order when it binds.
+    pub deferred: Vec<(i32, i32, Vec<u8>)>,
+}
+
+/// A C socket.
+#[derive(Debug)]
+pub struct CSocket {
+    /// The descriptor and its readiness.
+    pub ready: Arc<Readiness>,
+    /// `AF_INET6` (else `AF_INET`).
+    pub v6: bool,
+    /// The spate socket, once bound (by `bind`, or by `connect` or a
+    /// send on an unbound socket, as Linux's autobind).
+    bound: OnceLock<UdpSocket>,
+    /// Options before `bind`; its lock also orders binding.
+    pub setup: Mutex<BindOptions>,
+    /// `O_NONBLOCK`.
+    pub nonblocking: AtomicBool,
+    /// `SO_RCVTIMEO`, `SO_SNDTIMEO` in ns (0: none).
+    pub rcvtimeo: AtomicU64,
+    pub sndtimeo: AtomicU64,
+    /// `SO_SNDBUF` as Linux reports it.
+    pub sndbuf: AtomicU32,
+    /// Control messages asked for (`want`).
+    pub cmsgs: AtomicU32,
+    /// `shutdown`: reads end (`SHUT_RD`), writes fail (`SHUT_WR`).
+    pub shut_rd: AtomicBool,
+    pub shut_wr: AtomicBool,
+}
+
+/// What one received datagram was, besides its bytes.
+#[derive(Debug)]
+pub struct Received {
+    /// Bytes copied into the caller's buffers.
+    pub copied: usize,
+    /// The datagram's length.
+    pub len: usize,
+    /// The sender, as the socket's family shows it.
+    pub src: SocketAddr,
+    /// The datagram, for its control messages (`None` for a peek).
+    pub meta: Option<spate::RecvMeta>,
+}
+
+impl CSocket {
+    /// A new unbound socket of the family.
+    pub fn new(v6: bool) -> CResult<Arc<CSocket>> {
+        let ready = Readiness::new().map_err(os)?;
+        Ok(Arc::new(CSocket {
+            ready,
+            v6,
+            bound: OnceLock::new(),
+            setup: Mutex::new(BindOptions::default()),
+            nonblocking: AtomicBool::new(false),
+            rcvtimeo: AtomicU64::new(0),
+            sndtimeo: AtomicU64::new(0),
+            sndbuf: AtomicU32::new(212_992),
+            cmsgs: AtomicU32::new(0),
+            shut_rd: AtomicBool::new(false),
+            shut_wr: AtomicBool::new(false),
+        }))
+    }
+
+    /// The spate socket, if bound.
+    #[inline]
+    pub fn bound(&self) -> Option<&UdpSocket> {
+        self.bound.get()
+    }
+
+    /// `bind`: `EINVAL` when bound already.
+    pub fn bind(&self, addr: SocketAddr) -> CResult<()> {
+        let mut setup = self.setup.lock().unwrap_or_else(|p| p.into_inner());
+        if self.bound.get().is_some() {
+            return Err(libc::EINVAL);
+        }
+        self.bind_locked(&mut setup, addr)
+    }
+
+    fn bind_locked(&self, setup: &mut BindOptions, addr: SocketAddr) -> CResult<()> {
+        let stack = global::stack()?;
+        let mut b = UdpSocket::builder(stack).reuseport(setup.reuseport || setup.reuseaddr).only_v6(setup.v6only);
+        if let Some(r) = setup.rcvbuf {
+            b = b.recv_buffer_size(r);
+        }
+        if let Some(d) = setup.device {
+            b = b.bind_device(d);
+        }
+        let sock = b.bind(addr).map_err(os)?;
+        // The C layer waits itself (signals interrupt it); the spate
+        // socket's own mode governs sends only.
+        sock.set_nonblocking(self.nonblocking.load(Ordering::Relaxed)).map_err(os)?;
+        if let t @ 1.. = self.sndtimeo.load(Ordering::Relaxed) {
+            sock.set_write_timeout(Some(Duration::from_nanos(t))).map_err(os)?;
+        }
+        for (level, name, value) in std::mem::take(&mut setup.deferred) {
+            crate::options::set_bound(self, &sock, level, name, &value)?;
+        }
+        let _ = self.bound.set(sock);
+        if let Some(sock) = self.bound.get() {
+            self.ready.rearm(sock);
+        }
+        Ok(())
+    }
+
+    /// The bound socket, binding to the wildcard address and an
+    /// ephemeral port first if it is not (Linux's autobind).
+    pub fn autobind(&self) -> CResult<&UdpSocket> {
+        if let Some(s) = self.bound.get() {
+            return Ok(s);
+        }
+        let mut setup = self.setup.lock().unwrap_or_else(|p| p.into_inner());
+        if self.bound.get().is_none() {
+            let any = match self.v6 {
+                true => SocketAddr::new(IpAddr::V6(Ipv6Addr::UNSPECIFIED), 0),
+                false => SocketAddr::new(IpAddr::V4(Ipv4Addr::UNSPECIFIED), 0),
+            };
+            self.bind_locked(&mut setup, any)?;
+        }
+        drop(setup);
+        self.bound.get().ok_or(libc::EINVAL)
+    }
+
+    /// `connect`; `None` (`AF_UNSPEC`) disconnects.
+    pub fn connect(&self, to: Option<SocketAddr>) -> CResult<()> {
+        match to {
+            None => match self.bound.get() {
+                Some(s) => s.disconnect().map_err(os),
+                None => Ok(()),
+            },
+            Some(a) => self.autobind()?.connect(a).map_err(os),
+        }
+    }
+
+    /// The local address (the wildcard and port 0 before `bind`).
+    pub fn local(&self) -> CResult<SocketAddr> {
+        match self.bound.get() {
+            Some(s) => s.local_addr().map_err(os),
+            None => Ok(match self.v6 {
+                true => SocketAddr::new(IpAddr::V6(Ipv6Addr::UNSPECIFIED), 0),
+                false => SocketAddr::new(IpAddr::V4(Ipv4Addr::UNSPECIFIED), 0),
+            }),
+        }
+    }
+
+    /// The connected peer, or `ENOTCONN`.
+    pub fn peer(&self) -> CResult<SocketAddr> {
+        self.bound.get().ok_or(libc::ENOTCONN)?.peer_addr().map_err(os)
+    }
+
+    /// Whether a call may wait: not `O_NONBLOCK`, not `MSG_DONTWAIT`, not
+    /// on a polling lcore.
+    fn may_wait(&self, flags: i32) -> bool {
+        flags & libc::MSG_DONTWAIT == 0 && !self.nonblocking.load(Ordering::Relaxed) && !global::on_lcore()
+    }
+
+    /// The receive timeout's deadline, if there is one.
+    fn deadline(&self) -> Option<Instant> {
+        match self.rcvtimeo.load(Ordering::Relaxed) {
+            0 => None,
+            ns => Some(Instant::now() + Duration::from_nanos(ns)),
+        }
+    }
+
+    /// Waits until a receive may find something; `EAGAIN` past
+    /// `deadline`, `EINTR` when a signal interrupts.
+    fn wait(&self, deadline: Option<Instant>) -> CResult<()> {
+        let timeout = match deadline {
+            None => None,
+            Some(d) => match d.checked_duration_since(Instant::now()) {
+                Some(t) if !t.is_zero() => Some(t),
+                _ => return Err(libc::EAGAIN),
+            },
+        };
+        self.ready.sleep(self.bound.get(), timeout)
+    }
+
+    /// Takes up to `max` datagrams into `out`, waiting (as the socket's
+    /// mode, `flags` and its timeout allow) for the first only.
+    pub fn recv_batch(&self, out: &mut DatagramBatch, max: usize, flags: i32) -> CResult<usize> {
+        let wait = self.may_wait(flags);
+        let deadline = if wait { self.deadline() } else { None };
+        loop {
+            let Some(sock) = self.bound.get() else {
+                if global::is_down() {
+                    return Err(libc::ENETDOWN);
+                }
+                if self.shut_rd.load(Ordering::Relaxed) {
+                    return Ok(0);
+                }
+                match wait {
+                    true => {
+                        self.wait(deadline)?;
+                        continue;
+                    }
+                    false => return Err(libc::EAGAIN),
+                }
+            };
+            let r = sock.try_recv_batch(out, max);
+            self.ready.settle(sock);
+            match r {
+                Ok(n) => return Ok(n),
+                // Shut down for reading: what was queued, then nothing.
+                Err(e) if e.raw_os_error() == Some(libc::EAGAIN) && self.shut_rd.load(Ordering::Relaxed) => {
+                    return Ok(0);
+                }
+                Err(e) if e.raw_os_error() == Some(libc::EAGAIN) && wait => self.wait(deadline)?,
+                Err(e) => return Err(os(e)),
+            }
+        }
+    }
+
+    /// Receives one datagram into `bufs` (scattered in order; bytes past
+    /// them are cut off), or with `MSG_PEEK` copies it and leaves it.
+    pub fn recv_one(&self, bufs: &mut [&mut [u8]], flags: i32, batch: &mut DatagramBatch) -> CResult<Received> {
+        if flags & libc::MSG_PEEK != 0 {
+            return self.peek(bufs, flags);
+        }
+        batch.clear();
+        if self.recv_batch(batch, 1, flags)? == 0 {
+            // Shut down for reading: an empty read, as Linux's.
+            return Ok(Received { copied: 0, len: 0, src: self.local()?, meta: None });
+        }
+        let d = batch.drain().next().ok_or(libc::EAGAIN)?;
+        Ok(self.deliver(&d, bufs))
+    }
+
+    /// The datagram `d` copied into `bufs`, and what it was.
+    pub fn deliver(&self, d: &Datagram, bufs: &mut [&mut [u8]]) -> Received {
+        let copied = scatter(d, bufs);
+        let mut meta = d.meta();
+        meta.src = self.present(meta.src);
+        meta.dst = self.present(meta.dst);
+        Received { copied, len: d.len(), src: meta.src, meta: Some(meta) }
+    }
+
+    fn peek(&self, bufs: &mut [&mut [u8]], flags: i32) -> CResult<Received> {
+        let wait = self.may_wait(flags);
+        let deadline = if wait { self.deadline() } else { None };
+        loop {
+            let sock = match self.bound.get() {
+                Some(s) => s,
+                None if global::is_down() => return Err(libc::ENETDOWN),
+                None if wait => {
+                    self.wait(deadline)?;
+                    continue;
+                }
+                None => return Err(libc::EAGAIN),
+            };
+            let len = sock.next_len();
+            let r = match (len, &mut *bufs) {
+                (Some(len), [one]) => sock.try_peek_from(one).map(|(n, src)| (n, len, src)),
+                (Some(len), bufs) => {
+                    let mut tmp = vec![0u8; len];
+                    sock.try_peek_from(&mut tmp).map(|(n, src)| {
+                        let mut at = 0;
+                        for b in bufs.iter_mut() {
+                            let k = b.len().min(n - at);
+                            b[..k].copy_from_slice(&tmp[at..at + k]);
+                            at += k;
+                        }
+                        (at, len, src)
+                    })
+                }
+                (None, _) => Err(std::io::Error::from_raw_os_error(libc::EAGAIN)),
+            };
+            match r {
+                Ok((copied, len, src)) => return Ok(Received { copied, len, src, meta: None }),
+                Err(e) if e.raw_os_error() == Some(libc::EAGAIN) && wait => {
+                    let e = sock.take_error().ok().flatten();
+                    if let Some(e) = e {
+                        return Err(os(e));
+                    }
+                    self.wait(deadline)?
+                }
+                Err(e) => return Err(os(e)),
+            }
+        }
+    }
+
+    /// An address as this socket's family shows it (IPv4 as mapped on an
+    /// IPv6 socket).
+    pub fn present(&self, a: SocketAddr) -> SocketAddr {
+        match (self.v6, a) {
+            (true, SocketAddr::V4(v4)) => SocketAddr::V6(SocketAddrV6::new(v4.ip().to_ipv6_mapped(), v4.port(), 0, 0)),
+            _ => a,
+        }
+    }
+
+    /// Sends the bytes of `bufs` (gathered) as one datagram to `to`, or
+    /// to the connected peer.
+    pub fn send(&self, bufs: &[&[u8]], to: Option<SocketAddr>, meta: &SendMeta, flags: i32) -> CResult<usize> {
+        if flags & (libc::MSG_OOB | libc::MSG_MORE) != 0 {
+            return Err(libc::EOPNOTSUPP);
+        }
+        if self.shut_wr.load(Ordering::Relaxed) {
+            return Err(libc::EPIPE);
+        }
+        let sock = match to {
+            Some(_) => self.autobind()?,
+            None => self.bound.get().ok_or(libc::EDESTADDRREQ)?,
+        };
+        let to = match to {
+            Some(a) => a,
+            None => sock.peer_addr().map_err(|_| libc::EDESTADDRREQ)?,
+        };
+        let dontwait = flags & libc::MSG_DONTWAIT != 0 || global::on_lcore();
+        let plain = *meta == SendMeta::default();
+        let joined: Vec<u8>;
+        let buf = match bufs {
+            [one] => *one,
+            many => {
+                joined = many.concat();
+                &joined
+            }
+        };
+        let r = match (dontwait, plain) {
+            (false, true) => sock.send_to(buf, to),
+            (false, false) => sock.send_msg_to(buf, to, meta),
+            (true, _) => sock.try_send_msg_to(buf, to, meta),
+        };
+        r.map_err(os)
+    }
+
+    /// `FIONREAD`: the next datagram's length, 0 when none.
+    pub fn next_len(&self) -> usize {
+        self.bound.get().and_then(|s| s.next_len()).unwrap_or(0)
+    }
+
+    /// `O_NONBLOCK` on or off.
+    pub fn set_nonblocking(&self, on: bool) -> CResult<()> {
+        self.nonblocking.store(on, Ordering::Relaxed);
+        if let Some(s) = self.bound.get() {
+            s.set_nonblocking(on).map_err(os)?;
+        }
+        Ok(())
+    }
+
+    /// `shutdown(how)`.
+    pub fn shutdown(&self, how: i32) -> CResult<()> {
+        let (rd, wr) = match how {
+            libc::SHUT_RD => (true, false),
+            libc::SHUT_WR => (false, true),
+            libc::SHUT_RDWR => (true, true),
+            _ => return Err(libc::EINVAL),
+        };
+        // Linux: an unconnected UDP socket is not connected (ENOTCONN),
+        // yet the shutdown takes effect.
+        let connected = self.bound.get().is_some_and(|s| s.peer_addr().is_ok());
+        if rd {
+            self.shut_rd.store(true, Ordering::SeqCst);
+        }
+        if wr {
+            self.shut_wr.store(true, Ordering::SeqCst);
+        }
+        self.ready.notify();
+        if connected { Ok(()) } else { Err(libc::ENOTCONN) }
+    }
+}
+
+/// Copies datagram `d` into `bufs` in order; returns the bytes copied.
+fn scatter(d: &Datagram, bufs: &mut [&mut [u8]]) -> usize {
+    if let [one] = bufs {
+        return d.copy_to(one);
+    }
+    let (mut b, mut at, mut copied) = (0, 0, 0);
+    for mut seg in d.segments() {
+        while !seg.is_empty() {
+            let Some(buf) = bufs.get_mut(b) else { return copied };
+            let k = (buf.len() - at).min(seg.len());
+            buf[at..at + k].copy_from_slice(&seg[..k]);
+            (at, copied, seg) = (at + k, copied + k, &seg[k..]);
+            if at == buf.len() {
+                (b, at) = (b + 1, 0);
+            }
+        }
+    }
+    copied
+}

@@ -1,0 +1,252 @@
+//! spate's C API as a C program uses it: tests/c/capi_peer.c and
+//! tests/c/header_check.cpp built with gcc and g++ from an install
+//! (`cargo xtask install --debug --prefix target/c-api-prefix`, which
+//! `cargo xtask test` runs first) through `pkg-config spate`, run in a
+//! network namespace over net_tap with the kernel as the peer: an epoll
+//! event loop echoing with recvmmsg/sendmmsg over IPv4 and IPv6 (fragments
+//! too), control messages both ways, signals during blocking calls,
+//! threads blocked when the stack stops, the errno of bad arguments (also
+//! under AddressSanitizer and UBSan), and the header from C++.
+
+use std::net::{SocketAddr, UdpSocket};
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::Duration;
+
+use spate_testkit::{Netns, Proc, device_lock, kernel_peer};
+
+/// The install the programs are built from.
+fn prefix() -> PathBuf {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).parent().expect("the workspace").to_path_buf();
+    let p = std::env::var_os("SPATE_C_PREFIX").map(PathBuf::from).unwrap_or_else(|| root.join("target/c-api-prefix"));
+    assert!(
+        p.join("lib/pkgconfig/spate.pc").exists(),
+        "no libspate install at {} (cargo xtask install --debug --prefix target/c-api-prefix)",
+        p.display()
+    );
+    p
+}
+
+/// Builds `source` with `compiler` and `flags` against the install; the
+/// binary's path.
+fn build(compiler: &str, source: &str, out: &str, flags: &[&str]) -> PathBuf {
+    let prefix = prefix();
+    let pc = Command::new("pkg-config")
+        .args(["--cflags", "--libs", "spate"])
+        .env("PKG_CONFIG_PATH", prefix.join("lib/pkgconfig"))
+        .output()
+        .expect("pkg-config");
+    assert!(pc.status.success(), "pkg-config spate: {}", String::from_utf8_lossy(&pc.stderr));
+    let pc = String::from_utf8(pc.stdout).unwrap();
+    let dir = std::env::temp_dir().join(format!("spate-capi-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let bin = dir.join(out);
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("../tests/c").join(source);
+    let rpath = format!("-Wl,-rpath,{}", prefix.join("lib").display());
+    let o = Command::new(compiler)
+        .args(["-Wall", "-Wextra", "-Werror", "-g", "-O1", "-o"])
+        .arg(&bin)
+        .arg(&src)
+        .args(pc.split_whitespace())
+        .args(flags)
+        .args(["-lpthread", &rpath])
+        .output()
+        .expect("the compiler");
+    assert!(o.status.success(), "{compiler} {source}: {}", String::from_utf8_lossy(&o.stderr));
+    bin
+}
+
+/// The test program, built once per test process (plain, or with the
+/// sanitizers' `flags`): the tests run side by side.
+fn capi_peer(flags: &[&str]) -> PathBuf {
+    static PLAIN: std::sync::OnceLock<PathBuf> = std::sync::OnceLock::new();
+    static SANITIZED: std::sync::OnceLock<PathBuf> = std::sync::OnceLock::new();
+    match flags.is_empty() {
+        true => PLAIN.get_or_init(|| build("/usr/bin/gcc", "capi_peer.c", "capi_peer", flags)),
+        false => SANITIZED.get_or_init(|| build("/usr/bin/gcc", "capi_peer.c", "capi_peer_san", flags)),
+    }
+    .clone()
+}
+
+/// Runs `bin MODE` in a new namespace on the default TAP device (spate
+/// 198.18.0.2 and fd00::2, the kernel .1 and ::1), waits for READY.
+fn start(bin: &Path, mode: &str, ns: &Netns) -> Proc {
+    let args: Vec<String> = [mode, "--lcores", "1", "--mbufs", "4095"].iter().map(|s| s.to_string()).collect();
+    let mut p = ns.spawn(&format!("capi-{mode}"), bin.to_str().unwrap(), &args, Duration::from_secs(120)).unwrap();
+    assert!(p.wait_for_output("READY", Duration::from_secs(60)), "{mode} did not start:\n{}", p.output());
+    p
+}
+
+/// Waits for the program to end and returns its output, which must say
+/// `failures 0`; the exit status must be 0.
+fn finish(mut p: Proc, limit: Duration) -> String {
+    assert!(p.wait_exit(limit), "it did not end:\n{}", p.output());
+    let out = p.output();
+    assert!(out.contains("failures 0"), "{out}");
+    let status = p.stop();
+    assert!(status.is_some_and(|s| s.success()), "exit {status:?}:\n{out}");
+    out
+}
+
+fn kernel_side(ns: &Netns) {
+    kernel_peer(ns, "spate0");
+}
+
+fn echo_round_trips(peer: &Netns) -> usize {
+    peer.run(|| {
+        let mut echoed = 0;
+        for (bind, target) in [("198.18.0.1:0", "198.18.0.2:7"), ("[fd00::1]:0", "[fd00::2]:7")] {
+            let s = UdpSocket::bind(bind).unwrap();
+            s.set_read_timeout(Some(Duration::from_secs(2))).unwrap();
+            let target: SocketAddr = target.parse().unwrap();
+            let mut buf = vec![0u8; 65536];
+            // Every size class: small, a full frame, fragments, the largest.
+            for (i, len) in [0usize, 1, 64, 1400, 1472, 3000, 9000, 30000, 65000].into_iter().enumerate() {
+                let payload: Vec<u8> = (0..len).map(|j| (i * 31 + j * 7) as u8).collect();
+                s.send_to(&payload, target).unwrap();
+                let (n, from) = s.recv_from(&mut buf).unwrap_or_else(|e| panic!("{len} bytes to {target}: {e}"));
+                assert_eq!((from, &buf[..n]), (target, &payload[..]), "{len} bytes to {target}");
+                echoed += 1;
+            }
+            // A burst, read by recvmmsg in batches.
+            for k in 0..200u32 {
+                s.send_to(&k.to_be_bytes(), target).unwrap();
+            }
+            let mut seen = std::collections::HashSet::new();
+            while seen.len() < 200 {
+                let (n, _) = s.recv_from(&mut buf).expect("the burst comes back");
+                assert_eq!(n, 4);
+                seen.insert(u32::from_be_bytes(buf[..4].try_into().unwrap()));
+            }
+            echoed += 200;
+        }
+        echoed
+    })
+}
+
+#[test]
+fn an_epoll_event_loop_echoes_with_recvmmsg_and_sendmmsg() {
+    let _serial = device_lock();
+    let bin = capi_peer(&[]);
+    let ns = Netns::new("capiecho");
+    let p = start(&bin, "echo", &ns);
+    kernel_side(&ns);
+    let echoed = echo_round_trips(&ns);
+    assert_eq!(echoed, 2 * 209);
+    // SIGTERM's handler writes the self-pipe, which ends the loop.
+    let mut p = p;
+    let status = p.stop_with(libc::SIGTERM, Duration::from_secs(20));
+    let out = p.output();
+    assert!(status.is_some_and(|s| s.success()) && out.contains("failures 0"), "exit {status:?}:\n{out}");
+    let line = out.lines().find(|l| l.starts_with("echoed")).unwrap_or_else(|| panic!("{out}"));
+    assert!(line.starts_with("echoed v4 209 v6 209"), "{line}");
+    let second: u64 = line.rsplit(' ').next().unwrap().parse().unwrap();
+    assert!(second > 0, "the socket was readable in a second epoll set too: {line}");
+}
+
+#[test]
+fn control_messages_in_and_out() {
+    let _serial = device_lock();
+    let bin = capi_peer(&[]);
+    let ns = Netns::new("capicmsg");
+    let p = start(&bin, "cmsg", &ns);
+    kernel_side(&ns);
+    // The kernel peer: three datagrams per family with chosen TOS/TTL, the
+    // reply's segments read with their ECN.
+    let script = r#"
+import socket, struct
+out = []
+for fam, src, dst, tos_opt, ttl_opt, lvl in [
+        (socket.AF_INET, "198.18.0.1", "198.18.0.2", socket.IP_TOS, socket.IP_TTL, socket.IPPROTO_IP),
+        (socket.AF_INET6, "fd00::1", "fd00::2", socket.IPV6_TCLASS, socket.IPV6_UNICAST_HOPS, socket.IPPROTO_IPV6)]:
+    s = socket.socket(fam, socket.SOCK_DGRAM)
+    s.bind((src, 0))
+    s.settimeout(5)
+    s.setsockopt(lvl, socket.IP_RECVTOS if fam == socket.AF_INET else socket.IPV6_RECVTCLASS, 1)
+    for i, (tos, ttl) in enumerate([(0x28, 17), (0xb8, 33), (0, 9)]):
+        s.setsockopt(lvl, tos_opt, tos)
+        s.setsockopt(lvl, ttl_opt, ttl)
+        s.sendto(b"x" * (10 + i), (dst, 5000))
+        if i == 0:
+            for k in range(3):
+                data, anc, flags, _ = s.recvmsg(4096, 256)
+                ecn = [c[2][0] & 3 for c in anc]
+                out.append("%s seg %d ecn %s" % ("v4" if fam == socket.AF_INET else "v6", len(data), ecn))
+print("\n".join(out))
+"#;
+    let peer = ns.exec(&["python3", "-c", script]);
+    let peer_out = String::from_utf8_lossy(&peer.stdout).into_owned();
+    assert!(peer.status.success(), "{peer_out}{}", String::from_utf8_lossy(&peer.stderr));
+    let out = finish(p, Duration::from_secs(20));
+    let lines: Vec<&str> = out.lines().filter(|l| l.starts_with("v4 len") || l.starts_with("v6 len")).collect();
+    assert_eq!(lines.len(), 6, "{out}");
+    assert!(lines[0].starts_with("v4 len=10 pktinfo=198.18.0.2,1 tos=40 ttl=17 stamp-age-ok=1"), "{}", lines[0]);
+    assert!(lines[1].starts_with("v4 len=11 pktinfo=198.18.0.2,1 tos=184 ttl=33 stamp-age-ok=1"), "{}", lines[1]);
+    // 20 bytes hold no whole message: cut and flagged.
+    assert!(lines[2].starts_with("v4 len=12") && lines[2].ends_with("ctrunc"), "{}", lines[2]);
+    assert_eq!(lines[3], "v6 len=10 pktinfo6=fd00::2,1 tclass=40 hoplimit=17");
+    assert_eq!(lines[4], "v6 len=11 pktinfo6=fd00::2,1 tclass=184 hoplimit=33");
+    assert!(lines[5].starts_with("v6 len=12") && lines[5].ends_with("ctrunc"), "{}", lines[5]);
+    // The replies: 3000 bytes as three 1,000-byte datagrams, ECN CE (3).
+    for fam in ["v4", "v6"] {
+        let segs = peer_out.lines().filter(|l| l.starts_with(&format!("{fam} seg 1000 ecn [3]"))).count();
+        assert_eq!(segs, 3, "{peer_out}");
+    }
+}
+
+#[test]
+fn signals_interrupt_or_restart_blocking_calls() {
+    let _serial = device_lock();
+    let bin = capi_peer(&[]);
+    let ns = Netns::new("capisig");
+    let p = start(&bin, "signals", &ns);
+    kernel_side(&ns);
+    // The restarted receive gets this datagram.
+    ns.run(|| {
+        let s = UdpSocket::bind("198.18.0.1:0").unwrap();
+        s.send_to(b"hello", "198.18.0.2:5001").unwrap();
+    });
+    let out = finish(p, Duration::from_secs(30));
+    for l in ["eintr ok", "restart ok", "timeout ok"] {
+        assert!(out.contains(l), "{out}");
+    }
+}
+
+#[test]
+fn threads_blocked_when_the_stack_stops_get_enetdown() {
+    let _serial = device_lock();
+    let bin = capi_peer(&[]);
+    let ns = Netns::new("capistop");
+    let p = start(&bin, "stop", &ns);
+    let out = finish(p, Duration::from_secs(30));
+    assert!(out.contains("stopped ok"), "{out}");
+}
+
+#[test]
+fn bad_arguments_get_linux_errno_also_under_the_sanitizers() {
+    let _serial = device_lock();
+    for flags in [&[][..], &["-fsanitize=address,undefined", "-fno-omit-frame-pointer", "-fno-sanitize-recover=all"]] {
+        let bin = capi_peer(flags);
+        let ns = Netns::new("capierrno");
+        let p = start_errno(&bin, &ns);
+        let out = finish(p, Duration::from_secs(60));
+        let line = out.lines().find(|l| l.starts_with("errno checks")).unwrap_or_else(|| panic!("{out}"));
+        let checks: u32 = line.split_whitespace().nth(2).unwrap().parse().unwrap();
+        assert!(checks >= 45, "{line}");
+        assert!(!out.contains("ERROR: AddressSanitizer") && !out.contains("runtime error"), "{out}");
+    }
+}
+
+/// The errno mode prints READY only at its end: it needs no peer.
+fn start_errno(bin: &Path, ns: &Netns) -> Proc {
+    let args: Vec<String> = ["errno", "--lcores", "1", "--mbufs", "4095"].iter().map(|s| s.to_string()).collect();
+    ns.spawn("capi-errno", bin.to_str().unwrap(), &args, Duration::from_secs(120)).unwrap()
+}
+
+#[test]
+fn the_header_compiles_as_cpp() {
+    let bin = build("/usr/bin/g++", "header_check.cpp", "header_check", &["-std=c++17"]);
+    let o = Command::new(&bin).output().unwrap();
+    let out = String::from_utf8_lossy(&o.stdout);
+    assert!(o.status.success() && out.starts_with("spate 0.1.0"), "{out}");
+}
