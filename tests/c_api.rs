@@ -145,6 +145,44 @@ fn an_epoll_event_loop_echoes_with_recvmmsg_and_sendmmsg() {
 }
 
 #[test]
+fn the_zero_copy_calls_echo_and_send_in_place() {
+    let _serial = device_lock();
+    let bin = capi_peer(&[]);
+    let ns = Netns::new("capizc");
+    let p = start(&bin, "zerocopy", &ns);
+    kernel_side(&ns);
+    let echoed = ns.run(|| {
+        let s = UdpSocket::bind("198.18.0.1:0").unwrap();
+        s.set_read_timeout(Some(Duration::from_secs(2))).unwrap();
+        let target: SocketAddr = "198.18.0.2:7".parse().unwrap();
+        let mut buf = vec![0u8; 65536];
+        let mut n_echoed = 0;
+        for (i, len) in [1usize, 64, 1472, 3000, 20000].into_iter().enumerate() {
+            let payload: Vec<u8> = (0..len).map(|j| (i * 13 + j * 5) as u8).collect();
+            s.send_to(&payload, target).unwrap();
+            let (n, _) = s.recv_from(&mut buf).unwrap_or_else(|e| panic!("{len} bytes: {e}"));
+            let mut want = payload.clone();
+            // Contiguous ones come back with the first byte flipped in place.
+            if len <= 1472 {
+                want[0] = !want[0];
+            }
+            assert_eq!(&buf[..n], &want[..], "{len} bytes");
+            n_echoed += 1;
+        }
+        s.send_to(b"gen", target).unwrap();
+        for k in 0..3u8 {
+            let (n, _) = s.recv_from(&mut buf).expect("a datagram from a send buffer");
+            assert_eq!(&buf[..n], &vec![b'a' + k; 10 * (k as usize + 1)][..]);
+        }
+        s.send_to(b"quit", target).unwrap();
+        n_echoed
+    });
+    assert_eq!(echoed, 5);
+    let out = finish(p, Duration::from_secs(20));
+    assert!(out.contains("zero-copy echoed 5"), "{out}");
+}
+
+#[test]
 fn control_messages_in_and_out() {
     let _serial = device_lock();
     let bin = capi_peer(&[]);

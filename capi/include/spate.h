@@ -28,6 +28,38 @@
 // lcore; a negative return stops the stack.
 typedef int (*spate_loop_fn)(void *arg);
 
+// A received datagram owned by the program until `spate_release` or
+// `spate_reply_zc`: `data` points to its payload in the mbuf (the first
+// `seg_len` bytes of `len`: a datagram reassembled from fragments or
+// coalesced by UDP GRO continues in further segments, which
+// `spate_datagram_copy` gathers). The program may write the payload in
+// place (a reply) and lower `len`; it must not copy the struct to
+// release it twice.
+typedef struct spate_datagram {
+  // The payload.
+  uint8_t *data;
+  // Its length.
+  uint32_t len;
+  // Bytes at `data`.
+  uint32_t seg_len;
+  // The datagram (spate's, opaque).
+  uint64_t opaque[2];
+} spate_datagram;
+
+// A send buffer from `spate_sendbuf_alloc`: write `len` bytes (at most
+// the length asked for) at `data`, then send it with `spate_send_zc` or
+// free it with `spate_sendbuf_free`.
+typedef struct spate_sendbuf {
+  // Where to write the payload.
+  uint8_t *data;
+  // The payload's length (lower it to send less).
+  uint32_t len;
+  // Bytes that may be written at `data`.
+  uint32_t cap;
+  // The buffer (spate's, opaque).
+  uint64_t opaque[2];
+} spate_sendbuf;
+
 #ifdef __cplusplus
 extern "C" {
 #endif // __cplusplus
@@ -174,6 +206,67 @@ int spate_setsockopt(int fd, int level, int name, const void *value, socklen_t l
 // # Safety
 // `value` points to `*len` writable bytes; `len` to a socklen_t.
 int spate_getsockopt(int fd, int level, int name, void *value, socklen_t *len);
+
+// Receives up to `max` datagrams into `out` without copying them; waits
+// (as the socket's mode and `flags` allow) for the first only. Returns
+// how many.
+//
+// # Safety
+// `out` points to `max` writable `spate_datagram`s, whose earlier
+// datagrams were released.
+int spate_recv_zc(int fd, struct spate_datagram *out, unsigned int max, int flags);
+
+// Gives `n` datagrams back (their mbufs freed in bulk); released or
+// empty handles are passed over.
+//
+// # Safety
+// `d` points to `n` `spate_datagram`s from `spate_recv_zc`.
+void spate_release(struct spate_datagram *d, unsigned int n);
+
+// Copies datagram `d`'s payload (every segment) into `buf`; returns the
+// bytes copied.
+//
+// # Safety
+// `d` is a held `spate_datagram`; `buf` points to `len` writable bytes.
+ssize_t spate_datagram_copy(const struct spate_datagram *d, uint8_t *buf, size_t len);
+
+// Datagram `d`'s sender and destination as socket `fd`'s family shows
+// them (either pointer may be NULL), as `recvfrom` writes an address.
+//
+// # Safety
+// `d` is a held `spate_datagram`; each address points to `*len` bytes.
+int spate_datagram_addrs(int fd, const struct spate_datagram *d, struct sockaddr *src, socklen_t *srclen, struct sockaddr *dst, socklen_t *dstlen);
+
+// Sends each datagram back to its sender from socket `fd`, in its own
+// buffer (the payload as the program left it at `data`, `len` bytes: no
+// longer than received), all in one batch; the handles are consumed,
+// sent or not. Returns how many went, or -1 when none could.
+//
+// # Safety
+// `d` points to `n` `spate_datagram`s from `spate_recv_zc`.
+int spate_reply_zc(int fd, struct spate_datagram *d, unsigned int n);
+
+// A send buffer of `len` bytes to fill in place (`EMSGSIZE` past one
+// mbuf's room).
+//
+// # Safety
+// `out` points to a writable `spate_sendbuf`.
+int spate_sendbuf_alloc(int fd, struct spate_sendbuf *out, size_t len);
+
+// Sends `n` filled buffers to `to` (or the connected peer when NULL) in
+// one batch; the handles are consumed. Returns how many went, or -1
+// when none could.
+//
+// # Safety
+// `bufs` points to `n` buffers from `spate_sendbuf_alloc`; `to` to
+// `tolen` bytes, or is NULL.
+int spate_send_zc(int fd, struct spate_sendbuf *bufs, unsigned int n, const struct sockaddr *to, socklen_t tolen);
+
+// Frees `n` send buffers not sent.
+//
+// # Safety
+// `bufs` points to `n` buffers from `spate_sendbuf_alloc`.
+void spate_sendbuf_free(struct spate_sendbuf *bufs, unsigned int n);
 
 #ifdef __cplusplus
 }  // extern "C"

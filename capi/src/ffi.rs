@@ -30,7 +30,7 @@ pub const SPATE_VERSION_NUMBER: c_int = 100;
 const UIO_MAXIOV: usize = 1024;
 
 /// Runs `f`, turning its error into `errno` and -1, and a panic into `EIO`.
-fn call<T: From<i8>>(f: impl FnOnce() -> CResult<T>) -> T {
+pub(crate) fn call<T: From<i8>>(f: impl FnOnce() -> CResult<T>) -> T {
     match std::panic::catch_unwind(std::panic::AssertUnwindSafe(f)) {
         Ok(Ok(v)) => v,
         Ok(Err(e)) => {
@@ -204,7 +204,7 @@ fn for_socket(s: &CSocket, a: SocketAddr, v4_ok: bool) -> CResult<SocketAddr> {
 /// # Safety
 /// `p` is NULL or points to `*lenp` writable bytes; `lenp` is NULL or
 /// points to a socklen_t.
-unsafe fn write_addr(a: SocketAddr, v6: bool, p: *mut sockaddr, lenp: *mut socklen_t) -> CResult<()> {
+pub(crate) unsafe fn write_addr(a: SocketAddr, v6: bool, p: *mut sockaddr, lenp: *mut socklen_t) -> CResult<()> {
     if p.is_null() {
         return Ok(());
     }
@@ -382,7 +382,7 @@ pub unsafe extern "C" fn spate_sendto(
 ///
 /// # Safety
 /// `to` points to `tolen` readable bytes, or is NULL.
-unsafe fn destination(s: &CSocket, to: *const sockaddr, tolen: socklen_t) -> CResult<Option<SocketAddr>> {
+pub(crate) unsafe fn destination(s: &CSocket, to: *const sockaddr, tolen: socklen_t) -> CResult<Option<SocketAddr>> {
     if to.is_null() {
         return Ok(None);
     }

@@ -7,7 +7,8 @@
 //! and where it differs from Linux.
 //!
 //! The modules: `ffi` (the entry points: C pointers and lengths checked
-//! and turned into slices), `socket` (a C socket over a spate socket, in
+//! and turned into slices), `ffi_zerocopy` (the zero-copy calls, whose
+//! datagrams and buffers live in the caller's memory), `socket` (a C socket over a spate socket, in
 //! safe Rust), `options` (socket options), `cmsg` (control messages),
 //! `readiness` (the socket's descriptor and blocking waits), `global`
 //! (the stack and the descriptor table), `syscalls` (the system calls
@@ -17,6 +18,7 @@
 
 mod cmsg;
 pub mod ffi;
+pub mod ffi_zerocopy;
 mod global;
 mod options;
 mod readiness;

@@ -451,6 +451,12 @@ impl DatagramBatch {
         self.items.drain(..)
     }
 
+    /// Adds a datagram (taken out earlier), to be freed with the others.
+    #[inline]
+    pub fn push(&mut self, d: Datagram) {
+        self.items.push(d);
+    }
+
     /// Frees every datagram held, 32 mbufs per call.
     pub fn clear(&mut self) {
         let mut burst: Burst = Burst::new();
