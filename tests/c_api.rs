@@ -30,6 +30,14 @@ fn prefix() -> PathBuf {
 /// Builds `source` with `compiler` and `flags` against the install; the
 /// binary's path.
 fn build(compiler: &str, source: &str, out: &str, flags: &[&str]) -> PathBuf {
+    let dir = std::env::temp_dir().join(format!("spate-capi-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("../tests/c").join(source);
+    build_in(&dir, compiler, &src, out, flags)
+}
+
+/// Builds `src` into `dir/out` (see [`build`]).
+fn build_in(dir: &Path, compiler: &str, src: &Path, out: &str, flags: &[&str]) -> PathBuf {
     let prefix = prefix();
     let pc = Command::new("pkg-config")
         .args(["--cflags", "--libs", "spate"])
@@ -38,15 +46,13 @@ fn build(compiler: &str, source: &str, out: &str, flags: &[&str]) -> PathBuf {
         .expect("pkg-config");
     assert!(pc.status.success(), "pkg-config spate: {}", String::from_utf8_lossy(&pc.stderr));
     let pc = String::from_utf8(pc.stdout).unwrap();
-    let dir = std::env::temp_dir().join(format!("spate-capi-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
     let bin = dir.join(out);
-    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("../tests/c").join(source);
+    let source = src.display().to_string();
     let rpath = format!("-Wl,-rpath,{}", prefix.join("lib").display());
     let o = Command::new(compiler)
         .args(["-Wall", "-Wextra", "-Werror", "-g", "-O1", "-o"])
         .arg(&bin)
-        .arg(&src)
+        .arg(src)
         .args(pc.split_whitespace())
         .args(flags)
         .args(["-lpthread", &rpath])
@@ -279,6 +285,18 @@ fn bad_arguments_get_linux_errno_also_under_the_sanitizers() {
 fn start_errno(bin: &Path, ns: &Netns) -> Proc {
     let args: Vec<String> = ["errno", "--lcores", "1", "--mbufs", "4095"].iter().map(|s| s.to_string()).collect();
     ns.spawn("capi-errno", bin.to_str().unwrap(), &args, Duration::from_secs(120)).unwrap()
+}
+
+#[test]
+fn the_readme_c_example_builds() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
+    let readme = std::fs::read_to_string(root.join("README.md")).unwrap();
+    let start = readme.find("```c\n").expect("the README's C example") + "```c\n".len();
+    let code = &readme[start..start + readme[start..].find("```").unwrap()];
+    let dir = std::env::temp_dir().join(format!("spate-capi-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    std::fs::write(dir.join("readme_echo.c"), code).unwrap();
+    build_in(&dir, "/usr/bin/gcc", &dir.join("readme_echo.c"), "readme_echo", &[]);
 }
 
 #[test]

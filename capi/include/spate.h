@@ -11,6 +11,7 @@
 #include <sys/socket.h>
 #include <netinet/in.h>
 #include <time.h>
+struct mmsghdr;
 
 // spate's version: major.
 #define SPATE_VERSION_MAJOR 0

@@ -87,7 +87,9 @@ pub fn received(w: &mut Writer<'_>, wants: u32, meta: &RecvMeta) {
     }
     if wants & want::TIMESTAMPNS != 0 {
         if let Some(t) = meta.timestamp.and_then(|t| t.duration_since(std::time::UNIX_EPOCH).ok()) {
-            let ts = [(t.as_secs() as i64).to_ne_bytes(), (t.subsec_nanos() as i64).to_ne_bytes()].concat();
+            let mut ts = [0u8; 16];
+            ts[..8].copy_from_slice(&(t.as_secs() as i64).to_ne_bytes());
+            ts[8..].copy_from_slice(&(t.subsec_nanos() as i64).to_ne_bytes());
             w.push(libc::SOL_SOCKET, SO_TIMESTAMPNS, &ts);
         }
     }

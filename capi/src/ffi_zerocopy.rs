@@ -77,6 +77,9 @@ unsafe fn take(d: &mut spate_datagram) -> Datagram {
 
 thread_local! {
     static BATCH: std::cell::RefCell<DatagramBatch> = std::cell::RefCell::new(DatagramBatch::with_capacity(64));
+    /// The buffers of a reply or send call: their capacity is kept, so a
+    /// call allocates nothing once warm.
+    static BUFS: std::cell::RefCell<Vec<SendBuf>> = const { std::cell::RefCell::new(Vec::new()) };
 }
 
 /// Receives up to `max` datagrams into `out` without copying them; waits
@@ -225,7 +228,28 @@ pub unsafe extern "C" fn spate_reply_zc(fd: c_int, d: *mut spate_datagram, n: c_
         if n > 0 && d.is_null() {
             return Err(libc::EFAULT);
         }
-        let mut bufs = Vec::new();
+        // SAFETY: per the contract.
+        BUFS.with(|v| {
+            let mut bufs = v.borrow_mut();
+            let r = unsafe { reply(s, d, n, &mut bufs) };
+            bufs.clear();
+            r
+        })
+    })
+}
+
+/// [`spate_reply_zc`] with the thread's buffer vector.
+///
+/// # Safety
+/// As [`spate_reply_zc`].
+unsafe fn reply(
+    s: CResult<std::sync::Arc<crate::socket::CSocket>>,
+    d: *mut spate_datagram,
+    n: c_uint,
+    bufs: &mut Vec<SendBuf>,
+) -> CResult<c_int> {
+    {
+        bufs.clear();
         let mut too_long = false;
         for i in 0..n as usize {
             // SAFETY: `i < n`, per the contract.
@@ -248,11 +272,11 @@ pub unsafe extern "C" fn spate_reply_zc(fd: c_int, d: *mut spate_datagram, n: c_
         }
         let s = s?;
         let sock = s.bound().ok_or(libc::EDESTADDRREQ)?;
-        match (sock.send_replies(bufs).map_err(crate::socket::os)?, too_long) {
+        match (sock.send_replies(bufs.drain(..)).map_err(crate::socket::os)?, too_long) {
             (0, true) => Err(libc::EMSGSIZE),
             (sent, _) => Ok(sent as c_int),
         }
-    })
+    }
 }
 
 /// A send buffer of `len` bytes to fill in place (`EMSGSIZE` past one
@@ -311,7 +335,31 @@ pub unsafe extern "C" fn spate_send_zc(
         if n > 0 && bufs.is_null() {
             return Err(libc::EFAULT);
         }
-        let mut taken = Vec::with_capacity(n as usize);
+        BUFS.with(|v| {
+            let mut taken = v.borrow_mut();
+            taken.clear();
+            // SAFETY: per the contract.
+            let r = unsafe { send_bufs(fd, bufs, n, to, tolen, &mut taken) };
+            // What a failed call took is freed now.
+            taken.clear();
+            r
+        })
+    })
+}
+
+/// [`spate_send_zc`] with the thread's buffer vector.
+///
+/// # Safety
+/// As [`spate_send_zc`].
+unsafe fn send_bufs(
+    fd: c_int,
+    bufs: *mut spate_sendbuf,
+    n: c_uint,
+    to: *const sockaddr,
+    tolen: socklen_t,
+    taken: &mut Vec<SendBuf>,
+) -> CResult<c_int> {
+    {
         for i in 0..n as usize {
             // SAFETY: `i < n`, per the contract.
             let slot = unsafe { &mut *bufs.add(i) };
@@ -331,9 +379,9 @@ pub unsafe extern "C" fn spate_send_zc(
             Some(a) => a,
             None => sock.peer_addr().map_err(|_| libc::EDESTADDRREQ)?,
         };
-        let sent = sock.send_batch_to(taken.into_iter().map(|b| (b, dst))).map_err(crate::socket::os)?;
+        let sent = sock.send_batch_to(taken.drain(..).map(|b| (b, dst))).map_err(crate::socket::os)?;
         Ok(sent as c_int)
-    })
+    }
 }
 
 /// Frees `n` send buffers not sent.

@@ -52,8 +52,10 @@ pub fn init(args: Vec<String>) -> Result<(), i32> {
         log::error!("spate_init: {e}");
         libc::EINVAL
     })?;
-    // The program's signals are its own: no stop on SIGINT or SIGTERM.
+    // The program's signals are its own: no stop on SIGINT or SIGTERM,
+    // its SIGPIPE disposition as it was.
     cfg.stop_on_signal = false;
+    cfg.ignore_sigpipe = false;
     let stack = Stack::new(cfg).map_err(|e| {
         log::error!("spate_init: {e}");
         match e {

@@ -317,9 +317,14 @@ impl Eal {
         let c_args: &'static [CString] = Vec::leak(c_args);
         let argv: &'static mut [*mut c_char] = Vec::leak(c_args.iter().map(|a| a.as_ptr() as *mut c_char).collect());
         log::debug!("rte_eal_init {:?}", args);
-        // SAFETY: argv holds argc valid NUL-terminated strings that outlive
-        // the EAL; the STATE guard makes this the only caller.
-        let ret = unsafe { sys::rte_eal_init(argv.len() as c_int, argv.as_mut_ptr()) };
+        let ret = {
+            // The EAL's threads (lcores, interrupts, multi-process) are
+            // made with every signal blocked: the program's are its own.
+            let _blocked = crate::signal::block_all();
+            // SAFETY: argv holds argc valid NUL-terminated strings that
+            // outlive the EAL; the STATE guard makes this the only caller.
+            unsafe { sys::rte_eal_init(argv.len() as c_int, argv.as_mut_ptr()) }
+        };
         if ret < 0 {
             let errno = rte_errno();
             // DPDK clears its run-once guard after an argument error, but the

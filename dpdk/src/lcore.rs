@@ -236,6 +236,20 @@ pub fn set_affinity(cpus: &[usize]) -> std::io::Result<()> {
     Ok(())
 }
 
+/// The CPUs the calling thread may run on (its affinity), to set back
+/// with [`set_affinity`]; none where it cannot be read.
+pub fn current_cpus() -> Option<Vec<usize>> {
+    // SAFETY: cpu_set_t is plain data; sched_getaffinity fills the set we
+    // own, of the size given; CPU_ISSET reads it within its size.
+    unsafe {
+        let mut set: libc::cpu_set_t = std::mem::zeroed();
+        if libc::sched_getaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &mut set) != 0 {
+            return None;
+        }
+        Some((0..libc::CPU_SETSIZE as usize).filter(|&c| libc::CPU_ISSET(c, &set)).collect())
+    }
+}
+
 /// Lets the calling thread run on every online CPU again: threads spawned
 /// after EAL init inherit the main lcore's single-CPU affinity.
 pub fn unpin_current_thread() -> std::io::Result<()> {

@@ -142,6 +142,10 @@ pub fn direct_tap_signals_here() -> usize {
             let owner = OwnerEx { kind: F_OWNER_TID, pid: tid };
             if libc::fcntl(fd, F_SETOWN_EX, &owner as *const OwnerEx) == 0 {
                 n += 1;
+                // The lcore's thread was made with every signal blocked.
+                if let Some(sig) = IoSignal::of(fd) {
+                    crate::signal::unblock(sig.number());
+                }
             }
         }
     }

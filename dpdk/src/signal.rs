@@ -1,5 +1,8 @@
 //! SIGINT/SIGTERM set a flag that polling loops check; SIGPIPE is ignored
 //! on request (a vhost-user peer that goes away must not kill spate).
+//! [`block_all`] keeps the signals of the program away from the threads
+//! DPDK creates (they inherit a mask with every signal blocked), and takes
+//! a SIGPIPE raised meanwhile instead of delivering it.
 
 use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 
@@ -51,4 +54,91 @@ pub fn stop_requested() -> bool {
 /// Requests a stop, as a signal would.
 pub fn request_stop() {
     STOP.store(true, Ordering::SeqCst);
+}
+
+/// Every signal blocked on the calling thread while it lives (see
+/// [`block_all`]).
+#[derive(Debug)]
+#[must_use]
+pub struct AllBlocked {
+    old: libc::sigset_t,
+}
+
+/// Blocks every signal on the calling thread until the guard goes: the
+/// threads it creates meanwhile (the EAL's lcores and service threads,
+/// drivers' threads) keep every signal blocked for good, so the program's
+/// signals reach the program's threads and a write of theirs to a closed
+/// socket raises no SIGPIPE that could end it. When the guard goes, a
+/// SIGPIPE raised on this thread meanwhile (a vhost-user peer gone while
+/// the port started) is taken, not delivered, and the old mask comes back.
+pub fn block_all() -> AllBlocked {
+    // SAFETY: sigset_t is plain data; pthread_sigmask reads a full set and
+    // writes the old one into a set we own.
+    unsafe {
+        let mut all: libc::sigset_t = std::mem::zeroed();
+        let mut old: libc::sigset_t = std::mem::zeroed();
+        libc::sigfillset(&mut all);
+        libc::pthread_sigmask(libc::SIG_BLOCK, &all, &mut old);
+        AllBlocked { old }
+    }
+}
+
+impl Drop for AllBlocked {
+    fn drop(&mut self) {
+        // SAFETY: a set we own with SIGPIPE alone; sigtimedwait with a zero
+        // timeout takes a pending SIGPIPE or returns at once; then the old
+        // mask is set back.
+        unsafe {
+            let mut pipe: libc::sigset_t = std::mem::zeroed();
+            libc::sigemptyset(&mut pipe);
+            libc::sigaddset(&mut pipe, libc::SIGPIPE);
+            let zero = libc::timespec { tv_sec: 0, tv_nsec: 0 };
+            while libc::sigtimedwait(&pipe, std::ptr::null_mut(), &zero) == libc::SIGPIPE {}
+            libc::pthread_sigmask(libc::SIG_SETMASK, &self.old, std::ptr::null_mut());
+        }
+    }
+}
+
+/// Unblocks `sig` on the calling thread (an lcore that takes net_tap's
+/// signal, its thread made with every signal blocked).
+pub fn unblock(sig: i32) {
+    // SAFETY: a set we own with one signal.
+    unsafe {
+        let mut set: libc::sigset_t = std::mem::zeroed();
+        libc::sigemptyset(&mut set);
+        libc::sigaddset(&mut set, sig);
+        libc::pthread_sigmask(libc::SIG_UNBLOCK, &set, std::ptr::null_mut());
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn blocked(sig: i32) -> bool {
+        // SAFETY: reads the mask into a set we own.
+        unsafe {
+            let mut cur: libc::sigset_t = std::mem::zeroed();
+            libc::pthread_sigmask(libc::SIG_BLOCK, std::ptr::null(), &mut cur);
+            libc::sigismember(&cur, sig) == 1
+        }
+    }
+
+    #[test]
+    fn threads_made_under_the_guard_block_every_signal_and_a_sigpipe_is_taken() {
+        std::thread::spawn(|| {
+            assert!(!blocked(libc::SIGUSR1));
+            let guard = block_all();
+            let child = std::thread::spawn(|| (blocked(libc::SIGUSR1), blocked(libc::SIGPIPE))).join().unwrap();
+            assert_eq!(child, (true, true));
+            // A SIGPIPE raised on this thread now stays pending...
+            // SAFETY: raise signals the calling thread, which blocks it.
+            unsafe { libc::raise(libc::SIGPIPE) };
+            // ...and is taken when the guard goes (else it would end the test).
+            drop(guard);
+            assert!(!blocked(libc::SIGUSR1) && !blocked(libc::SIGPIPE));
+        })
+        .join()
+        .unwrap();
+    }
 }

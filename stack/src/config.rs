@@ -474,6 +474,11 @@ pub struct StackConfig {
     pub eal_args: Vec<String>,
     /// Stop when SIGINT or SIGTERM arrives.
     pub stop_on_signal: bool,
+    /// Ignore SIGPIPE process-wide (a vhost-user peer that goes away makes
+    /// the next write to its socket raise it). spate's and DPDK's threads
+    /// block every signal either way; the C API turns this off, leaving
+    /// the program's disposition as it was.
+    pub ignore_sigpipe: bool,
     /// Send gratuitous ARP / unsolicited NA when the stack starts.
     pub announce: bool,
     /// VXLAN tunnel endpoints, each an inner interface.
@@ -571,6 +576,7 @@ impl Default for StackConfig {
             memory_mb: 512,
             eal_args: Vec::new(),
             stop_on_signal: true,
+            ignore_sigpipe: true,
             announce: true,
             vxlan: Vec::new(),
             reassembly_timeout_ms: 30_000,

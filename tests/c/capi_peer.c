@@ -13,9 +13,11 @@
  *   zerocopy an echo on the zero-copy calls.
  * Prints "READY" when it listens, and a line per finding. */
 #define _GNU_SOURCE
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <pthread.h>
+#include <sched.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -588,6 +590,48 @@ static int mode_errno(void)
     return failures ? 1 : 0;
 }
 
+/* What spate must leave as it was: the program's SIGPIPE disposition and
+ * the calling thread's CPUs; and its own threads must block the
+ * program's signals. */
+static void check_process(const cpu_set_t *cpus_before)
+{
+    struct sigaction pipe_now;
+    sigaction(SIGPIPE, NULL, &pipe_now);
+    CHECK(pipe_now.sa_handler == SIG_DFL, "SIGPIPE's disposition is the program's (default)");
+    cpu_set_t now;
+    CPU_ZERO(&now);
+    sched_getaffinity(0, sizeof now, &now);
+    CHECK(CPU_EQUAL(&now, cpus_before), "the calling thread's CPUs are as they were (%d CPUs now, %d before)",
+          CPU_COUNT(&now), CPU_COUNT(cpus_before));
+    /* Every thread but this one is spate's or DPDK's. */
+    char path[64], line[256];
+    pid_t me = gettid();
+    int threads = 0, blocking = 0;
+    DIR *dir = opendir("/proc/self/task");
+    struct dirent *e;
+    while (dir && (e = readdir(dir))) {
+        int tid = atoi(e->d_name);
+        if (tid <= 0 || tid == me)
+            continue;
+        snprintf(path, sizeof path, "/proc/%d/task/%d/status", getpid(), tid);
+        FILE *f = fopen(path, "r");
+        unsigned long long blk = 0;
+        while (f && fgets(line, sizeof line, f))
+            if (sscanf(line, "SigBlk: %llx", &blk) == 1)
+                break;
+        if (f)
+            fclose(f);
+        threads++;
+        if (blk & (1ULL << (SIGUSR1 - 1)) && blk & (1ULL << (SIGPIPE - 1)))
+            blocking++;
+    }
+    if (dir)
+        closedir(dir);
+    CHECK(threads > 0 && blocking == threads, "spate's threads block the program's signals (%d of %d)", blocking,
+          threads);
+    printf("process ok: %d threads of spate's block signals\n", threads);
+}
+
 int main(int argc, char **argv)
 {
     if (argc < 2) {
@@ -595,6 +639,19 @@ int main(int argc, char **argv)
         return 2;
     }
     setvbuf(stdout, NULL, _IOLBF, 0);
+    /* The errno mode runs on one CPU of the two, which spate must leave. */
+    cpu_set_t cpus;
+    CPU_ZERO(&cpus);
+    sched_getaffinity(0, sizeof cpus, &cpus);
+    if (!strcmp(argv[1], "errno") && CPU_COUNT(&cpus) > 1) {
+        int last = -1;
+        for (int c = 0; c < CPU_SETSIZE; c++)
+            if (CPU_ISSET(c, &cpus))
+                last = c;
+        CPU_ZERO(&cpus);
+        CPU_SET(last, &cpus);
+        sched_setaffinity(0, sizeof cpus, &cpus);
+    }
     /* spate_init takes argv[0] and the flags after the mode. */
     if (spate_init(argc - 1, (const char *const *)argv + 1) != 0) {
         perror("spate_init");
@@ -604,6 +661,7 @@ int main(int argc, char **argv)
         perror("spate_start");
         return 2;
     }
+    check_process(&cpus);
     const char *mode = argv[1];
     if (!strcmp(mode, "echo"))
         return mode_echo();

@@ -743,10 +743,15 @@ fn bench(args: &[String]) -> Result {
         ("pps", vec![]),
         ("async_sockets", vec![]),
         ("quic", vec![]),
+        ("c_sink", vec![]),
     ];
     for (name, extra) in all {
         if !named.is_empty() && !named.iter().any(|n| *n == name) {
             continue;
+        }
+        if name == "c_sink" {
+            // Its C sink is built against a release install of libspate.
+            install(&["--prefix".into(), "target/c-api-release".into()])?;
         }
         let mut cmd = cargo();
         cmd.args(["bench", "--bench", name, "--"]).args(&extra);

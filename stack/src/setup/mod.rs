@@ -88,10 +88,11 @@ impl Stack {
         let lcores = lcore_ids(&cfg.lcores)?;
         if !Eal::is_running() {
             // The calling thread becomes the EAL's main lcore. When lcore 0
-            // does not poll, it is that main lcore and the thread is unpinned
-            // afterwards, so the application's threads are free to run
-            // anywhere while the stack polls on workers.
+            // does not poll, it is that main lcore and the thread gets its
+            // CPUs back afterwards, so the application's threads run where
+            // they ran while the stack polls on workers.
             let main_polls = lcores.contains(&0);
+            let cpus_before = lcore::current_cpus();
             let eal_lcores = if main_polls { cfg.lcores.clone() } else { format!("0,{}", cfg.lcores) };
             let mut b = EalBuilder::new()
                 .program("spate")
@@ -110,8 +111,12 @@ impl Stack {
             let eal = b.init()?;
             let _ = STACK_EAL.set(eal);
             if !main_polls {
-                if let Err(e) = lcore::unpin_current_thread() {
-                    log::warn!("cannot unpin the main thread: {e}");
+                let restored = match &cpus_before {
+                    Some(cpus) => lcore::set_affinity(cpus),
+                    None => lcore::unpin_current_thread(),
+                };
+                if let Err(e) = restored {
+                    log::warn!("cannot give the main thread its CPUs back: {e}");
                 }
             }
         } else if cfg.lcores.contains('@') {
@@ -150,8 +155,14 @@ impl Stack {
         let (mut port_iface, mut steered, mut tx_queues) = (Vec::new(), Vec::new(), Vec::new());
         let mut tx_rings = 0;
         // A vhost-user peer that goes away (OVS restarting) makes the next
-        // write to its socket raise SIGPIPE, which would end the process.
-        spate_dpdk::signal::ignore_sigpipe();
+        // write to its socket raise SIGPIPE, which would end the process
+        // (the C API leaves the program's disposition alone).
+        if cfg.ignore_sigpipe {
+            spate_dpdk::signal::ignore_sigpipe();
+        }
+        // Drivers' threads (vhost-user's, the TAP's) are made with every
+        // signal blocked, and a SIGPIPE raised here is taken.
+        let blocked = spate_dpdk::signal::block_all();
         for (index, spec) in cfg.ports.iter().enumerate() {
             ports::remove_stale_vhost_socket(&spec.device);
             let mut port = if spec.is_pci() {
@@ -249,6 +260,7 @@ impl Stack {
             );
             ports.push(port);
         }
+        drop(blocked);
         let budget = budget::plan(
             &cfg,
             &budget::Pool {

@@ -1,0 +1,309 @@
+//! The C API against the Rust API on one receive: three sinks read every
+//! payload byte of 64-byte datagrams to port 9, 32 at most per call, on
+//! the program's main thread while spate polls on lcore 1:
+//! `benches/c/sink.c` with `spate_recvmmsg` (mmsg) and with the zero-copy
+//! calls (zc), and this benchmark itself as a Rust program with
+//! `UdpSocket::recv_batch` (rust).
+//!
+//! - Instructions: each sink under `valgrind --tool=callgrind
+//!   --separate-threads=yes`, reading N and then 2N datagrams; the main
+//!   thread's count difference over N is what reading one datagram costs
+//!   that thread (spate's lcore is another thread, the same for all
+//!   three). The source sits in the process (net_pcap replaying a file
+//!   of frames, `infinite_rx`), so the counts repeat: valgrind runs one
+//!   thread at a time, and a source in another process would be read at
+//!   its pace, not the sink's.
+//! - Cycles: natively, from `dpdk-testpmd txonly` over a vhost-user pair
+//!   into `net_virtio_user`, the sinks taking turns for 7 rounds; the
+//!   reading thread's CPU time per datagram (`CLOCK_THREAD_CPUTIME_ID`)
+//!   at the TSC's rate, the median and the spread.
+//!
+//! The C sink is built against a release install of libspate:
+//! `cargo xtask bench` makes it (`cargo xtask install --prefix
+//! target/c-api-release`); `SPATE_C_PREFIX` names another.
+//!
+//! `cargo bench --bench c_sink -- [--quick] [--json PATH]`
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::Duration;
+
+use clap::Parser;
+use spate::{DatagramBatch, Stack, UdpSocket};
+use spate_apps::cli::StackArgs;
+use spate_testkit::testpmd::{SPATE_MAC, txonly_source};
+use spate_testkit::unique_socket_path;
+use spate_testkit::wire_peer::udp_frame;
+
+const SINKS: [&str; 3] = ["rust", "mmsg", "zc"];
+
+/// This benchmark as the Rust sink: `--rust-sink N [spate flags]`.
+#[derive(Debug, Parser)]
+struct SinkArgs {
+    #[arg(long = "rust-sink")]
+    n: u64,
+    #[command(flatten)]
+    stack: StackArgs,
+}
+
+/// The Rust sink: the same work as sink.c's, with `recv_batch`.
+fn rust_sink(args: SinkArgs) {
+    let stack = Stack::new(args.stack.to_config().expect("flags")).expect("stack");
+    let sock = UdpSocket::builder(&stack).recv_buffer_size(4 << 20).bind("0.0.0.0:9").expect("bind");
+    let _running = stack.spawn_polling().expect("spawn");
+    println!("READY");
+    let mut batch = DatagramBatch::with_capacity(32);
+    let (mut got, mut calls, mut sum, mut start) = (0u64, 0u64, 0u64, 0i128);
+    while got < args.n {
+        let n = sock.recv_batch(&mut batch, 32).expect("recv_batch");
+        for d in batch.iter() {
+            for b in d.data() {
+                sum = sum.wrapping_add(*b as u64);
+            }
+        }
+        batch.clear();
+        if got == 0 {
+            start = thread_ns();
+        }
+        got += n as u64;
+        calls += 1;
+    }
+    println!("sink datagrams={got} calls={calls} cpu_ns={} sum={sum}", thread_ns() - start);
+}
+
+/// The calling thread's time on a CPU, in ns (`/proc/thread-self/schedstat`,
+/// what `CLOCK_THREAD_CPUTIME_ID` reads).
+fn thread_ns() -> i128 {
+    let s = std::fs::read_to_string("/proc/thread-self/schedstat").unwrap_or_default();
+    s.split_whitespace().next().and_then(|v| v.parse().ok()).unwrap_or(0)
+}
+
+/// The install the C sink is built from.
+fn prefix() -> PathBuf {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
+    let p = std::env::var_os("SPATE_C_PREFIX").map(PathBuf::from).unwrap_or_else(|| root.join("target/c-api-release"));
+    assert!(
+        p.join("lib/pkgconfig/spate.pc").exists(),
+        "no release libspate at {}: cargo xtask install --prefix target/c-api-release",
+        p.display()
+    );
+    p
+}
+
+fn build_c_sink() -> PathBuf {
+    let prefix = prefix();
+    let pc = Command::new("pkg-config")
+        .args(["--cflags", "--libs", "spate"])
+        .env("PKG_CONFIG_PATH", prefix.join("lib/pkgconfig"))
+        .output()
+        .expect("pkg-config");
+    let bin = std::env::temp_dir().join(format!("spate-c-sink-{}", std::process::id()));
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("../benches/c/sink.c");
+    let o = Command::new("/usr/bin/gcc")
+        .args(["-O2", "-g", "-Wall", "-o"])
+        .arg(&bin)
+        .arg(&src)
+        .args(String::from_utf8_lossy(&pc.stdout).split_whitespace())
+        .arg(format!("-Wl,-rpath,{}", prefix.join("lib").display()))
+        .output()
+        .expect("gcc");
+    assert!(o.status.success(), "gcc sink.c: {}", String::from_utf8_lossy(&o.stderr));
+    bin
+}
+
+/// The program and arguments of sink `which` reading `n` datagrams.
+fn sink_command(which: &str, c_sink: &Path, n: u64, flags: &[String]) -> (PathBuf, Vec<String>) {
+    match which {
+        "rust" => {
+            let mut a = vec!["--rust-sink".to_string(), n.to_string()];
+            a.extend(flags.iter().cloned());
+            (std::env::current_exe().expect("own path"), a)
+        }
+        mode => {
+            let mut a = vec![mode.to_string(), n.to_string()];
+            a.extend(flags.iter().cloned());
+            (c_sink.to_path_buf(), a)
+        }
+    }
+}
+
+/// `sink datagrams=.. calls=.. cpu_ns=..` of a run's output.
+fn parse_sink(out: &str) -> (f64, f64, f64) {
+    let line = out.lines().find(|l| l.starts_with("sink datagrams=")).unwrap_or_else(|| panic!("no result: {out}"));
+    let field = |k: &str| -> f64 {
+        line.split_whitespace().find_map(|w| w.strip_prefix(k)).and_then(|v| v.parse().ok()).unwrap()
+    };
+    (field("datagrams="), field("calls="), field("cpu_ns="))
+}
+
+/// A pcap file of 64-byte frames to spate's port 9 (16 source ports).
+fn pcap_of_frames() -> PathBuf {
+    let path = std::env::temp_dir().join(format!("spate-c-sink-{}.pcap", std::process::id()));
+    let mut f = vec![];
+    // Global header: magic, 2.4, no zone, no sigfigs, snaplen, Ethernet.
+    f.extend(0xa1b2c3d4u32.to_le_bytes());
+    f.extend(2u16.to_le_bytes());
+    f.extend(4u16.to_le_bytes());
+    f.extend(0u32.to_le_bytes());
+    f.extend(0u32.to_le_bytes());
+    f.extend(65535u32.to_le_bytes());
+    f.extend(1u32.to_le_bytes());
+    let mac = SPATE_MAC.parse().expect("spate's MAC");
+    for i in 0..16u16 {
+        // 64-byte frames: 14 + 20 + 8 + 22 bytes of payload.
+        let payload: Vec<u8> = (0..22).map(|j| (i as u8).wrapping_mul(7).wrapping_add(j)).collect();
+        let frame = udp_frame(mac, false, 10_000 + i, 9, &payload);
+        for w in [0u32, 0, frame.len() as u32, frame.len() as u32] {
+            f.extend(w.to_le_bytes());
+        }
+        f.extend(&frame);
+    }
+    std::fs::write(&path, f).expect("write the pcap file");
+    path
+}
+
+/// The reading thread's instructions per datagram under callgrind.
+fn instructions(which: &str, c_sink: &Path, pcap: &Path, n: u64) -> (f64, f64) {
+    let flags: Vec<String> = [
+        "--vdev",
+        &format!("net_pcap0,rx_pcap={},infinite_rx=1,phy_mac=0", pcap.display()),
+        "--lcores",
+        "1",
+        "--ip",
+        "198.18.0.2/24",
+        "--mbufs",
+        "16383",
+    ]
+    .iter()
+    .map(|s| s.to_string())
+    .collect();
+    let run = |count: u64| -> (u64, f64) {
+        let out = std::env::temp_dir().join(format!("spate-c-sink-cg-{}-{which}-{count}.out", std::process::id()));
+        let (prog, args) = sink_command(which, c_sink, count, &flags);
+        let o = Command::new("valgrind")
+            .args([
+                "--tool=callgrind",
+                "--quiet",
+                "--separate-threads=yes",
+                &format!("--callgrind-out-file={}", out.display()),
+            ])
+            .arg(&prog)
+            .args(&args)
+            .output()
+            .expect("valgrind (apt-get install valgrind)");
+        let text = String::from_utf8_lossy(&o.stdout).into_owned();
+        assert!(o.status.success(), "{which} under callgrind: {text}{}", String::from_utf8_lossy(&o.stderr));
+        let (got, calls, _) = parse_sink(&text);
+        let main = std::fs::read_to_string(format!("{}-01", out.display())).expect("the main thread's counts");
+        for t in 1..=64 {
+            let _ = std::fs::remove_file(format!("{}-{t:02}", out.display()));
+        }
+        let ir = main
+            .lines()
+            .find_map(|l| l.strip_prefix("summary: ").or_else(|| l.strip_prefix("totals: ")))
+            .and_then(|v| v.split_whitespace().next()?.parse().ok())
+            .expect("callgrind summary");
+        (ir, got / calls)
+    };
+    let (one, batch) = run(n);
+    let (two, _) = run(2 * n);
+    ((two as f64 - one as f64) / n as f64, batch)
+}
+
+/// One native run of sink `which` from the txonly source: cycles per
+/// datagram of the reading thread.
+fn cycles(which: &str, c_sink: &Path, n: u64, tsc_ghz: f64) -> f64 {
+    let sock = unique_socket_path("spate-c-sink");
+    let mut source = txonly_source(&sock, 64, Duration::from_secs(120), false);
+    let flags: Vec<String> = [
+        "--vdev".to_string(),
+        format!("net_virtio_user0,path={},queues=1,queue_size=1024,mac={SPATE_MAC}", sock.display()),
+        "--lcores".into(),
+        "1".into(),
+        "--ip".into(),
+        "198.18.0.2/24".into(),
+        "--mbufs".into(),
+        "16383".into(),
+    ]
+    .to_vec();
+    let (prog, args) = sink_command(which, c_sink, n, &flags);
+    let o = Command::new(&prog).args(&args).output().expect("the sink");
+    source.finish();
+    let text = String::from_utf8_lossy(&o.stdout).into_owned();
+    assert!(o.status.success(), "{which}: {text}{}", String::from_utf8_lossy(&o.stderr));
+    let (got, _, ns) = parse_sink(&text);
+    ns * tsc_ghz / got
+}
+
+/// The TSC's rate as the kernel measured it, else the CPU's nominal one.
+fn tsc_ghz() -> f64 {
+    let cpuinfo = std::fs::read_to_string("/proc/cpuinfo").unwrap_or_default();
+    cpuinfo
+        .lines()
+        .find(|l| l.starts_with("cpu MHz"))
+        .and_then(|l| l.split(':').nth(1)?.trim().parse::<f64>().ok())
+        .map_or(2.0, |mhz| mhz / 1000.0)
+}
+
+fn median_and_spread(mut v: Vec<f64>) -> (f64, f64, f64) {
+    v.sort_by(f64::total_cmp);
+    (v[v.len() / 2], v[0], v[v.len() - 1])
+}
+
+fn main() {
+    let args: Vec<String> = std::env::args().collect();
+    if args.iter().any(|a| a == "--rust-sink") {
+        rust_sink(SinkArgs::parse_from(args.iter().filter(|a| *a != "--bench")));
+        return;
+    }
+    let quick = args.iter().any(|a| a == "--quick");
+    let json = args.iter().position(|a| a == "--json").and_then(|i| args.get(i + 1)).cloned();
+    let c_sink = build_c_sink();
+    let pcap = pcap_of_frames();
+    let n = if quick { 20_000 } else { 50_000 };
+    println!("CPU: {}", spate_testkit::cpu_model());
+    let mut ins = vec![];
+    for s in SINKS {
+        ins.push(instructions(s, &c_sink, &pcap, n));
+    }
+    let _ = std::fs::remove_file(&pcap);
+    let (rounds, datagrams) = if quick { (3, 1_000_000) } else { (7, 4_000_000) };
+    let ghz = tsc_ghz();
+    let mut cyc: Vec<Vec<f64>> = vec![vec![]; SINKS.len()];
+    for _ in 0..rounds {
+        for (i, s) in SINKS.iter().enumerate() {
+            cyc[i].push(cycles(s, &c_sink, datagrams, ghz));
+        }
+    }
+    let _ = std::fs::remove_file(&c_sink);
+    println!(
+        "Reading 64-byte datagrams on the program's thread, 32 per call at most: instructions of that thread per \
+         datagram (callgrind, {n} and {} datagrams from an in-process pcap source), cycles per datagram (its CPU \
+         time at {ghz:.2} GHz, {datagrams} datagrams from testpmd txonly over vhost-user, median of {rounds} rounds)",
+        2 * n
+    );
+    println!("| sink | instructions | over recv_batch | datagrams per call | cycles (median) | cycles (min..max) |");
+    println!("|---|---|---|---|---|---|");
+    let base = ins[0].0;
+    let mut rows = vec![];
+    for (i, s) in SINKS.iter().enumerate() {
+        let (med, lo, hi) = median_and_spread(cyc[i].clone());
+        let name = match *s {
+            "rust" => "Rust recv_batch",
+            "mmsg" => "C spate_recvmmsg",
+            _ => "C spate_recv_zc + spate_release",
+        };
+        println!(
+            "| {name} | {:.1} | {:+.1} | {:.1} | {med:.1} | {lo:.1}..{hi:.1} |",
+            ins[i].0,
+            ins[i].0 - base,
+            ins[i].1
+        );
+        rows.push(serde_json::json!({"sink": s, "instructions": ins[i].0, "over_recv_batch": ins[i].0 - base,
+            "per_call": ins[i].1, "cycles_median": med, "cycles_min": lo, "cycles_max": hi}));
+    }
+    if let Some(path) = json {
+        let body = serde_json::json!({"bench": "c_sink", "cpu": spate_testkit::cpu_model(), "rows": rows});
+        std::fs::write(path, body.to_string()).expect("write JSON");
+    }
+}
