@@ -9,10 +9,11 @@
 //!   --separate-threads=yes`, reading N and then 2N datagrams; the main
 //!   thread's count difference over N is what reading one datagram costs
 //!   that thread (spate's lcore is another thread, the same for all
-//!   three). The source sits in the process (net_pcap replaying a file
-//!   of frames, `infinite_rx`), so the counts repeat: valgrind runs one
-//!   thread at a time, and a source in another process would be read at
-//!   its pace, not the sink's.
+//!   three). The source sits in the process (net_pcap reading a file of
+//!   exactly the datagrams the sink reads, every one queued, the queues
+//!   sized for them all), so the counts repeat: valgrind runs one thread
+//!   at a time, and a source in another process, or one without end,
+//!   would be read at its pace, not the sink's.
 //! - Cycles: natively, from `dpdk-testpmd txonly` over a vhost-user pair
 //!   into `net_virtio_user`, the sinks taking turns for 7 rounds; the
 //!   reading thread's CPU time per datagram (`CLOCK_THREAD_CPUTIME_ID`)
@@ -36,6 +37,8 @@ use spate_testkit::unique_socket_path;
 use spate_testkit::wire_peer::udp_frame;
 
 const SINKS: [&str; 3] = ["rust", "mmsg", "zc"];
+/// The MAC of the first net_pcap port.
+const PCAP_MAC: &str = "02:70:63:61:70:00";
 
 /// This benchmark as the Rust sink: `--rust-sink N [spate flags]`.
 #[derive(Debug, Parser)]
@@ -49,7 +52,7 @@ struct SinkArgs {
 /// The Rust sink: the same work as sink.c's, with `recv_batch`.
 fn rust_sink(args: SinkArgs) {
     let stack = Stack::new(args.stack.to_config().expect("flags")).expect("stack");
-    let sock = UdpSocket::builder(&stack).recv_buffer_size(4 << 20).bind("0.0.0.0:9").expect("bind");
+    let sock = UdpSocket::builder(&stack).recv_buffer_size(256 << 20).bind("0.0.0.0:9").expect("bind");
     let _running = stack.spawn_polling().expect("spawn");
     println!("READY");
     let mut batch = DatagramBatch::with_capacity(32);
@@ -136,9 +139,9 @@ fn parse_sink(out: &str) -> (f64, f64, f64) {
     (field("datagrams="), field("calls="), field("cpu_ns="))
 }
 
-/// A pcap file of 64-byte frames to spate's port 9 (16 source ports).
-fn pcap_of_frames() -> PathBuf {
-    let path = std::env::temp_dir().join(format!("spate-c-sink-{}.pcap", std::process::id()));
+/// A pcap file of `n` 64-byte frames to spate's port 9 (16 source ports).
+fn pcap_of_frames(n: u64) -> PathBuf {
+    let path = std::env::temp_dir().join(format!("spate-c-sink-{}-{n}.pcap", std::process::id()));
     let mut f = vec![];
     // Global header: magic, 2.4, no zone, no sigfigs, snaplen, Ethernet.
     f.extend(0xa1b2c3d4u32.to_le_bytes());
@@ -148,8 +151,10 @@ fn pcap_of_frames() -> PathBuf {
     f.extend(0u32.to_le_bytes());
     f.extend(65535u32.to_le_bytes());
     f.extend(1u32.to_le_bytes());
-    let mac = SPATE_MAC.parse().expect("spate's MAC");
-    for i in 0..16u16 {
+    // net_pcap's port MAC (DPDK's pcap driver gives its first port this).
+    let mac = PCAP_MAC.parse().expect("a MAC");
+    for k in 0..n {
+        let i = (k % 16) as u16;
         // 64-byte frames: 14 + 20 + 8 + 22 bytes of payload.
         let payload: Vec<u8> = (0..22).map(|j| (i as u8).wrapping_mul(7).wrapping_add(j)).collect();
         let frame = udp_frame(mac, false, 10_000 + i, 9, &payload);
@@ -163,27 +168,37 @@ fn pcap_of_frames() -> PathBuf {
 }
 
 /// The reading thread's instructions per datagram under callgrind.
-fn instructions(which: &str, c_sink: &Path, pcap: &Path, n: u64) -> (f64, f64) {
-    let flags: Vec<String> = [
-        "--vdev",
-        &format!("net_pcap0,rx_pcap={},infinite_rx=1,phy_mac=0", pcap.display()),
-        "--lcores",
-        "1",
-        "--ip",
-        "198.18.0.2/24",
-        "--mbufs",
-        "16383",
-    ]
-    .iter()
-    .map(|s| s.to_string())
-    .collect();
+fn instructions(which: &str, c_sink: &Path, n: u64) -> (f64, f64) {
+    // Without hugepages (valgrind cannot give the EAL the address space
+    // it reserves for them), room for every datagram of a run.
+    let config = std::env::temp_dir().join(format!("spate-c-sink-{}.toml", std::process::id()));
+    std::fs::write(
+        &config,
+        "hugepages = \"off\"\nmemory_mb = 1024\nmempool_size = 131071\nudp_mem_bytes = 209715200\n",
+    )
+    .expect("write the configuration");
     let run = |count: u64| -> (u64, f64) {
+        let pcap = pcap_of_frames(count);
+        let flags: Vec<String> = [
+            "--config".to_string(),
+            config.display().to_string(),
+            "--vdev".into(),
+            format!("net_pcap0,rx_pcap={}", pcap.display()),
+            "--lcores".into(),
+            "1".into(),
+            "--ip".into(),
+            "198.18.0.2/24".into(),
+        ]
+        .to_vec();
         let out = std::env::temp_dir().join(format!("spate-c-sink-cg-{}-{which}-{count}.out", std::process::id()));
         let (prog, args) = sink_command(which, c_sink, count, &flags);
         let o = Command::new("valgrind")
             .args([
                 "--tool=callgrind",
                 "--quiet",
+                // The lcore polls without pause: without a fair lock the
+                // woken reader waits long for its turn.
+                "--fair-sched=yes",
                 "--separate-threads=yes",
                 &format!("--callgrind-out-file={}", out.display()),
             ])
@@ -191,6 +206,7 @@ fn instructions(which: &str, c_sink: &Path, pcap: &Path, n: u64) -> (f64, f64) {
             .args(&args)
             .output()
             .expect("valgrind (apt-get install valgrind)");
+        let _ = std::fs::remove_file(&pcap);
         let text = String::from_utf8_lossy(&o.stdout).into_owned();
         assert!(o.status.success(), "{which} under callgrind: {text}{}", String::from_utf8_lossy(&o.stderr));
         let (got, calls, _) = parse_sink(&text);
@@ -259,14 +275,12 @@ fn main() {
     let quick = args.iter().any(|a| a == "--quick");
     let json = args.iter().position(|a| a == "--json").and_then(|i| args.get(i + 1)).cloned();
     let c_sink = build_c_sink();
-    let pcap = pcap_of_frames();
-    let n = if quick { 20_000 } else { 50_000 };
+    let n = if quick { 10_000 } else { 20_000 };
     println!("CPU: {}", spate_testkit::cpu_model());
     let mut ins = vec![];
     for s in SINKS {
-        ins.push(instructions(s, &c_sink, &pcap, n));
+        ins.push(instructions(s, &c_sink, n));
     }
-    let _ = std::fs::remove_file(&pcap);
     let (rounds, datagrams) = if quick { (3, 1_000_000) } else { (7, 4_000_000) };
     let ghz = tsc_ghz();
     let mut cyc: Vec<Vec<f64>> = vec![vec![]; SINKS.len()];

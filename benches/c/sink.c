@@ -36,7 +36,7 @@ int main(int argc, char **argv)
         return 2;
     }
     int fd = spate_socket(AF_INET, SOCK_DGRAM, 0);
-    int rcvbuf = 2 << 20;
+    int rcvbuf = 128 << 20; /* doubled: room for every datagram of a run */
     spate_setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &rcvbuf, sizeof rcvbuf);
     struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = __builtin_bswap16(9)};
     if (spate_bind(fd, (struct sockaddr *)&a, sizeof a) != 0) {

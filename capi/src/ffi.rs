@@ -328,7 +328,8 @@ pub unsafe extern "C" fn spate_getpeername(fd: c_int, addr: *mut sockaddr, len: 
 unsafe fn bytes<'a>(p: *const c_void, len: usize) -> CResult<&'a [u8]> {
     match (p.is_null(), len) {
         (_, 0) => Ok(&[]),
-        (true, _) => Err(libc::EFAULT),
+        // No buffer is that long: the kernel would fault on it.
+        (true, _) | (_, 0x8000_0000_0000_0000..) => Err(libc::EFAULT),
         // SAFETY: per the contract.
         (false, n) => Ok(unsafe { std::slice::from_raw_parts(p.cast::<u8>(), n) }),
     }
@@ -339,7 +340,7 @@ unsafe fn bytes<'a>(p: *const c_void, len: usize) -> CResult<&'a [u8]> {
 unsafe fn bytes_mut<'a>(p: *mut c_void, len: usize) -> CResult<&'a mut [u8]> {
     match (p.is_null(), len) {
         (_, 0) => Ok(&mut []),
-        (true, _) => Err(libc::EFAULT),
+        (true, _) | (_, 0x8000_0000_0000_0000..) => Err(libc::EFAULT),
         // SAFETY: per the contract.
         (false, n) => Ok(unsafe { std::slice::from_raw_parts_mut(p.cast::<u8>(), n) }),
     }
@@ -428,9 +429,54 @@ unsafe fn with_iov<R>(m: &msghdr, f: impl FnOnce(&mut [&mut [u8]]) -> CResult<R>
         let mut one = [unsafe { bytes_mut(v.iov_base, v.iov_len) }?];
         return f(&mut one);
     }
+    if m.msg_iovlen <= FEW_IOVECS {
+        if m.msg_iov.is_null() && m.msg_iovlen > 0 {
+            return Err(libc::EFAULT);
+        }
+        // On the stack: no allocation for a header and payload scatter.
+        let mut few = arrayvec::ArrayVec::<&mut [u8], FEW_IOVECS>::new();
+        for i in 0..m.msg_iovlen {
+            // SAFETY: `i < msg_iovlen` iovecs, per the contract.
+            let v = unsafe { &*m.msg_iov.add(i) };
+            // SAFETY: per the contract.
+            few.push(unsafe { bytes_mut(v.iov_base, v.iov_len) }?);
+        }
+        return f(&mut few);
+    }
     // SAFETY: per the contract.
     let mut all = unsafe { iovecs(m.msg_iov, m.msg_iovlen) }?;
     f(&mut all)
+}
+
+/// Messages with this many iovecs at most are gathered on the stack.
+const FEW_IOVECS: usize = 8;
+
+/// What Linux checks of a message before it receives into it: its
+/// iovecs, its address and control buffers.
+///
+/// # Safety
+/// `m`'s iovec array is valid for `msg_iovlen` entries when not NULL.
+unsafe fn check_msg(m: &msghdr) -> CResult<()> {
+    if m.msg_iovlen > UIO_MAXIOV {
+        return Err(libc::EMSGSIZE);
+    }
+    if m.msg_iovlen > 0 && m.msg_iov.is_null() {
+        return Err(libc::EFAULT);
+    }
+    for i in 0..m.msg_iovlen {
+        // SAFETY: `i < msg_iovlen`, per the contract.
+        let v = unsafe { &*m.msg_iov.add(i) };
+        if v.iov_len > 0 && (v.iov_base.is_null() || v.iov_len > isize::MAX as usize) {
+            return Err(libc::EFAULT);
+        }
+    }
+    if (m.msg_namelen as i32) < 0 {
+        return Err(libc::EINVAL);
+    }
+    if m.msg_controllen > 0 && m.msg_control.is_null() {
+        return Err(libc::EFAULT);
+    }
+    Ok(())
 }
 
 /// Sends one message: its iovecs gathered, to `msg_name` (or the peer),
@@ -454,8 +500,10 @@ pub unsafe extern "C" fn spate_sendmsg(fd: c_int, msg: *const msghdr, flags: c_i
 /// # Safety
 /// As [`spate_sendmsg`].
 unsafe fn send_one(s: &CSocket, m: &msghdr, flags: c_int) -> CResult<usize> {
+    // A name of length 0 is none, as Linux takes it.
+    let name = if m.msg_namelen == 0 { std::ptr::null() } else { m.msg_name.cast_const().cast() };
     // SAFETY: per the contract.
-    let to = unsafe { destination(s, m.msg_name.cast(), m.msg_namelen) }?;
+    let to = unsafe { destination(s, name, m.msg_namelen) }?;
     // SAFETY: per the contract.
     let control = unsafe { bytes(m.msg_control, m.msg_controllen) }?;
     let meta = if control.is_empty() { Default::default() } else { cmsg::to_send(control)? };
@@ -550,10 +598,14 @@ pub unsafe extern "C" fn spate_recvfrom(
 }
 
 fn check_recv_flags(flags: c_int) -> CResult<()> {
-    match flags & libc::MSG_OOB {
-        0 => Ok(()),
-        _ => Err(libc::EOPNOTSUPP),
+    if flags & libc::MSG_OOB != 0 {
+        return Err(libc::EOPNOTSUPP);
     }
+    // spate keeps no error queue: nothing is ever on it.
+    if flags & libc::MSG_ERRQUEUE != 0 {
+        return Err(libc::EAGAIN);
+    }
+    Ok(())
 }
 
 /// A receive's return: the bytes copied, or with `MSG_TRUNC` the
@@ -578,6 +630,8 @@ pub unsafe extern "C" fn spate_recvmsg(fd: c_int, msg: *mut msghdr, flags: c_int
         }
         // SAFETY: per the contract.
         let m = unsafe { &mut *msg };
+        // SAFETY: per the contract.
+        unsafe { check_msg(m) }?;
         // SAFETY: per the contract.
         let r = unsafe { with_iov(m, |bufs| BATCH.with(|b| s.recv_one(bufs, flags, &mut b.borrow_mut()))) }?;
         // SAFETY: per the contract.
@@ -652,9 +706,16 @@ pub unsafe extern "C" fn spate_recvmmsg(
                 if t.tv_sec < 0 || !(0..1_000_000_000).contains(&t.tv_nsec) {
                     return Err(libc::EINVAL);
                 }
-                Some(std::time::Instant::now() + std::time::Duration::new(t.tv_sec as u64, t.tv_nsec as u32))
+                // A deadline past what the clock holds is none.
+                std::time::Instant::now().checked_add(std::time::Duration::new(t.tv_sec as u64, t.tv_nsec as u32))
             }
         };
+        // Every message is checked before a datagram is taken for it, as
+        // Linux's: a bad one leaves the queue as it was.
+        for i in 0..n {
+            // SAFETY: `i < vlen` messages, per the contract.
+            unsafe { check_msg(&(*msgs.add(i)).msg_hdr) }?;
+        }
         let mut got = 0;
         let mut flags_now = flags;
         BATCH
@@ -680,8 +741,11 @@ pub unsafe extern "C" fn spate_recvmmsg(
                             Err(_) => return Ok(got + i),
                         };
                         // SAFETY: per the contract.
-                        unsafe { finish_msg(&s, &mut m.msg_hdr, &r) }?;
-                        m.msg_len = returned(&r, flags) as c_uint;
+                        match unsafe { finish_msg(&s, &mut m.msg_hdr, &r) } {
+                            Ok(()) => m.msg_len = returned(&r, flags) as c_uint,
+                            Err(e) if got + i == 0 => return Err(e),
+                            Err(_) => return Ok(got + i),
+                        }
                     }
                     got += k;
                     if flags & libc::MSG_WAITFORONE != 0 {

@@ -501,7 +501,8 @@ fn timeval(v: &[u8]) -> CResult<u64> {
         return Err(libc::EDOM);
     }
     if sec < 0 {
-        return Ok(0);
+        // Linux: a negative timeout does not wait at all.
+        return Ok(1);
     }
     Ok((sec as u64).saturating_mul(1_000_000_000).saturating_add(usec as u64 * 1000))
 }
@@ -592,7 +593,7 @@ mod tests {
         let tv = |s: i64, u: i64| [s.to_ne_bytes(), u.to_ne_bytes()].concat();
         assert_eq!(timeval(&tv(1, 500_000)), Ok(1_500_000_000));
         assert_eq!(timeval(&tv(0, 1_000_000)), Err(libc::EDOM));
-        assert_eq!(timeval(&tv(-1, 0)), Ok(0));
+        assert_eq!(timeval(&tv(-1, 0)), Ok(1));
         assert_eq!(timeval(&[0; 8]), Err(libc::EINVAL));
     }
 

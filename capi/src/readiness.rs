@@ -81,19 +81,30 @@ impl Readiness {
         if self.armed.load(Ordering::Acquire) {
             return;
         }
-        syscalls::reset(self.fd);
+        // Armed before the reset: a wake in between leaves it unarmed
+        // (and the descriptor signalled, or the look below finds why).
         self.armed.store(true, Ordering::SeqCst);
+        syscalls::reset(self.fd);
         let waker = Waker::from(self.clone());
         if sock.poll_recv_ready(&mut Context::from_waker(&waker)).is_ready() {
             self.notify();
         }
     }
 
-    /// Sleeps the calling thread until `sock` (when bound) may have
-    /// something to report, `timeout` passes or a signal interrupts:
-    /// `Ok` to look again, else the errno (`EAGAIN`, `EINTR`). A thread
-    /// woken with nothing to take looks again and sleeps again.
-    pub fn sleep(self: &Arc<Self>, sock: Option<&UdpSocket>, timeout: Option<Duration>) -> Result<(), i32> {
+    /// Sleeps the calling thread until the socket may have something to
+    /// report, `timeout` passes or a signal interrupts: `Ok` to look
+    /// again, else the errno (`EAGAIN`, `EINTR`). A thread woken with
+    /// nothing to take looks again and sleeps again. `bound` and `done`
+    /// are asked once the thread is registered, so a bind, a shutdown or a
+    /// stop just before is not missed: `bound` gives the spate socket
+    /// once there is one, `done` whether the call should end without
+    /// waiting (shut down, the stack stopped).
+    pub fn sleep<'a>(
+        self: &Arc<Self>,
+        bound: impl Fn() -> Option<&'a UdpSocket>,
+        done: impl Fn() -> bool,
+        timeout: Option<Duration>,
+    ) -> Result<(), i32> {
         THREAD_FD.with(|t| {
             let tfd = t.0?;
             {
@@ -101,17 +112,19 @@ impl Readiness {
                 s.push(tfd);
                 self.asleep.fetch_add(1, Ordering::SeqCst);
             }
-            // Registered before arming: a wake after the arm finds us.
-            let ready = match sock {
-                Some(sock) => {
-                    if !self.armed.load(Ordering::Acquire) {
-                        self.rearm(sock);
+            // Registered before arming and looking: a wake, a bind, a
+            // shutdown or a stop after this finds us.
+            let ready = done()
+                || match bound() {
+                    Some(sock) => {
+                        if !self.armed.load(Ordering::Acquire) {
+                            self.rearm(sock);
+                        }
+                        let waker = Waker::from(self.clone());
+                        sock.poll_recv_ready(&mut Context::from_waker(&waker)).is_ready()
                     }
-                    let waker = Waker::from(self.clone());
-                    sock.poll_recv_ready(&mut Context::from_waker(&waker)).is_ready()
-                }
-                None => crate::global::is_down(),
-            };
+                    None => false,
+                };
             let out = match ready {
                 true => Ok(()),
                 false => match syscalls::sleep(tfd, timeout) {

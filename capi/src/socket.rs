@@ -224,7 +224,7 @@ impl CSocket {
                 _ => return Err(libc::EAGAIN),
             },
         };
-        self.ready.sleep(self.bound.get(), timeout)
+        self.ready.sleep(|| self.bound.get(), || self.shut_rd.load(Ordering::SeqCst) || global::is_down(), timeout)
     }
 
     /// Takes up to `max` datagrams into `out`, waiting (as the socket's
@@ -237,7 +237,7 @@ impl CSocket {
                 if global::is_down() {
                     return Err(libc::ENETDOWN);
                 }
-                if self.shut_rd.load(Ordering::Relaxed) {
+                if self.shut_rd.load(Ordering::Relaxed) && wait {
                     return Ok(0);
                 }
                 match wait {
@@ -249,13 +249,17 @@ impl CSocket {
                 }
             };
             let r = sock.try_recv_batch(out, max);
-            self.ready.settle(sock);
+            let shut = self.shut_rd.load(Ordering::Relaxed);
+            // Shut down for reading, the descriptor stays readable.
+            if !shut {
+                self.ready.settle(sock);
+            }
             match r {
                 Ok(n) => return Ok(n),
-                // Shut down for reading: what was queued, then nothing.
-                Err(e) if e.raw_os_error() == Some(libc::EAGAIN) && self.shut_rd.load(Ordering::Relaxed) => {
-                    return Ok(0);
-                }
+                // Shut down for reading: what was queued, then nothing
+                // for a call that would wait (one that would not:
+                // EAGAIN, as Linux's).
+                Err(e) if e.raw_os_error() == Some(libc::EAGAIN) && shut && wait => return Ok(0),
                 Err(e) if e.raw_os_error() == Some(libc::EAGAIN) && wait => self.wait(deadline)?,
                 Err(e) => return Err(os(e)),
             }
@@ -358,18 +362,22 @@ impl CSocket {
         };
         let dontwait = flags & libc::MSG_DONTWAIT != 0 || global::on_lcore();
         let plain = *meta == SendMeta::default();
-        let joined: Vec<u8>;
-        let buf = match bufs {
-            [one] => *one,
-            many => {
-                joined = many.concat();
-                &joined
-            }
-        };
-        let r = match (dontwait, plain) {
+        let send = |buf: &[u8]| match (dontwait, plain) {
             (false, true) => sock.send_to(buf, to),
             (false, false) => sock.send_msg_to(buf, to, meta),
             (true, _) => sock.try_send_msg_to(buf, to, meta),
+        };
+        let r = match bufs {
+            [one] => send(one),
+            // Gathered into the thread's buffer (no allocation once warm).
+            many => GATHER.with(|g| {
+                let mut g = g.borrow_mut();
+                g.clear();
+                for b in many {
+                    g.extend_from_slice(b);
+                }
+                send(&g)
+            }),
         };
         r.map_err(os)
     }
@@ -408,6 +416,11 @@ impl CSocket {
         self.ready.notify();
         if connected { Ok(()) } else { Err(libc::ENOTCONN) }
     }
+}
+
+thread_local! {
+    /// A send's iovecs gathered.
+    static GATHER: std::cell::RefCell<Vec<u8>> = const { std::cell::RefCell::new(Vec::new()) };
 }
 
 /// Copies datagram `d` into `bufs` in order; returns the bytes copied.

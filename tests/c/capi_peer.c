@@ -406,6 +406,16 @@ static int mode_stop(void)
     printf("READY\n");
     fflush(stdout);
     sleep_ms(300);
+    /* SHUT_RD ends a blocked receive with 0 (a non-blocking one: EAGAIN). */
+    int shut = bound_socket(AF_INET, 5003);
+    struct blocked sb = {.fd = shut};
+    pthread_create(&sb.thread, NULL, blocked_recv, &sb);
+    sleep_ms(200);
+    CHECK(spate_shutdown(shut, SHUT_RD) == -1 && errno == ENOTCONN, "shutdown of an unconnected socket");
+    pthread_join(sb.thread, NULL);
+    CHECK(sb.ret == 0, "SHUT_RD ended the blocked receive (ret %zd errno %d)", sb.ret, sb.err);
+    char nb[8];
+    CHECK(spate_recv(shut, nb, sizeof nb, MSG_DONTWAIT) == -1 && errno == EAGAIN, "non-blocking after SHUT_RD");
     CHECK(spate_fini() == 0, "spate_fini");
     for (int i = 0; i < 4; i++) {
         pthread_join(b[i].thread, NULL);

@@ -507,9 +507,7 @@ impl Stack {
     /// blocked in them wake with it (at once when it does not run).
     pub fn stop(&self) {
         self.shared.request_stop();
-        if !self.is_running() {
-            self.shared.went_down();
-        }
+        self.shared.down_if_idle();
     }
 
     /// Whether lcores are polling.

@@ -440,6 +440,21 @@ impl Shared {
     /// any thread wake and wait no more, and senders waiting for room in
     /// an inbox give up.
     pub fn went_down(&self) {
+        let _turn = self.control.turn();
+        self.went_down_turned();
+    }
+
+    /// A stop asked of a stack whose lcores do not run: down at once. The
+    /// question and the change are one step, so a start running at the
+    /// same time either sees it or comes after it.
+    pub fn down_if_idle(&self) {
+        let _turn = self.control.turn();
+        if !self.is_running() {
+            self.went_down_turned();
+        }
+    }
+
+    fn went_down_turned(&self) {
         if self.control.down.swap(true, Ordering::SeqCst) {
             return;
         }
@@ -454,6 +469,7 @@ impl Shared {
 
     /// The lcores start polling again: the sockets' `ENETDOWN` goes.
     pub fn came_up(&self) {
+        let _turn = self.control.turn();
         self.control.down.store(false, Ordering::SeqCst);
         for b in self.sockets.bindings() {
             let _ = b.sock.error.compare_exchange(libc::ENETDOWN, 0, Ordering::SeqCst, Ordering::SeqCst);
@@ -471,6 +487,7 @@ impl Shared {
     /// (after the socket is in the table: a stop running now either sees
     /// it there or is seen here).
     pub fn note_down(&self, core: &SocketCore) {
+        let _turn = self.control.turn();
         if self.is_down() {
             core.error.store(libc::ENETDOWN, Ordering::SeqCst);
             core.queue.halt();
@@ -496,6 +513,9 @@ pub(crate) struct Control {
     running: AtomicBool,
     /// The lcores stopped since they last started (`Shared::went_down`).
     down: AtomicBool,
+    /// Held while the stack goes down or comes up, or a socket bound
+    /// meanwhile takes the state: one at a time.
+    down_turn: Mutex<()>,
     /// Each lcore's queue handles while it does not poll.
     queues: Mutex<Vec<Option<WorkerQueues>>>,
 }
@@ -507,6 +527,7 @@ impl Control {
             stop: AtomicBool::new(false),
             running: AtomicBool::new(false),
             down: AtomicBool::new(false),
+            down_turn: Mutex::new(()),
             queues: Mutex::new(queues.into_iter().map(Some).collect()),
         }
     }
@@ -514,6 +535,11 @@ impl Control {
     /// Asks the lcores to stop.
     pub fn request_stop(&self) {
         self.stop.store(true, Ordering::SeqCst);
+    }
+
+    /// The turn to change whether the stack is down.
+    fn turn(&self) -> std::sync::MutexGuard<'_, ()> {
+        self.down_turn.lock().unwrap_or_else(|p| p.into_inner())
     }
 
     /// The lcores have stopped.
