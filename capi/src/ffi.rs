@@ -14,7 +14,7 @@ use spate::DatagramBatch;
 use crate::cmsg;
 use crate::global;
 use crate::options;
-use crate::socket::{CResult, CSocket, Received, os};
+use crate::socket::{self, CResult, CSocket, Received, Want, os};
 use crate::syscalls::set_errno;
 
 /// spate's version: major.
@@ -590,7 +590,8 @@ pub unsafe extern "C" fn spate_recvfrom(
         check_recv_flags(flags)?;
         // SAFETY: per the contract.
         let data = unsafe { bytes_mut(buf, len) }?;
-        let r = BATCH.with(|b| s.recv_one(&mut [data], flags, &mut b.borrow_mut()))?;
+        let want = Want { src: !from.is_null(), meta: false };
+        let r = BATCH.with(|b| s.recv_one(&mut [data], flags, &mut b.borrow_mut(), want))?;
         // SAFETY: per the contract.
         unsafe { write_addr(r.src, s.v6, from, fromlen) }?;
         Ok(returned(&r, flags) as ssize_t)
@@ -633,11 +634,19 @@ pub unsafe extern "C" fn spate_recvmsg(fd: c_int, msg: *mut msghdr, flags: c_int
         // SAFETY: per the contract.
         unsafe { check_msg(m) }?;
         // SAFETY: per the contract.
-        let r = unsafe { with_iov(m, |bufs| BATCH.with(|b| s.recv_one(bufs, flags, &mut b.borrow_mut()))) }?;
+        let want = want_for(&s, m);
+        // SAFETY: per the contract.
+        let r = unsafe { with_iov(m, |bufs| BATCH.with(|b| s.recv_one(bufs, flags, &mut b.borrow_mut(), want))) }?;
         // SAFETY: per the contract.
         unsafe { finish_msg(&s, m, &r) }?;
         Ok(returned(&r, flags) as ssize_t)
     })
+}
+
+/// What a message asks of its datagram: the sender when it has room for
+/// an address, the metadata when the socket asked for control messages.
+fn want_for(s: &CSocket, m: &msghdr) -> Want {
+    Want { src: !m.msg_name.is_null(), meta: s.cmsgs.load(std::sync::atomic::Ordering::Relaxed) != 0 }
 }
 
 /// Writes a received datagram's sender, control messages and flags into
@@ -730,11 +739,28 @@ pub unsafe extern "C" fn spate_recvmmsg(
                         Err(e) if got == 0 => return Err(e),
                         Err(_) => break,
                     };
-                    for (i, d) in batch.drain().enumerate() {
+                    // Freed together below, as recv_batch's caller frees.
+                    let wants = s.cmsgs.load(std::sync::atomic::Ordering::Relaxed);
+                    for (i, d) in batch.iter().enumerate() {
                         // SAFETY: `got + i < vlen` messages, per the contract.
                         let m = unsafe { &mut *msgs.add(got + i) };
+                        if wants == 0 && m.msg_hdr.msg_name.is_null() {
+                            // The bytes alone: the headers are not read.
+                            // SAFETY: per the contract (checked above).
+                            let copied = match unsafe { with_iov(&m.msg_hdr, |bufs| Ok(socket::scatter(d, bufs))) } {
+                                Ok(c) => c,
+                                Err(e) if got + i == 0 => return Err(e),
+                                Err(_) => return Ok(got + i),
+                            };
+                            let len = d.len();
+                            m.msg_hdr.msg_controllen = 0;
+                            m.msg_hdr.msg_flags = if copied < len { libc::MSG_TRUNC } else { 0 };
+                            m.msg_len = if flags & libc::MSG_TRUNC != 0 { len } else { copied } as c_uint;
+                            continue;
+                        }
+                        let want = want_for(&s, &m.msg_hdr);
                         // SAFETY: per the contract.
-                        let r = unsafe { with_iov(&m.msg_hdr, |bufs| Ok(s.deliver(&d, bufs))) };
+                        let r = unsafe { with_iov(&m.msg_hdr, |bufs| Ok(s.deliver(d, bufs, want))) };
                         let r = match r {
                             Ok(r) => r,
                             Err(e) if got + i == 0 => return Err(e),

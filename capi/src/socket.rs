@@ -82,6 +82,15 @@ pub struct CSocket {
     pub shut_wr: AtomicBool,
 }
 
+/// What a receive needs of each datagram besides its bytes.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Want {
+    /// Its sender (an address to write).
+    pub src: bool,
+    /// Its metadata (control messages to write).
+    pub meta: bool,
+}
+
 /// What one received datagram was, besides its bytes.
 #[derive(Debug)]
 pub struct Received {
@@ -89,9 +98,10 @@ pub struct Received {
     pub copied: usize,
     /// The datagram's length.
     pub len: usize,
-    /// The sender, as the socket's family shows it.
+    /// The sender, as the socket's family shows it (when asked for).
     pub src: SocketAddr,
-    /// The datagram, for its control messages (`None` for a peek).
+    /// The datagram, for its control messages (`None` for a peek, or not
+    /// asked for).
     pub meta: Option<spate::RecvMeta>,
 }
 
@@ -267,8 +277,15 @@ impl CSocket {
     }
 
     /// Receives one datagram into `bufs` (scattered in order; bytes past
-    /// them are cut off), or with `MSG_PEEK` copies it and leaves it.
-    pub fn recv_one(&self, bufs: &mut [&mut [u8]], flags: i32, batch: &mut DatagramBatch) -> CResult<Received> {
+    /// them are cut off), or with `MSG_PEEK` copies it and leaves it; the
+    /// sender and the metadata when `want` asks for them.
+    pub fn recv_one(
+        &self,
+        bufs: &mut [&mut [u8]],
+        flags: i32,
+        batch: &mut DatagramBatch,
+        want: Want,
+    ) -> CResult<Received> {
         if flags & libc::MSG_PEEK != 0 {
             return self.peek(bufs, flags);
         }
@@ -278,16 +295,25 @@ impl CSocket {
             return Ok(Received { copied: 0, len: 0, src: self.local()?, meta: None });
         }
         let d = batch.drain().next().ok_or(libc::EAGAIN)?;
-        Ok(self.deliver(&d, bufs))
+        Ok(self.deliver(&d, bufs, want))
     }
 
-    /// The datagram `d` copied into `bufs`, and what it was.
-    pub fn deliver(&self, d: &Datagram, bufs: &mut [&mut [u8]]) -> Received {
+    /// The datagram `d` copied into `bufs`, and what `want` asks of it
+    /// (reading its headers costs as much as the copy of a small one).
+    #[inline]
+    pub fn deliver(&self, d: &Datagram, bufs: &mut [&mut [u8]], want: Want) -> Received {
         let copied = scatter(d, bufs);
-        let mut meta = d.meta();
-        meta.src = self.present(meta.src);
-        meta.dst = self.present(meta.dst);
-        Received { copied, len: d.len(), src: meta.src, meta: Some(meta) }
+        let (src, meta) = match want {
+            Want { meta: true, .. } => {
+                let mut meta = d.meta();
+                meta.src = self.present(meta.src);
+                meta.dst = self.present(meta.dst);
+                (meta.src, Some(meta))
+            }
+            Want { src: true, .. } => (self.present(d.src()), None),
+            _ => (SocketAddr::new(IpAddr::V4(Ipv4Addr::UNSPECIFIED), 0), None),
+        };
+        Received { copied, len: d.len(), src, meta }
     }
 
     fn peek(&self, bufs: &mut [&mut [u8]], flags: i32) -> CResult<Received> {
@@ -424,7 +450,8 @@ thread_local! {
 }
 
 /// Copies datagram `d` into `bufs` in order; returns the bytes copied.
-fn scatter(d: &Datagram, bufs: &mut [&mut [u8]]) -> usize {
+#[inline]
+pub fn scatter(d: &Datagram, bufs: &mut [&mut [u8]]) -> usize {
     if let [one] = bufs {
         return d.copy_to(one);
     }
