@@ -11,6 +11,7 @@ use std::ffi::{c_int, c_uint};
 use std::mem::{align_of, size_of};
 
 use libc::{sockaddr, socklen_t};
+use spate::dpdk::Burst;
 use spate::{Datagram, DatagramBatch, SendBuf};
 
 use crate::ffi::{call, destination, write_addr};
@@ -135,19 +136,21 @@ pub unsafe extern "C" fn spate_release(d: *mut spate_datagram, n: c_uint) {
 /// # Safety
 /// As [`spate_release`].
 unsafe fn release(d: *mut spate_datagram, n: c_uint) {
-    BATCH.with(|b| {
-        let mut batch = b.borrow_mut();
-        batch.clear();
-        for i in 0..n as usize {
-            // SAFETY: `i < n`, per the contract.
-            let slot = unsafe { &mut *d.add(i) };
-            if held(&slot.opaque) {
-                // SAFETY: a datagram spate_recv_zc wrote.
-                batch.push(unsafe { take(slot) });
+    // Their mbufs go back 32 at a time, straight from the handles.
+    let mut burst: Burst = Burst::new();
+    for i in 0..n as usize {
+        // SAFETY: `i < n`, per the contract.
+        let slot = unsafe { &mut *d.add(i) };
+        if held(&slot.opaque) {
+            // SAFETY: a datagram spate_recv_zc wrote.
+            let m = unsafe { take(slot) }.into_mbuf();
+            if let Err(m) = burst.push(m) {
+                burst.clear();
+                let _ = burst.push(m);
             }
         }
-        batch.clear();
-    });
+    }
+    burst.clear();
 }
 
 /// Copies datagram `d`'s payload (every segment) into `buf`; returns the
