@@ -106,24 +106,9 @@ fn prefix() -> PathBuf {
 }
 
 fn build_c_sink() -> PathBuf {
-    let prefix = prefix();
-    let pc = Command::new("pkg-config")
-        .args(["--cflags", "--libs", "spate"])
-        .env("PKG_CONFIG_PATH", prefix.join("lib/pkgconfig"))
-        .output()
-        .expect("pkg-config");
     let bin = std::env::temp_dir().join(format!("spate-c-sink-{}", std::process::id()));
     let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("../benches/c/sink.c");
-    let o = Command::new("/usr/bin/gcc")
-        .args(["-O2", "-g", "-Wall", "-o"])
-        .arg(&bin)
-        .arg(&src)
-        .args(String::from_utf8_lossy(&pc.stdout).split_whitespace())
-        .arg(format!("-Wl,-rpath,{}", prefix.join("lib").display()))
-        .output()
-        .expect("gcc");
-    assert!(o.status.success(), "gcc sink.c: {}", String::from_utf8_lossy(&o.stderr));
-    bin
+    spate_testkit::c_build::build_against(&prefix(), "/usr/bin/gcc", &src, &bin, &["-O2", "-g", "-Wall"], &[])
 }
 
 /// The program and arguments of sink `which` reading `n` datagrams.

@@ -38,28 +38,9 @@ fn build(compiler: &str, source: &str, out: &str, flags: &[&str]) -> PathBuf {
 
 /// Builds `src` into `dir/out` (see [`build`]).
 fn build_in(dir: &Path, compiler: &str, src: &Path, out: &str, flags: &[&str]) -> PathBuf {
-    let prefix = prefix();
-    let pc = Command::new("pkg-config")
-        .args(["--cflags", "--libs", "spate"])
-        .env("PKG_CONFIG_PATH", prefix.join("lib/pkgconfig"))
-        .output()
-        .expect("pkg-config");
-    assert!(pc.status.success(), "pkg-config spate: {}", String::from_utf8_lossy(&pc.stderr));
-    let pc = String::from_utf8(pc.stdout).unwrap();
-    let bin = dir.join(out);
-    let source = src.display().to_string();
-    let rpath = format!("-Wl,-rpath,{}", prefix.join("lib").display());
-    let o = Command::new(compiler)
-        .args(["-Wall", "-Wextra", "-Werror", "-g", "-O1", "-o"])
-        .arg(&bin)
-        .arg(src)
-        .args(pc.split_whitespace())
-        .args(flags)
-        .args(["-lpthread", &rpath])
-        .output()
-        .expect("the compiler");
-    assert!(o.status.success(), "{compiler} {source}: {}", String::from_utf8_lossy(&o.stderr));
-    bin
+    let mut all = vec!["-Wall", "-Wextra", "-Werror", "-g", "-O1"];
+    all.extend(flags);
+    spate_testkit::c_build::build_against(&prefix(), compiler, src, &dir.join(out), &all, &["-lpthread"])
 }
 
 /// The test program, built once per test process (plain, or with the

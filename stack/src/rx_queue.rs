@@ -262,6 +262,11 @@ impl<T: Truesize> RxQueue<T> {
     /// they can look at the socket's pending error.
     pub fn interrupt(&self) {
         self.alert.store(true, Ordering::SeqCst);
+        self.wake_all();
+    }
+
+    /// Wakes every blocked reader and the registered task.
+    fn wake_all(&self) {
         let mut g = lock(&self.waiters.lock);
         self.waiters.cv.notify_all();
         let task = self.unregister(&mut g);
@@ -274,11 +279,7 @@ impl<T: Truesize> RxQueue<T> {
     /// every read returns what is queued or nothing at once.
     pub fn halt(&self) {
         self.halted.store(true, Ordering::SeqCst);
-        let mut g = lock(&self.waiters.lock);
-        self.waiters.cv.notify_all();
-        let task = self.unregister(&mut g);
-        drop(g);
-        wake_task(task);
+        self.wake_all();
     }
 
     /// Readers wait again (the stack runs again).
@@ -792,11 +793,7 @@ impl<T: Truesize> RxQueue<T> {
         self.release(&mut r);
         drop(r);
         drop(dropped);
-        let mut g = lock(&self.waiters.lock);
-        self.waiters.cv.notify_all();
-        let task = self.unregister(&mut g);
-        drop(g);
-        wake_task(task);
+        self.wake_all();
     }
 
     /// The limit.

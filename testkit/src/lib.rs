@@ -3,6 +3,7 @@
 //! child processes (also when a test fails or dies), a `dpdk-testpmd`
 //! driver, and unique names for everything a test creates.
 
+pub mod c_build;
 pub mod callgrind;
 pub mod eal;
 pub mod names;
