@@ -410,11 +410,21 @@ unsafe fn iovecs<'a>(iov: *const libc::iovec, n: usize) -> CResult<Vec<&'a mut [
     let mut out = Vec::with_capacity(n);
     for i in 0..n {
         // SAFETY: `i < n` iovecs, per the contract.
-        let v = unsafe { &*iov.add(i) };
-        // SAFETY: per the contract.
-        out.push(unsafe { bytes_mut(v.iov_base, v.iov_len) }?);
+        out.push(unsafe { iov_at(iov, i) }?);
     }
     Ok(out)
+}
+
+/// The buffer of iovec `i`.
+///
+/// # Safety
+/// `iov` points to more than `i` iovecs whose buffers are valid for their
+/// lengths.
+unsafe fn iov_at<'a>(iov: *const libc::iovec, i: usize) -> CResult<&'a mut [u8]> {
+    // SAFETY: per the contract.
+    let v = unsafe { &*iov.add(i) };
+    // SAFETY: per the contract.
+    unsafe { bytes_mut(v.iov_base, v.iov_len) }
 }
 
 /// Runs `f` over message `m`'s buffers, without allocating for one iovec.
@@ -424,9 +434,7 @@ unsafe fn iovecs<'a>(iov: *const libc::iovec, n: usize) -> CResult<Vec<&'a mut [
 unsafe fn with_iov<R>(m: &msghdr, f: impl FnOnce(&mut [&mut [u8]]) -> CResult<R>) -> CResult<R> {
     if m.msg_iovlen == 1 && !m.msg_iov.is_null() {
         // SAFETY: one iovec, per the contract.
-        let v = unsafe { &*m.msg_iov };
-        // SAFETY: per the contract.
-        let mut one = [unsafe { bytes_mut(v.iov_base, v.iov_len) }?];
+        let mut one = [unsafe { iov_at(m.msg_iov, 0) }?];
         return f(&mut one);
     }
     if m.msg_iovlen <= FEW_IOVECS {
@@ -437,9 +445,7 @@ unsafe fn with_iov<R>(m: &msghdr, f: impl FnOnce(&mut [&mut [u8]]) -> CResult<R>
         let mut few = arrayvec::ArrayVec::<&mut [u8], FEW_IOVECS>::new();
         for i in 0..m.msg_iovlen {
             // SAFETY: `i < msg_iovlen` iovecs, per the contract.
-            let v = unsafe { &*m.msg_iov.add(i) };
-            // SAFETY: per the contract.
-            few.push(unsafe { bytes_mut(v.iov_base, v.iov_len) }?);
+            few.push(unsafe { iov_at(m.msg_iov, i) }?);
         }
         return f(&mut few);
     }

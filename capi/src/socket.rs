@@ -173,11 +173,7 @@ impl CSocket {
         }
         let mut setup = self.setup.lock().unwrap_or_else(|p| p.into_inner());
         if self.bound.get().is_none() {
-            let any = match self.v6 {
-                true => SocketAddr::new(IpAddr::V6(Ipv6Addr::UNSPECIFIED), 0),
-                false => SocketAddr::new(IpAddr::V4(Ipv4Addr::UNSPECIFIED), 0),
-            };
-            self.bind_locked(&mut setup, any)?;
+            self.bind_locked(&mut setup, self.any())?;
         }
         drop(setup);
         self.bound.get().ok_or(libc::EINVAL)
@@ -198,10 +194,15 @@ impl CSocket {
     pub fn local(&self) -> CResult<SocketAddr> {
         match self.bound.get() {
             Some(s) => s.local_addr().map_err(os),
-            None => Ok(match self.v6 {
-                true => SocketAddr::new(IpAddr::V6(Ipv6Addr::UNSPECIFIED), 0),
-                false => SocketAddr::new(IpAddr::V4(Ipv4Addr::UNSPECIFIED), 0),
-            }),
+            None => Ok(self.any()),
+        }
+    }
+
+    /// The family's wildcard address, port 0.
+    fn any(&self) -> SocketAddr {
+        match self.v6 {
+            true => SocketAddr::new(IpAddr::V6(Ipv6Addr::UNSPECIFIED), 0),
+            false => SocketAddr::new(IpAddr::V4(Ipv4Addr::UNSPECIFIED), 0),
         }
     }
 
@@ -311,7 +312,7 @@ impl CSocket {
                 (meta.src, Some(meta))
             }
             Want { src: true, .. } => (self.present(d.src()), None),
-            _ => (SocketAddr::new(IpAddr::V4(Ipv4Addr::UNSPECIFIED), 0), None),
+            _ => (self.any(), None),
         };
         Received { copied, len: d.len(), src, meta }
     }
@@ -334,27 +335,14 @@ impl CSocket {
                 (Some(len), [one]) => sock.try_peek_from(one).map(|(n, src)| (n, len, src)),
                 (Some(len), bufs) => {
                     let mut tmp = vec![0u8; len];
-                    sock.try_peek_from(&mut tmp).map(|(n, src)| {
-                        let mut at = 0;
-                        for b in bufs.iter_mut() {
-                            let k = b.len().min(n - at);
-                            b[..k].copy_from_slice(&tmp[at..at + k]);
-                            at += k;
-                        }
-                        (at, len, src)
-                    })
+                    sock.try_peek_from(&mut tmp)
+                        .map(|(n, src)| (scatter_segments(std::iter::once(&tmp[..n]), bufs), len, src))
                 }
                 (None, _) => Err(std::io::Error::from_raw_os_error(libc::EAGAIN)),
             };
             match r {
                 Ok((copied, len, src)) => return Ok(Received { copied, len, src, meta: None }),
-                Err(e) if e.raw_os_error() == Some(libc::EAGAIN) && wait => {
-                    let e = sock.take_error().ok().flatten();
-                    if let Some(e) = e {
-                        return Err(os(e));
-                    }
-                    self.wait(deadline)?
-                }
+                Err(e) if e.raw_os_error() == Some(libc::EAGAIN) && wait => self.wait(deadline)?,
                 Err(e) => return Err(os(e)),
             }
         }
@@ -455,8 +443,13 @@ pub fn scatter(d: &Datagram, bufs: &mut [&mut [u8]]) -> usize {
     if let [one] = bufs {
         return d.copy_to(one);
     }
+    scatter_segments(d.segments(), bufs)
+}
+
+/// Copies `segments` into `bufs` in order; returns the bytes copied.
+fn scatter_segments<'a>(segments: impl Iterator<Item = &'a [u8]>, bufs: &mut [&mut [u8]]) -> usize {
     let (mut b, mut at, mut copied) = (0, 0, 0);
-    for mut seg in d.segments() {
+    for mut seg in segments {
         while !seg.is_empty() {
             let Some(buf) = bufs.get_mut(b) else { return copied };
             let k = (buf.len() - at).min(seg.len());

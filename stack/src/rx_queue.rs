@@ -292,6 +292,12 @@ impl<T: Truesize> RxQueue<T> {
         self.halted.load(Ordering::SeqCst)
     }
 
+    /// Whether readers wait no more: the socket closed or the stack
+    /// stopped.
+    fn ended(&self) -> bool {
+        self.closed.load(Ordering::Acquire) || self.is_halted()
+    }
+
     /// Asks that the task `waker` belongs to be woken when a datagram is
     /// queued, the queue closes or an error is reported (the last task
     /// to ask is the one woken, as with an async socket's `poll_recv`).
@@ -311,10 +317,7 @@ impl<T: Truesize> RxQueue<T> {
         drop(g);
         // Registered before looking (as `wait` does): a push after the
         // look sees the registration.
-        !(self.has_data()
-            || self.closed.load(Ordering::Acquire)
-            || self.is_halted()
-            || self.alert.load(Ordering::SeqCst))
+        !(self.has_data() || self.ended() || self.alert.load(Ordering::SeqCst))
     }
 
     /// Takes the registered waker out (the waiters' lock held).
@@ -713,11 +716,7 @@ impl<T: Truesize> RxQueue<T> {
 
     /// Blocks as `wait` allows; false when the caller should stop trying.
     fn wait(&self, wait: Wait) -> bool {
-        if wait == Wait::No
-            || self.closed.load(Ordering::Acquire)
-            || self.is_halted()
-            || self.alert.swap(false, Ordering::SeqCst)
-        {
+        if wait == Wait::No || self.ended() || self.alert.swap(false, Ordering::SeqCst) {
             return false;
         }
         let nap = self.nap.load(Ordering::Relaxed);
@@ -738,11 +737,7 @@ impl<T: Truesize> RxQueue<T> {
         let mut g = lock(&w.lock);
         // Registered before looking, so a push after the look sees us.
         w.count.fetch_add(1, Ordering::SeqCst);
-        let timed_out = if self.has_data()
-            || self.closed.load(Ordering::Acquire)
-            || self.is_halted()
-            || self.alert.load(Ordering::SeqCst)
-        {
+        let timed_out = if self.has_data() || self.ended() || self.alert.load(Ordering::SeqCst) {
             false
         } else {
             match wait {
@@ -764,10 +759,7 @@ impl<T: Truesize> RxQueue<T> {
         };
         w.count.fetch_sub(1, Ordering::SeqCst);
         drop(g);
-        !timed_out
-            && !self.closed.load(Ordering::Acquire)
-            && !self.is_halted()
-            && !self.alert.swap(false, Ordering::SeqCst)
+        !timed_out && !self.ended() && !self.alert.swap(false, Ordering::SeqCst)
     }
 
     /// Whether anything is queued, looked at under the locks (the blocking

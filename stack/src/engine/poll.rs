@@ -41,11 +41,7 @@ impl Worker<'_> {
         self.install_local_tx();
         self.setup_sleep();
         // net_tap's signals reach this lcore, not the application's threads.
-        if self
-            .rx
-            .iter()
-            .any(|(iface, _)| self.shared.ports.get(*iface as usize).is_some_and(|p| p.info().driver == "net_tap"))
-        {
+        if self.rx.iter().any(|(iface, _)| self.is_tap(*iface)) {
             let n = spate_dpdk::sched::direct_tap_signals_here();
             log::debug!("spate: lcore {}: {n} TAP descriptors signal this lcore", self.lcore);
         }

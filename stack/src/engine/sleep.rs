@@ -53,6 +53,11 @@ impl Worker<'_> {
     /// thread's epoll set, and its RX queues' interrupts where the devices
     /// have them (`net_af_packet`: its queues' packet sockets; else naps,
     /// said in the log).
+    /// Whether interface `iface` is a `net_tap` port (its queues signal).
+    pub(super) fn is_tap(&self, iface: u16) -> bool {
+        self.shared.ports.get(iface as usize).is_some_and(|p| p.info().driver == "net_tap")
+    }
+
     pub(super) fn setup_sleep(&mut self) {
         if !self.shared.sleeps[self.idx] {
             if self.shared.adaptive && !self.rx.is_empty() {
@@ -117,7 +122,7 @@ impl Worker<'_> {
         self.pending_fds = self
             .rx
             .iter()
-            .filter(|(iface, _)| self.shared.ports.get(*iface as usize).is_some_and(|p| p.info().driver == "net_tap"))
+            .filter(|(iface, _)| self.is_tap(*iface))
             .filter_map(|(_, q)| q.intr_fd())
             .map(|fd| (fd, spate_dpdk::sched::IoSignal::of(fd)))
             .collect();

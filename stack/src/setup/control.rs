@@ -374,13 +374,8 @@ pub(super) fn open(stack: &Stack) -> Result<()> {
     };
     let stop = Arc::new(AtomicBool::new(false));
     let (weak, flag) = (Arc::downgrade(shared), stop.clone());
-    // spate's threads leave the program's signals to the program's.
-    let blocked = spate_dpdk::signal::block_all();
-    let thread = std::thread::Builder::new()
-        .name("spate-control".into())
-        .spawn(move || serve(listener, weak, flag))
+    let thread = super::service_thread("spate-control", move || serve(listener, weak, flag))
         .map_err(|e| Error::Config(format!("control endpoint: no thread: {e}")))?;
-    drop(blocked);
     let endpoint =
         ServiceThread { listener: Listener::Unix(path.clone(), ino), stop, thread: Mutex::new(Some(thread)) };
     if shared.endpoint.set(endpoint).is_err() {

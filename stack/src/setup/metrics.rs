@@ -53,13 +53,8 @@ mod server {
         let bound = listener.local_addr().map_err(|e| Error::Config(format!("metrics: {e}")))?;
         let stop = Arc::new(AtomicBool::new(false));
         let (weak, flag) = (Arc::downgrade(&stack.shared), stop.clone());
-        // spate's threads leave the program's signals to the program's.
-        let blocked = spate_dpdk::signal::block_all();
-        let thread = std::thread::Builder::new()
-            .name("spate-metrics".into())
-            .spawn(move || serve(listener, weak, flag))
+        let thread = crate::setup::service_thread("spate-metrics", move || serve(listener, weak, flag))
             .map_err(|e| Error::Config(format!("metrics: no thread: {e}")))?;
-        drop(blocked);
         let service = ServiceThread { listener: Listener::Tcp(bound), stop, thread: Mutex::new(Some(thread)) };
         if stack.shared.metrics.set(service).is_err() {
             return Err(Error::State("the metrics endpoint was opened twice".into()));

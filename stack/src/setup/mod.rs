@@ -80,6 +80,14 @@ fn os_random() -> u64 {
     t ^ (std::process::id() as u64) << 32 | 1
 }
 
+/// Starts one of spate's service threads (the control and metrics
+/// endpoints) with every signal blocked: the program's signals stay the
+/// program's threads'.
+fn service_thread(name: &str, f: impl FnOnce() + Send + 'static) -> std::io::Result<std::thread::JoinHandle<()>> {
+    let _blocked = spate_dpdk::signal::block_all();
+    std::thread::Builder::new().name(name.into()).spawn(f)
+}
+
 impl Stack {
     /// Builds a stack: starts the EAL if it does not run yet, opens or
     /// creates the ports, configures and starts them.

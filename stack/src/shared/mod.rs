@@ -61,6 +61,15 @@ pub(crate) struct SocketCore {
     pub mcast_all: AtomicBool,
 }
 
+impl SocketCore {
+    /// The stack stopped: its calls fail with `ENETDOWN`, its readers
+    /// wait no more.
+    fn go_down(&self) {
+        self.error.store(libc::ENETDOWN, Ordering::SeqCst);
+        self.queue.halt();
+    }
+}
+
 /// Interface `iface`'s filter for `group`, if it is in it.
 fn state_of(m: &Memberships, iface: u16, group: &IpAddr) -> Option<SourceFilter> {
     m.iface_state(iface).into_iter().find(|(g, _)| g == group).map(|(_, f)| f)
@@ -459,8 +468,7 @@ impl Shared {
             return;
         }
         for b in self.sockets.bindings() {
-            b.sock.error.store(libc::ENETDOWN, Ordering::SeqCst);
-            b.sock.queue.halt();
+            b.sock.go_down();
         }
         for inbox in self.inbox.iter() {
             inbox.wake();
@@ -489,8 +497,7 @@ impl Shared {
     pub fn note_down(&self, core: &SocketCore) {
         let _turn = self.control.turn();
         if self.is_down() {
-            core.error.store(libc::ENETDOWN, Ordering::SeqCst);
-            core.queue.halt();
+            core.go_down();
         }
     }
 

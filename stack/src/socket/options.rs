@@ -9,6 +9,7 @@ use std::sync::atomic::Ordering;
 use super::{UdpSocket, errno};
 use crate::datagram::RecvMeta;
 use crate::lookup::Family;
+use crate::rx_queue::Wait;
 
 impl UdpSocket {
     /// Sets the TTL of the IPv4 datagrams this socket sends (`IP_TTL`;
@@ -177,12 +178,16 @@ impl UdpSocket {
     /// queue (`MSG_PEEK`): the next receive gets it again. Waits as a
     /// receive would.
     pub fn peek_from(&self, buf: &mut [u8]) -> io::Result<(usize, SocketAddr)> {
+        self.peek_waiting(buf, self.wait_mode())
+    }
+
+    pub(super) fn peek_waiting(&self, buf: &mut [u8], wait: Wait) -> io::Result<(usize, SocketAddr)> {
         crate::app_thread::enter();
         self.pending_error()?;
         let (n, src) = self
             .core
             .queue
-            .peek(self.wait_mode(), |d| (d.copy_to(buf), d.src()))
+            .peek(wait, |d| (d.copy_to(buf), d.src()))
             .ok_or_else(|| self.pending_error().err().unwrap_or_else(|| self.no_data()))?;
         Ok((n, self.present(src)))
     }

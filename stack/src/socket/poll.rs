@@ -56,11 +56,10 @@ impl UdpSocket {
     /// poll left, as [`poll_recv_from`](Self::poll_recv_from)'s does (the
     /// C API's readiness descriptor is built on it).
     pub fn poll_recv_ready(&self, cx: &mut Context<'_>) -> Poll<()> {
-        let queue = &self.core.queue;
-        if self.core.error.load(std::sync::atomic::Ordering::Relaxed) != 0 || !queue.looks_empty() {
+        if self.recv_ready() {
             return Poll::Ready(());
         }
-        match queue.register_waker(cx.waker()) {
+        match self.core.queue.register_waker(cx.waker()) {
             true => Poll::Pending,
             false => Poll::Ready(()),
         }
@@ -82,14 +81,7 @@ impl UdpSocket {
 
     /// [`peek_from`](Self::peek_from) that never waits.
     pub fn try_peek_from(&self, buf: &mut [u8]) -> io::Result<(usize, SocketAddr)> {
-        crate::app_thread::enter();
-        self.pending_error()?;
-        let (n, src) = self
-            .core
-            .queue
-            .peek(Wait::No, |d| (d.copy_to(buf), d.src()))
-            .ok_or_else(|| self.pending_error().err().unwrap_or_else(|| self.no_data()))?;
-        Ok((n, self.present(src)))
+        self.peek_waiting(buf, Wait::No)
     }
 
     /// The payload length of the next datagram, if one is queued (what
