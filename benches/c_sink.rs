@@ -23,7 +23,10 @@
 //! `cargo xtask bench` makes it (`cargo xtask install --prefix
 //! target/c-api-release`); `SPATE_C_PREFIX` names another.
 //!
-//! `cargo bench --bench c_sink -- [--quick] [--json PATH]`
+//! `cargo bench --bench c_sink -- [--quick] [--instructions] [--keep-callgrind DIR] [--json PATH]`:
+//! `--instructions` runs no cycle rounds; `--keep-callgrind DIR` keeps
+//! the main thread's callgrind counts of each sink's 2N run in DIR, for
+//! `callgrind_annotate --inclusive=yes`.
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -176,7 +179,7 @@ fn calls_of(which: &str) -> &'static [&'static str] {
 
 /// The instructions per datagram of the sink's receive calls (and all
 /// they call: the copy for recvmmsg, the mbufs' release) under callgrind.
-fn instructions(which: &str, c_sink: &Path, n: u64) -> (f64, f64) {
+fn instructions(which: &str, c_sink: &Path, n: u64, keep: Option<&Path>) -> (f64, f64) {
     // Without hugepages (valgrind cannot give the EAL the address space
     // it reserves for them), room for every datagram of a run.
     let config = std::env::temp_dir().join(format!("spate-c-sink-{}.toml", std::process::id()));
@@ -220,6 +223,11 @@ fn instructions(which: &str, c_sink: &Path, n: u64) -> (f64, f64) {
         assert!(o.status.success(), "{which} under callgrind: {text}{}", String::from_utf8_lossy(&o.stderr));
         let (got, calls, _) = parse_sink(&text);
         let main = std::fs::read_to_string(format!("{}-01", out.display())).expect("the main thread's counts");
+        if let Some(dir) = keep {
+            let kept = dir.join(format!("{which}-{count}.callgrind"));
+            std::fs::copy(format!("{}-01", out.display()), &kept).expect("keep the counts");
+            println!("kept {}", kept.display());
+        }
         for t in 1..=64 {
             let _ = std::fs::remove_file(format!("{}-{t:02}", out.display()));
         }
@@ -272,7 +280,11 @@ fn tsc_ghz() -> f64 {
 
 fn median_and_spread(mut v: Vec<f64>) -> (f64, f64, f64) {
     v.sort_by(f64::total_cmp);
-    (v[v.len() / 2], v[0], v[v.len() - 1])
+    match v.is_empty() {
+        // --instructions: no rounds run.
+        true => (f64::NAN, f64::NAN, f64::NAN),
+        false => (v[v.len() / 2], v[0], v[v.len() - 1]),
+    }
 }
 
 fn main() {
@@ -283,14 +295,20 @@ fn main() {
     }
     let quick = args.iter().any(|a| a == "--quick");
     let json = args.iter().position(|a| a == "--json").and_then(|i| args.get(i + 1)).cloned();
+    let keep = args.iter().position(|a| a == "--keep-callgrind").and_then(|i| args.get(i + 1)).map(PathBuf::from);
+    let only_instructions = args.iter().any(|a| a == "--instructions");
     let c_sink = build_c_sink();
     let n = if quick { 10_000 } else { 20_000 };
     println!("CPU: {}", spate_testkit::cpu_model());
     let mut ins = vec![];
     for s in SINKS {
-        ins.push(instructions(s, &c_sink, n));
+        ins.push(instructions(s, &c_sink, n, keep.as_deref()));
     }
-    let (rounds, datagrams) = if quick { (3, 1_000_000) } else { (7, 4_000_000) };
+    let (rounds, datagrams) = match (quick, only_instructions) {
+        (_, true) => (0, 0),
+        (true, _) => (3, 1_000_000),
+        _ => (7, 4_000_000),
+    };
     let ghz = tsc_ghz();
     let mut cyc: Vec<Vec<f64>> = vec![vec![]; SINKS.len()];
     for _ in 0..rounds {
