@@ -197,6 +197,9 @@ for fam, src, dst, tos_opt, ttl_opt, lvl in [
                 data, anc, flags, _ = s.recvmsg(4096, 256)
                 ecn = [c[2][0] & 3 for c in anc]
                 out.append("%s seg %d ecn %s" % ("v4" if fam == socket.AF_INET else "v6", len(data), ecn))
+s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+for n in range(10, 14):
+    s.sendto(b"y" * n, ("198.18.0.2", 5001))
 print("\n".join(out))
 "#;
     let peer = ns.exec(&["python3", "-c", script]);
@@ -212,6 +215,13 @@ print("\n".join(out))
     assert_eq!(lines[3], "v6 len=10 pktinfo6=fd00::2,1 tclass=40 hoplimit=17");
     assert_eq!(lines[4], "v6 len=11 pktinfo6=fd00::2,1 tclass=184 hoplimit=33");
     assert!(lines[5].starts_with("v6 len=12") && lines[5].ends_with("ctrunc"), "{}", lines[5]);
+    // recvmmsg of the bytes alone: lengths whole (MSG_TRUNC), cut at 11.
+    let plain: Vec<&str> = out.lines().filter(|l| l.starts_with("plain ")).collect();
+    assert_eq!(
+        plain,
+        [10, 11, 12, 13].map(|n| format!("plain len={n} trunc={} ctl=0 bytes-ok=1", (n > 11) as u8)),
+        "{out}"
+    );
     // The replies: 3000 bytes as three 1,000-byte datagrams, ECN CE (3).
     for fam in ["v4", "v6"] {
         let segs = peer_out.lines().filter(|l| l.starts_with(&format!("{fam} seg 1000 ecn [3]"))).count();

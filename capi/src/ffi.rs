@@ -14,7 +14,7 @@ use spate::DatagramBatch;
 use crate::cmsg;
 use crate::global;
 use crate::options;
-use crate::socket::{self, CResult, CSocket, Received, Want, os};
+use crate::socket::{CResult, CSocket, Received, Want, os};
 use crate::syscalls::set_errno;
 
 /// spate's version: major.
@@ -457,32 +457,81 @@ unsafe fn with_iov<R>(m: &msghdr, f: impl FnOnce(&mut [&mut [u8]]) -> CResult<R>
 /// Messages with this many iovecs at most are gathered on the stack.
 const FEW_IOVECS: usize = 8;
 
+/// Whether `m` asks for the bytes alone into one valid buffer (a message
+/// that is not plain is checked with [`check_msg`]).
+///
+/// # Safety
+/// `m`'s iovec array is valid for `msg_iovlen` entries when not NULL.
+#[inline(always)]
+unsafe fn is_plain(m: &msghdr) -> bool {
+    m.msg_iovlen == 1
+        && m.msg_name.is_null()
+        && !m.msg_iov.is_null()
+        && (m.msg_controllen == 0 || !m.msg_control.is_null())
+        // SAFETY: one iovec, per the contract.
+        && check_iov(unsafe { &*m.msg_iov }).is_ok()
+}
+
+/// A plain message's buffer.
+///
+/// # Safety
+/// `v` passed [`is_plain`]'s check: valid for its length, NULL only when
+/// empty.
+#[inline(always)]
+unsafe fn plain_buf<'a>(v: &libc::iovec) -> &'a mut [u8] {
+    match v.iov_base.is_null() {
+        true => &mut [],
+        // SAFETY: per the contract.
+        false => unsafe { std::slice::from_raw_parts_mut(v.iov_base.cast::<u8>(), v.iov_len) },
+    }
+}
+
 /// What Linux checks of a message before it receives into it: its
 /// iovecs, its address and control buffers.
 ///
 /// # Safety
 /// `m`'s iovec array is valid for `msg_iovlen` entries when not NULL.
+#[inline(always)]
 unsafe fn check_msg(m: &msghdr) -> CResult<()> {
-    if m.msg_iovlen > UIO_MAXIOV {
-        return Err(libc::EMSGSIZE);
-    }
-    if m.msg_iovlen > 0 && m.msg_iov.is_null() {
-        return Err(libc::EFAULT);
-    }
-    for i in 0..m.msg_iovlen {
-        // SAFETY: `i < msg_iovlen`, per the contract.
-        let v = unsafe { &*m.msg_iov.add(i) };
-        if v.iov_len > 0 && (v.iov_base.is_null() || v.iov_len > isize::MAX as usize) {
-            return Err(libc::EFAULT);
-        }
-    }
-    if (m.msg_namelen as i32) < 0 {
+    let iovs = match m.msg_iovlen {
+        0 => Ok(()),
+        1 if m.msg_iov.is_null() => Err(libc::EFAULT),
+        // SAFETY: one iovec, per the contract.
+        1 => check_iov(unsafe { &*m.msg_iov }),
+        // SAFETY: per the contract.
+        n => unsafe { check_iovs(m.msg_iov, n) },
+    };
+    iovs?;
+    // A NULL address has no length, as Linux's.
+    if !m.msg_name.is_null() && (m.msg_namelen as i32) < 0 {
         return Err(libc::EINVAL);
     }
     if m.msg_controllen > 0 && m.msg_control.is_null() {
         return Err(libc::EFAULT);
     }
     Ok(())
+}
+
+#[inline(always)]
+fn check_iov(v: &libc::iovec) -> CResult<()> {
+    match v.iov_len > 0 && (v.iov_base.is_null() || v.iov_len > isize::MAX as usize) {
+        true => Err(libc::EFAULT),
+        false => Ok(()),
+    }
+}
+
+/// # Safety
+/// `iov` points to `n` iovecs.
+#[cold]
+unsafe fn check_iovs(iov: *const libc::iovec, n: usize) -> CResult<()> {
+    if n > UIO_MAXIOV {
+        return Err(libc::EMSGSIZE);
+    }
+    if iov.is_null() {
+        return Err(libc::EFAULT);
+    }
+    // SAFETY: per the contract.
+    unsafe { std::slice::from_raw_parts(iov, n) }.iter().try_for_each(check_iov)
 }
 
 /// Sends one message: its iovecs gathered, to `msg_name` (or the peer),
@@ -726,11 +775,21 @@ pub unsafe extern "C" fn spate_recvmmsg(
             }
         };
         // Every message is checked before a datagram is taken for it, as
-        // Linux's: a bad one leaves the queue as it was.
+        // Linux's: a bad one leaves the queue as it was. Plain ones (one
+        // buffer, no address, nothing else asked) are filled by a loop
+        // that reads no header and checks nothing again.
+        let mut plain = s.cmsgs.load(std::sync::atomic::Ordering::Relaxed) == 0;
         for i in 0..n {
             // SAFETY: `i < vlen` messages, per the contract.
-            unsafe { check_msg(&(*msgs.add(i)).msg_hdr) }?;
+            let h = unsafe { &(*msgs.add(i)).msg_hdr };
+            // SAFETY: per the contract.
+            if !unsafe { is_plain(h) } {
+                plain = false;
+                // SAFETY: per the contract.
+                unsafe { check_msg(h) }?;
+            }
         }
+        let trunc = flags & libc::MSG_TRUNC != 0;
         let mut got = 0;
         let mut flags_now = flags;
         BATCH
@@ -746,38 +805,15 @@ pub unsafe extern "C" fn spate_recvmmsg(
                         Err(_) => break,
                     };
                     // Freed together below, as recv_batch's caller frees.
-                    let wants = s.cmsgs.load(std::sync::atomic::Ordering::Relaxed);
-                    for (i, d) in batch.iter().enumerate() {
-                        // SAFETY: `got + i < vlen` messages, per the contract.
-                        let m = unsafe { &mut *msgs.add(got + i) };
-                        if wants == 0 && m.msg_hdr.msg_name.is_null() {
-                            // The bytes alone: the headers are not read.
-                            // SAFETY: per the contract (checked above).
-                            let copied = match unsafe { with_iov(&m.msg_hdr, |bufs| Ok(socket::scatter(d, bufs))) } {
-                                Ok(c) => c,
-                                Err(e) if got + i == 0 => return Err(e),
-                                Err(_) => return Ok(got + i),
-                            };
-                            let len = d.len();
-                            m.msg_hdr.msg_controllen = 0;
-                            m.msg_hdr.msg_flags = if copied < len { libc::MSG_TRUNC } else { 0 };
-                            m.msg_len = if flags & libc::MSG_TRUNC != 0 { len } else { copied } as c_uint;
-                            continue;
-                        }
-                        let want = want_for(&s, &m.msg_hdr);
-                        // SAFETY: per the contract.
-                        let r = unsafe { with_iov(&m.msg_hdr, |bufs| Ok(s.deliver(d, bufs, want))) };
-                        let r = match r {
-                            Ok(r) => r,
-                            Err(e) if got + i == 0 => return Err(e),
-                            Err(_) => return Ok(got + i),
-                        };
-                        // SAFETY: per the contract.
-                        match unsafe { finish_msg(&s, &mut m.msg_hdr, &r) } {
-                            Ok(()) => m.msg_len = returned(&r, flags) as c_uint,
-                            Err(e) if got + i == 0 => return Err(e),
-                            Err(_) => return Ok(got + i),
-                        }
+                    match plain {
+                        // SAFETY: per the contract (checked above).
+                        true => unsafe { fill_plain(&batch, msgs.add(got), trunc) },
+                        // SAFETY: per the contract (checked above).
+                        false => match unsafe { fill(&s, &batch, msgs.add(got), flags) } {
+                            Ok(()) => {}
+                            Err((i, e)) if got + i == 0 => return Err(e),
+                            Err((i, _)) => return Ok(got + i),
+                        },
                     }
                     got += k;
                     if flags & libc::MSG_WAITFORONE != 0 {
@@ -791,6 +827,45 @@ pub unsafe extern "C" fn spate_recvmmsg(
             })
             .map(|g| g as c_int)
     })
+}
+
+/// Copies each datagram of `batch` into its plain message (see
+/// [`is_plain`]) from `msgs` on.
+///
+/// # Safety
+/// `msgs` points to `batch.len()` plain messages.
+unsafe fn fill_plain(batch: &DatagramBatch, msgs: *mut mmsghdr, trunc: bool) {
+    for (i, d) in batch.iter().enumerate() {
+        // SAFETY: `i < batch.len()` messages, per the contract.
+        let m = unsafe { &mut *msgs.add(i) };
+        // SAFETY: a plain message's one iovec.
+        let buf = unsafe { plain_buf(&*m.msg_hdr.msg_iov) };
+        let copied = d.copy_to(buf);
+        let len = d.len();
+        m.msg_hdr.msg_controllen = 0;
+        m.msg_hdr.msg_flags = if copied < len { libc::MSG_TRUNC } else { 0 };
+        m.msg_len = if trunc { len } else { copied } as c_uint;
+    }
+}
+
+/// Delivers each datagram of `batch` into its message from `msgs` on:
+/// the payload, the sender and control messages each asks for. The
+/// index of a message that fails, and why.
+///
+/// # Safety
+/// `msgs` points to `batch.len()` messages that passed [`check_msg`].
+unsafe fn fill(s: &CSocket, batch: &DatagramBatch, msgs: *mut mmsghdr, flags: c_int) -> Result<(), (usize, c_int)> {
+    for (i, d) in batch.iter().enumerate() {
+        // SAFETY: `i < batch.len()` messages, per the contract.
+        let m = unsafe { &mut *msgs.add(i) };
+        let want = want_for(s, &m.msg_hdr);
+        // SAFETY: per the contract.
+        let r = unsafe { with_iov(&m.msg_hdr, |bufs| Ok(s.deliver(d, bufs, want))) }.map_err(|e| (i, e))?;
+        // SAFETY: per the contract.
+        unsafe { finish_msg(s, &mut m.msg_hdr, &r) }.map_err(|e| (i, e))?;
+        m.msg_len = returned(&r, flags) as c_uint;
+    }
+    Ok(())
 }
 
 /// Shuts the socket down for reading (blocked receives return 0),

@@ -117,7 +117,21 @@ impl Datagram {
 
     /// Copies as much of the payload as fits into `buf`; returns the bytes
     /// copied (the rest is cut off, as `recv_from` does).
+    #[inline]
     pub fn copy_to(&self, buf: &mut [u8]) -> usize {
+        if self.is_contiguous() {
+            // One segment (every datagram but a coalesced or reassembled
+            // one): one copy, inlined into the caller's loop.
+            let data = self.data();
+            let n = data.len().min(buf.len());
+            buf[..n].copy_from_slice(&data[..n]);
+            return n;
+        }
+        self.copy_segments_to(buf)
+    }
+
+    #[inline(never)]
+    fn copy_segments_to(&self, buf: &mut [u8]) -> usize {
         let mut done = 0;
         for seg in self.segments() {
             let n = seg.len().min(buf.len() - done);
