@@ -123,8 +123,11 @@ fn members_get_what_their_memberships_ask_and_spate_reaches_kernel_members() {
     }
     // ...and Linux's default: a group this socket did not join reaches
     // it when the interface is in it.
-    let g1_and_all = bind("0.0.0.0:5000");
+    // SO_REUSEADDR, what multicast receivers set, joins the same group.
+    let g1_and_all = UdpSocket::builder(&stack).reuse_address(true).bind("0.0.0.0:5000").unwrap();
     g1_and_all.join_multicast_v4(&G1, &ANY).unwrap();
+    let e = UdpSocket::bind(&stack, "0.0.0.0:5000").unwrap_err();
+    assert_eq!(e.kind(), std::io::ErrorKind::AddrInUse, "neither option set: {e}");
     assert!(g1_and_all.multicast_all().unwrap());
     let no_join = bind("0.0.0.0:5000");
     let v6 = UdpSocket::builder(&stack).reuseport(true).only_v6(true).bind("[::]:5000").unwrap();

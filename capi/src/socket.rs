@@ -141,7 +141,8 @@ impl CSocket {
 
     fn bind_locked(&self, setup: &mut BindOptions, addr: SocketAddr) -> CResult<()> {
         let stack = global::stack()?;
-        let mut b = UdpSocket::builder(stack).reuseport(setup.reuseport || setup.reuseaddr).only_v6(setup.v6only);
+        let mut b =
+            UdpSocket::builder(stack).reuseport(setup.reuseport).reuse_address(setup.reuseaddr).only_v6(setup.v6only);
         if let Some(r) = setup.rcvbuf {
             b = b.recv_buffer_size(r);
         }

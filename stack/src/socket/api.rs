@@ -19,6 +19,7 @@ use crate::shared::{SocketCore, Stack};
 pub struct SocketBuilder {
     stack: Stack,
     reuseport: bool,
+    reuseaddr: bool,
     v6only: bool,
     rcvbuf: Option<usize>,
     iface: Option<u16>,
@@ -30,6 +31,16 @@ impl SocketBuilder {
     /// (`SO_REUSEPORT`): datagrams are spread over the group by flow.
     pub fn reuseport(mut self, on: bool) -> Self {
         self.reuseport = on;
+        self
+    }
+
+    /// Binds beside other sockets of the address and port that set this
+    /// or [`reuseport`](Self::reuseport) (`SO_REUSEADDR`). spate makes them
+    /// one group as `reuseport` does: a broadcast or multicast datagram
+    /// reaches every member, as on Linux; unicast ones are spread by flow,
+    /// where Linux gives them all to one member.
+    pub fn reuse_address(mut self, on: bool) -> Self {
+        self.reuseaddr = on;
         self
     }
 
@@ -117,7 +128,7 @@ impl SocketBuilder {
             peer: None,
             v6only: self.v6only,
             iface: self.iface,
-            reuseport: self.reuseport,
+            reuseport: self.reuseport || self.reuseaddr,
             incoming_lcore: self.incoming_lcore,
             epoch: 0,
             sock: core.clone(),
@@ -172,6 +183,7 @@ impl UdpSocket {
         SocketBuilder {
             stack: stack.clone(),
             reuseport: false,
+            reuseaddr: false,
             v6only: false,
             rcvbuf: None,
             iface: None,
