@@ -405,3 +405,78 @@ fn addresses_routes_and_neighbours_change_while_the_stack_runs() {
     assert_eq!((c[Counter::ConfNeighAdds], c[Counter::ConfNeighRemoves]), (1, 1));
     assert!(c[Counter::NeighQueued] >= 1, "{}", c.render_nonzero());
 }
+
+/// `shutdown`, as Linux's for UDP: a reader blocked in a receive returns
+/// nothing at once; what was queued, and what still arrives, is read;
+/// an empty queue then gives nothing to a receive that would wait and
+/// `WouldBlock` to one that would not; sends fail with `EPIPE`; an
+/// unconnected socket is `ENOTCONN`, shut all the same.
+#[test]
+fn shutdown_wakes_readers_keeps_what_is_queued_and_ends_sends() {
+    use std::net::Shutdown;
+    let _serial = device_lock();
+    let (_spate_ns, kernel, stack, running) = setup("metashut");
+    let send = |port: u16, what: &[&str]| {
+        let script = format!(
+            "import socket\ns = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)\nfor w in {what:?}:\n    \
+             s.sendto(w.encode(), ('198.18.0.2', {port}))"
+        );
+        assert!(kernel.exec(&["/usr/bin/python3", "-c", &script]).status.success());
+    };
+    let queued = |s: &UdpSocket| {
+        let until = std::time::Instant::now() + Duration::from_secs(5);
+        while s.next_len().is_none() && std::time::Instant::now() < until {
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    };
+    let a = UdpSocket::bind(&stack, "198.18.0.2:6300").unwrap();
+    let b = UdpSocket::bind(&stack, "198.18.0.2:6301").unwrap();
+    b.connect("198.18.0.1:6301").unwrap();
+    // A reader blocked without a timeout wakes with nothing.
+    let b2 = b.try_clone().unwrap();
+    let blocked = std::thread::spawn(move || {
+        let mut batch = spate::DatagramBatch::with_capacity(8);
+        let r = b2.recv_batch(&mut batch, 8);
+        (r.map_err(|e| e.kind()), std::time::Instant::now())
+    });
+    std::thread::sleep(Duration::from_millis(200));
+    let shut_at = std::time::Instant::now();
+    b.shutdown(Shutdown::Read).unwrap();
+    let (r, woke) = blocked.join().unwrap();
+    assert_eq!(r, Ok(0));
+    assert!(woke.duration_since(shut_at) < Duration::from_secs(1));
+    b.send(b"b still sends").unwrap();
+
+    send(6300, &["one", "two"]);
+    queued(&a);
+    // Both sent in one go: the second follows the first closely.
+    std::thread::sleep(Duration::from_millis(100));
+    let e = a.shutdown(Shutdown::Both).unwrap_err();
+    assert_eq!(e.kind(), ErrorKind::NotConnected, "{e}");
+    let mut buf = [0u8; 64];
+    for want in ["one", "two"] {
+        let (n, from) = a.recv_from(&mut buf).unwrap();
+        assert_eq!((&buf[..n], from.ip()), (want.as_bytes(), "198.18.0.1".parse::<IpAddr>().unwrap()));
+    }
+    // Empty: a blocking receive returns at once with nothing.
+    let t = std::time::Instant::now();
+    assert_eq!(a.recv_from(&mut buf).unwrap(), (0, "0.0.0.0:0".parse().unwrap()));
+    assert_eq!(a.recv_datagram().unwrap_err().raw_os_error(), Some(libc::ESHUTDOWN));
+    assert!(t.elapsed() < Duration::from_secs(1));
+    a.set_nonblocking(true).unwrap();
+    assert_eq!(a.recv_from(&mut buf).unwrap_err().kind(), ErrorKind::WouldBlock);
+    a.set_nonblocking(false).unwrap();
+    // What still arrives is read.
+    send(6300, &["three"]);
+    let until = std::time::Instant::now() + Duration::from_secs(5);
+    let got = loop {
+        match a.recv_from(&mut buf).unwrap() {
+            (0, _) if std::time::Instant::now() < until => std::thread::sleep(Duration::from_millis(20)),
+            (n, _) => break buf[..n].to_vec(),
+        }
+    };
+    assert_eq!(got, b"three");
+    let e = a.send_to(b"no", "198.18.0.1:6300").unwrap_err();
+    assert_eq!(e.kind(), ErrorKind::BrokenPipe, "{e}");
+    running.stop();
+}

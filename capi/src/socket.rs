@@ -159,11 +159,24 @@ impl CSocket {
         for (level, name, value) in std::mem::take(&mut setup.deferred) {
             crate::options::set_bound(self, &sock, level, name, &value)?;
         }
+        self.shut_spate_socket(&sock);
         let _ = self.bound.set(sock);
         if let Some(sock) = self.bound.get() {
             self.ready.rearm(sock);
         }
         Ok(())
+    }
+
+    /// Shuts the spate socket down as this socket was (its readers and
+    /// sends see it too); `ENOTCONN` is the caller's to report.
+    fn shut_spate_socket(&self, sock: &UdpSocket) {
+        let how = match (self.shut_rd.load(Ordering::SeqCst), self.shut_wr.load(Ordering::SeqCst)) {
+            (true, true) => std::net::Shutdown::Both,
+            (true, false) => std::net::Shutdown::Read,
+            (false, true) => std::net::Shutdown::Write,
+            (false, false) => return,
+        };
+        let _ = sock.shutdown(how);
     }
 
     /// The bound socket, binding to the wildcard address and an
@@ -427,6 +440,9 @@ impl CSocket {
         }
         if wr {
             self.shut_wr.store(true, Ordering::SeqCst);
+        }
+        if let Some(sock) = self.bound.get() {
+            self.shut_spate_socket(sock);
         }
         self.ready.notify();
         if connected { Ok(()) } else { Err(libc::ENOTCONN) }

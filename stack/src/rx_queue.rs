@@ -185,6 +185,9 @@ pub struct RxQueue<T> {
     alert: AtomicBool,
     /// Readers do not wait while it is set (`halt`: the stack stopped).
     halted: AtomicBool,
+    /// Readers wait no more, for good (`shut_reads`: the socket was shut
+    /// down for reading); what is queued stays readable.
+    shut: AtomicBool,
     /// A reader finding nothing naps this many ns before it asks to be
     /// woken (0: it asks at once).
     nap: AtomicU64,
@@ -253,6 +256,7 @@ impl<T: Truesize> RxQueue<T> {
             closed: AtomicBool::new(false),
             alert: AtomicBool::new(false),
             halted: AtomicBool::new(false),
+            shut: AtomicBool::new(false),
             nap: AtomicU64::new(0),
             cap,
         }
@@ -292,10 +296,23 @@ impl<T: Truesize> RxQueue<T> {
         self.halted.load(Ordering::SeqCst)
     }
 
-    /// Whether readers wait no more: the socket closed or the stack
-    /// stopped.
+    /// Wakes every waiting reader and the registered task, and lets no
+    /// reader wait again: the socket was shut down for reading. What is
+    /// queued, and what still arrives, stays readable.
+    pub fn shut_reads(&self) {
+        self.shut.store(true, Ordering::SeqCst);
+        self.wake_all();
+    }
+
+    /// Whether [`shut_reads`](Self::shut_reads) was called.
+    pub fn is_shut(&self) -> bool {
+        self.shut.load(Ordering::SeqCst)
+    }
+
+    /// Whether readers wait no more: the socket closed or was shut down
+    /// for reading, or the stack stopped.
     fn ended(&self) -> bool {
-        self.closed.load(Ordering::Acquire) || self.is_halted()
+        self.closed.load(Ordering::Acquire) || self.is_halted() || self.is_shut()
     }
 
     /// Asks that the task `waker` belongs to be woken when a datagram is
@@ -954,6 +971,21 @@ mod tests {
         let deadline = StdInstant::now() + Duration::from_millis(30);
         assert_eq!(q.pop(Wait::Until(deadline)), None);
         assert!(StdInstant::now() >= deadline);
+    }
+
+    #[test]
+    fn shut_reads_wakes_waiters_and_keeps_what_is_queued_and_comes() {
+        let q = Arc::new(RxQueue::<D>::new(1, 1000));
+        let q2 = q.clone();
+        let waiter = std::thread::spawn(move || q2.pop(Wait::Forever));
+        std::thread::sleep(Duration::from_millis(50));
+        q.shut_reads();
+        assert_eq!(waiter.join().unwrap(), None);
+        // Datagrams still arrive and are read; an empty queue never waits.
+        q.push(0, D(7, 10)).unwrap();
+        assert_eq!(q.pop(Wait::Forever), Some(D(7, 10)));
+        assert_eq!(q.pop(Wait::Forever), None);
+        assert!(q.is_shut() && !q.is_halted());
     }
 
     #[test]

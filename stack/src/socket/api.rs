@@ -146,6 +146,7 @@ impl SocketBuilder {
             last_route: None,
             route_gen: 0,
             ip: IpOptions::DEFAULT,
+            shut_write: false,
         };
         let sock = UdpSocket {
             stack: self.stack.clone(),
@@ -379,6 +380,50 @@ impl UdpSocket {
         self.core.queue.total_drops()
     }
 
+    /// Shuts the socket down for reading, writing or both, as Linux's
+    /// `shutdown` does for UDP. Reading: blocked receives return at once
+    /// and, from then on, a receive that would wait for an empty queue
+    /// returns nothing (`recv_batch` 0, `recv_from` 0 bytes from the
+    /// unspecified address, `recv_datagram` `ESHUTDOWN`); what is queued,
+    /// and what still arrives, stays readable, and a non-blocking receive
+    /// of an empty queue is `WouldBlock` as before. Writing: every send
+    /// fails with `EPIPE` (`BrokenPipe`; no signal). A socket that is not
+    /// connected is `NotConnected` (`ENOTCONN`), the shutdown taking
+    /// effect all the same, as on Linux.
+    pub fn shutdown(&self, how: std::net::Shutdown) -> io::Result<()> {
+        use std::net::Shutdown;
+        let mut st = self.lock_state();
+        if matches!(how, Shutdown::Write | Shutdown::Both) {
+            st.shut_write = true;
+        }
+        let connected = st.peer.is_some();
+        drop(st);
+        if matches!(how, Shutdown::Read | Shutdown::Both) {
+            self.core.queue.shut_reads();
+        }
+        match connected {
+            true => Ok(()),
+            false => Err(errno(libc::ENOTCONN, "not connected (the shutdown took effect)")),
+        }
+    }
+
+    /// Whether a receive that found nothing, waiting as `wait` says, ends
+    /// because the socket was shut down for reading (and returns nothing
+    /// rather than an error).
+    #[cold]
+    pub(super) fn shut_for(&self, wait: Wait) -> bool {
+        wait != Wait::No && self.core.queue.is_shut()
+    }
+
+    /// The address a receive that returns nothing reports: the socket
+    /// family's unspecified one.
+    pub(super) fn nobody(&self) -> SocketAddr {
+        match self.family {
+            Family::V4 => SocketAddr::from(([0, 0, 0, 0], 0)),
+            Family::V6 => SocketAddr::from((Ipv6Addr::UNSPECIFIED, 0)),
+        }
+    }
+
     /// Takes the pending error, if any (`SO_ERROR`).
     pub fn take_error(&self) -> io::Result<Option<io::Error>> {
         Ok(match self.take_errno() {
@@ -434,11 +479,14 @@ impl UdpSocket {
     pub fn recv_from(&self, buf: &mut [u8]) -> io::Result<(usize, SocketAddr)> {
         crate::app_thread::enter();
         self.pending_error()?;
-        let d = self
-            .core
-            .queue
-            .pop(self.wait_mode())
-            .ok_or_else(|| self.pending_error().err().unwrap_or_else(|| self.no_data()))?;
+        let wait = self.wait_mode();
+        let Some(d) = self.core.queue.pop(wait) else {
+            self.pending_error()?;
+            return match self.shut_for(wait) {
+                true => Ok((0, self.nobody())),
+                false => Err(self.no_data()),
+            };
+        };
         self.note_delay(std::slice::from_ref(&d));
         let n = d.copy_to(buf);
         Ok((n, self.present(d.src())))
@@ -453,12 +501,14 @@ impl UdpSocket {
     pub fn recv_datagram(&self) -> io::Result<Datagram> {
         crate::app_thread::enter();
         self.pending_error()?;
-        let d = self
-            .inner
-            .core
-            .queue
-            .pop(self.wait_mode())
-            .ok_or_else(|| self.pending_error().err().unwrap_or_else(|| self.no_data()))?;
+        let wait = self.wait_mode();
+        let Some(d) = self.inner.core.queue.pop(wait) else {
+            self.pending_error()?;
+            return match self.shut_for(wait) {
+                true => Err(errno(libc::ESHUTDOWN, "shut down for reading, nothing queued")),
+                false => Err(self.no_data()),
+            };
+        };
         self.note_delay(std::slice::from_ref(&d));
         Ok(d)
     }
@@ -494,7 +544,13 @@ impl UdpSocket {
         self.pending_error()?;
         let held = out.len();
         match self.core.queue.pop_batch(out.vec(), max, wait) {
-            0 if max > 0 => Err(self.pending_error().err().unwrap_or_else(|| self.no_data())),
+            0 if max > 0 => {
+                self.pending_error()?;
+                match self.shut_for(wait) {
+                    true => Ok(0),
+                    false => Err(self.no_data()),
+                }
+            }
             n => {
                 // A thread reading what a polling lcore queued finds every
                 // line in that lcore's cache: all misses at once.

@@ -41,6 +41,8 @@ struct State {
     route_gen: u64,
     /// What the IP header of a send carries besides addresses.
     ip: IpOptions,
+    /// Shut down for writing: every send fails with `EPIPE`.
+    shut_write: bool,
 }
 
 /// A socket's IP-level send options, per family (an IPv6 socket sends

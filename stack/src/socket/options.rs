@@ -184,11 +184,13 @@ impl UdpSocket {
     pub(super) fn peek_waiting(&self, buf: &mut [u8], wait: Wait) -> io::Result<(usize, SocketAddr)> {
         crate::app_thread::enter();
         self.pending_error()?;
-        let (n, src) = self
-            .core
-            .queue
-            .peek(wait, |d| (d.copy_to(buf), d.src()))
-            .ok_or_else(|| self.pending_error().err().unwrap_or_else(|| self.no_data()))?;
+        let Some((n, src)) = self.core.queue.peek(wait, |d| (d.copy_to(buf), d.src())) else {
+            self.pending_error()?;
+            return match self.shut_for(wait) {
+                true => Ok((0, self.nobody())),
+                false => Err(self.no_data()),
+            };
+        };
         Ok((n, self.present(src)))
     }
 

@@ -21,7 +21,11 @@ impl UdpSocket {
     /// it meanwhile), or the earlier one is never woken. A pending error
     /// (ICMP) is returned first.
     pub fn poll_recv_from(&self, cx: &mut Context<'_>, buf: &mut [u8]) -> Poll<io::Result<(usize, SocketAddr)>> {
-        self.poll_recv_datagram(cx).map_ok(|d| (d.copy_to(buf), self.present(d.src())))
+        match self.poll_recv_datagram(cx) {
+            // Shut down for reading: 0 bytes, as a blocking receive.
+            Poll::Ready(Err(e)) if e.raw_os_error() == Some(libc::ESHUTDOWN) => Poll::Ready(Ok((0, self.nobody()))),
+            p => p.map_ok(|d| (d.copy_to(buf), self.present(d.src()))),
+        }
     }
 
     /// [`poll_recv_from`](Self::poll_recv_from) without the copy: the
@@ -41,6 +45,10 @@ impl UdpSocket {
             }
             if queue.register_waker(cx.waker()) {
                 return Poll::Pending;
+            }
+            if queue.is_shut() && queue.looks_empty() {
+                // What a blocking receive returns: nothing will come.
+                return Poll::Ready(Err(super::errno(libc::ESHUTDOWN, "shut down for reading, nothing queued")));
             }
             queue.clear_alert();
         }
@@ -65,11 +73,14 @@ impl UdpSocket {
         }
     }
 
-    /// Whether a receive would not block (a datagram, a pending error or
-    /// a stopped stack), without registering anything: two loads.
+    /// Whether a receive would not block (a datagram, a pending error, a
+    /// stopped stack, a shutdown for reading), without registering
+    /// anything: two loads while a datagram or an error is there.
     #[inline]
     pub fn recv_ready(&self) -> bool {
-        self.core.error.load(std::sync::atomic::Ordering::Relaxed) != 0 || !self.core.queue.looks_empty()
+        self.core.error.load(std::sync::atomic::Ordering::Relaxed) != 0
+            || !self.core.queue.looks_empty()
+            || self.core.queue.is_shut()
     }
 
     /// [`recv_batch`](Self::recv_batch) that never waits, whatever the

@@ -334,6 +334,9 @@ impl UdpSocket {
     fn path_from(&self, dst: SocketAddr, src: Option<IpAddr>) -> io::Result<Path> {
         let shared = self.shared();
         let mut st = self.lock_state();
+        if st.shut_write {
+            return Err(errno(libc::EPIPE, "shut down for writing"));
+        }
         let local = src.unwrap_or(st.local.ip());
         let net_gen = shared.net_generation();
         let mut route = match st.last_route {
