@@ -91,7 +91,7 @@ impl AsyncUdpSocket for QuinnSocket {
             EcnCodepoint::Ect1 => Ecn::Ect1,
             EcnCodepoint::Ce => Ecn::Ce,
         });
-        let meta = SendMeta { src_ip: t.src_ip, ecn, segment_size: t.segment_size };
+        let meta = SendMeta { src_ip: t.src_ip, ecn, segment_size: t.segment_size, ttl: None };
         match self.sock.try_send_msg_to(t.contents, t.destination, &meta) {
             Ok(_) => Ok(()),
             Err(e) if e.kind() == io::ErrorKind::WouldBlock => Err(e),

@@ -188,6 +188,9 @@ for fam, src, dst, tos_opt, ttl_opt, lvl in [
     s.bind((src, 0))
     s.settimeout(5)
     s.setsockopt(lvl, socket.IP_RECVTOS if fam == socket.AF_INET else socket.IPV6_RECVTCLASS, 1)
+    # IP_RECVTTL (12), which Python does not name; IPV6_RECVHOPLIMIT.
+    s.setsockopt(lvl, 12 if fam == socket.AF_INET else socket.IPV6_RECVHOPLIMIT, 1)
+    ttl_types = (socket.IP_TTL, socket.IPV6_HOPLIMIT)
     for i, (tos, ttl) in enumerate([(0x28, 17), (0xb8, 33), (0, 9)]):
         s.setsockopt(lvl, tos_opt, tos)
         s.setsockopt(lvl, ttl_opt, ttl)
@@ -195,8 +198,9 @@ for fam, src, dst, tos_opt, ttl_opt, lvl in [
         if i == 0:
             for k in range(3):
                 data, anc, flags, _ = s.recvmsg(4096, 256)
-                ecn = [c[2][0] & 3 for c in anc]
-                out.append("%s seg %d ecn %s" % ("v4" if fam == socket.AF_INET else "v6", len(data), ecn))
+                ecn = [c[2][0] & 3 for c in anc if c[1] not in ttl_types]
+                ttl = [struct.unpack("i", c[2])[0] for c in anc if c[1] in ttl_types]
+                out.append("%s seg %d ecn %s ttl %s" % ("v4" if fam == socket.AF_INET else "v6", len(data), ecn, ttl))
 s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
 for n in range(10, 14):
     s.sendto(b"y" * n, ("198.18.0.2", 5001))
@@ -222,9 +226,10 @@ print("\n".join(out))
         [10, 11, 12, 13].map(|n| format!("plain len={n} trunc={} ctl=0 bytes-ok=1", (n > 11) as u8)),
         "{out}"
     );
-    // The replies: 3000 bytes as three 1,000-byte datagrams, ECN CE (3).
+    // The replies: 3000 bytes as three 1,000-byte datagrams, ECN CE (3),
+    // TTL or hop limit 21.
     for fam in ["v4", "v6"] {
-        let segs = peer_out.lines().filter(|l| l.starts_with(&format!("{fam} seg 1000 ecn [3]"))).count();
+        let segs = peer_out.lines().filter(|l| *l == format!("{fam} seg 1000 ecn [3] ttl [21]")).count();
         assert_eq!(segs, 3, "{peer_out}");
     }
 }

@@ -78,7 +78,7 @@ fn kind_of(r: std::io::Result<usize>) -> ErrorKind {
 fn what_a_socket_sets_is_what_the_kernel_reads() {
     let _serial = device_lock();
     let (_spate_ns, kernel, stack, running) = setup("metatx");
-    let mut rx = peer(&kernel, "meta-recv", &["recv", "vB", "6000", "9", "30"]);
+    let mut rx = peer(&kernel, "meta-recv", &["recv", "vB", "6000", "11", "30"]);
     assert!(rx.wait_for_output("\"ready\"", Duration::from_secs(10)), "{}", rx.output());
     let k4: SocketAddr = "198.18.0.1:6000".parse().unwrap();
     let k6: SocketAddr = "[fd00::1]:6000".parse().unwrap();
@@ -104,6 +104,10 @@ fn what_a_socket_sets_is_what_the_kernel_reads() {
     assert_eq!(kind_of(s4.send_msg_to(&payload("x"), k4, &stranger)), ErrorKind::AddrNotAvailable);
     let other_family = SendMeta { src_ip: Some("fd00::2".parse().unwrap()), ..SendMeta::default() };
     assert_eq!(kind_of(s4.send_msg_to(&payload("x"), k4, &other_family)), ErrorKind::InvalidInput);
+    // One send's TTL (IP_TTL as a control message); 0 refused, as Linux.
+    s4.send_msg_to(&payload("ttl3"), k4, &SendMeta { ttl: Some(3), ..SendMeta::default() }).unwrap();
+    let zero = SendMeta { ttl: Some(0), ..SendMeta::default() };
+    assert_eq!(kind_of(s4.send_msg_to(&payload("x"), k4, &zero)), ErrorKind::InvalidInput);
 
     // Broadcast: refused without SO_BROADCAST, at the Ethernet broadcast
     // address with it.
@@ -129,8 +133,10 @@ fn what_a_socket_sets_is_what_the_kernel_reads() {
     s6.set_ttl(11).unwrap();
     s6.send_to(&payload("v6-hops9"), k6).unwrap();
     s6.send_to(&payload("mapped-ttl11"), "[::ffff:198.18.0.1]:6000").unwrap();
-    let ect0 = SendMeta { ecn: Some(Ecn::Ect0), src_ip: Some("fd00::2".parse().unwrap()), segment_size: None };
+    let ect0 =
+        SendMeta { ecn: Some(Ecn::Ect0), src_ip: Some("fd00::2".parse().unwrap()), segment_size: None, ttl: None };
     s6.send_msg_to(&payload("v6-ect0"), k6, &ect0).unwrap();
+    s6.send_msg_to(&payload("v6-hops5"), k6, &SendMeta { ttl: Some(5), ..SendMeta::default() }).unwrap();
     // A clone shares the options.
     let s6b = s6.try_clone().unwrap();
     assert_eq!((s6b.unicast_hops_v6().unwrap(), s6b.tclass_v6().unwrap()), (9, 0x29));
@@ -159,7 +165,9 @@ fn what_a_socket_sets_is_what_the_kernel_reads() {
     expect("mapped-ttl11", "198.18.0.2", "198.18.0.1", 0, 11, &kmac);
     expect("v6-ect0", "fd00::2", "fd00::1", 0x2a, 9, &kmac);
     expect("v6-clone", "fd00::2", "fd00::1", 0x29, 9, &kmac);
-    assert_eq!(got.len(), 9, "nothing else: {got:?}");
+    expect("ttl3", "198.18.0.2", "198.18.0.1", 0xba, 3, &kmac);
+    expect("v6-hops5", "fd00::2", "fd00::1", 0x29, 5, &kmac);
+    assert_eq!(got.len(), 11, "nothing else: {got:?}");
 }
 
 /// The kernel side's MAC.

@@ -149,6 +149,17 @@ pub fn to_send(control: &[u8]) -> CResult<SendMeta> {
                 meta.ecn = Some(ecn(tos)?);
             }
             (libc::IPPROTO_IPV6, libc::IPV6_TCLASS) => meta.ecn = Some(ecn(int()?)?),
+            // Exactly an int, 1 to 255, as Linux's.
+            (libc::IPPROTO_IP, libc::IP_TTL) if data.len() == 4 => match int()? {
+                t @ 1..=255 => meta.ttl = Some(t as u8),
+                _ => return Err(libc::EINVAL),
+            },
+            // -1 is the socket's own.
+            (libc::IPPROTO_IPV6, libc::IPV6_HOPLIMIT) if data.len() == 4 => match int()? {
+                -1 => meta.ttl = None,
+                h @ 0..=255 => meta.ttl = Some(h as u8),
+                _ => return Err(libc::EINVAL),
+            },
             (libc::SOL_UDP, UDP_SEGMENT) if data.len() >= 2 => {
                 meta.segment_size = Some(u16::from_ne_bytes([data[0], data[1]]) as usize);
             }
@@ -210,5 +221,25 @@ mod tests {
         w.push(libc::SOL_SOCKET, libc::SCM_RIGHTS, &[0; 4]);
         let n = w.len();
         assert_eq!(to_send(&buf[..n]), Err(libc::EINVAL));
+    }
+
+    #[test]
+    fn a_send_s_ttl_and_hop_limit_are_linux_s_ints() {
+        let one = |level, kind, data: &[u8]| {
+            let mut buf = [0u8; 32];
+            let mut w = Writer::new(&mut buf);
+            w.push(level, kind, data);
+            let n = w.len();
+            to_send(&buf[..n]).map(|m| m.ttl)
+        };
+        let (ip, v6) = (libc::IPPROTO_IP, libc::IPPROTO_IPV6);
+        assert_eq!(one(ip, libc::IP_TTL, &9i32.to_ne_bytes()), Ok(Some(9)));
+        for bad in [0i32, 256, -1] {
+            assert_eq!(one(ip, libc::IP_TTL, &bad.to_ne_bytes()), Err(libc::EINVAL), "TTL {bad}");
+        }
+        assert_eq!(one(ip, libc::IP_TTL, &[9]), Err(libc::EINVAL), "not an int");
+        assert_eq!(one(v6, libc::IPV6_HOPLIMIT, &0i32.to_ne_bytes()), Ok(Some(0)));
+        assert_eq!(one(v6, libc::IPV6_HOPLIMIT, &(-1i32).to_ne_bytes()), Ok(None), "the socket's own");
+        assert_eq!(one(v6, libc::IPV6_HOPLIMIT, &(-2i32).to_ne_bytes()), Err(libc::EINVAL));
     }
 }

@@ -406,6 +406,10 @@ pub struct SendMeta {
     /// possibly shorter (`UDP_SEGMENT` as a control message, UDP GSO), in
     /// place of the socket's segment size.
     pub segment_size: Option<usize>,
+    /// The TTL (IPv4: 1 to 255, 0 is `EINVAL`) or hop limit (IPv6: 0 to
+    /// 255), in place of the socket's, multicast included (`IP_TTL`,
+    /// `IPV6_HOPLIMIT` as control messages).
+    pub ttl: Option<u8>,
 }
 
 impl Truesize for Datagram {

@@ -267,12 +267,13 @@ static int mode_cmsg(void)
         printf("%s\n", line);
         fflush(stdout);
         if (round % 3 == 0) {
-            /* The reply: 3000 bytes as 1000-byte segments, ECN CE. */
+            /* The reply: 3000 bytes as 1000-byte segments, ECN CE, TTL or
+             * hop limit 21. */
             char reply[3000];
             memset(reply, 'r', sizeof reply);
             struct iovec out = {.iov_base = reply, .iov_len = sizeof reply};
             union {
-                char buf[CMSG_SPACE(sizeof(uint16_t)) + CMSG_SPACE(sizeof(int))];
+                char buf[CMSG_SPACE(sizeof(uint16_t)) + 2 * CMSG_SPACE(sizeof(int))];
                 struct cmsghdr align;
             } u;
             memset(&u, 0, sizeof u);
@@ -288,7 +289,12 @@ static int mode_cmsg(void)
             c->cmsg_type = fd == v4 ? IP_TOS : IPV6_TCLASS;
             c->cmsg_len = CMSG_LEN(sizeof(int));
             *(int *)CMSG_DATA(c) = 3;
-            CHECK(spate_sendmsg(fd, &r, 0) == (ssize_t)sizeof reply, "sendmsg with UDP_SEGMENT and ECN");
+            c = CMSG_NXTHDR(&r, c);
+            c->cmsg_level = fd == v4 ? IPPROTO_IP : IPPROTO_IPV6;
+            c->cmsg_type = fd == v4 ? IP_TTL : IPV6_HOPLIMIT;
+            c->cmsg_len = CMSG_LEN(sizeof(int));
+            *(int *)CMSG_DATA(c) = 21;
+            CHECK(spate_sendmsg(fd, &r, 0) == (ssize_t)sizeof reply, "sendmsg with UDP_SEGMENT, ECN and TTL");
         }
     }
     /* Then four datagrams of 10 to 13 bytes to a socket with nothing

@@ -199,6 +199,11 @@ impl UdpSocket {
         if let Some(ecn) = meta.ecn {
             path.tos = (path.tos & !3) | ecn as u8;
         }
+        match meta.ttl {
+            Some(0) if dst.is_ipv4() => return Err(errno(libc::EINVAL, "a TTL of 0")),
+            Some(ttl) => path.ttl = ttl,
+            None => {}
+        }
         Ok(path)
     }
 
