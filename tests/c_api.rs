@@ -260,6 +260,10 @@ fn threads_blocked_when_the_stack_stops_get_enetdown() {
     let p = start(&bin, "stop", &ns);
     let out = finish(p, Duration::from_secs(30));
     assert!(out.contains("stopped ok"), "{out}");
+    // spate_run's callback stopping the stack wakes them too.
+    let p = start(&bin, "runstop", &ns);
+    let out = finish(p, Duration::from_secs(30));
+    assert!(out.contains("run stopped ok"), "{out}");
 }
 
 #[test]

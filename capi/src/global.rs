@@ -79,9 +79,19 @@ pub fn stack() -> Result<&'static Stack, i32> {
     }
 }
 
-/// Whether the stack is gone or stopped (`spate_fini`).
+/// Whether the stack is gone (`spate_fini`) or down (stopped, as
+/// `spate_run`'s callback stops it, and not run since).
 pub fn is_down() -> bool {
-    FINISHED.load(Ordering::Acquire)
+    FINISHED.load(Ordering::Acquire) || STACK.get().is_some_and(Stack::is_down)
+}
+
+/// Wakes every thread blocked in a socket's call, to find the stack
+/// gone or down: a bound socket's queue wakes its own, an unbound one
+/// has nothing else to.
+fn wake_every_socket() {
+    for s in SOCKETS.read().unwrap_or_else(|p| p.into_inner()).iter().flatten() {
+        s.ready.notify();
+    }
 }
 
 /// Starts the polling lcores in the background.
@@ -106,7 +116,7 @@ pub fn run(callback: impl Fn() -> i32 + Send + Sync + Clone + 'static) -> Result
         return Err(libc::EALREADY);
     }
     let handle = stack.clone();
-    stack
+    let ran = stack
         .run(move |_| {
             let (stack, callback) = (handle.clone(), callback.clone());
             move |_: &mut LcoreCtx<'_>| {
@@ -120,7 +130,10 @@ pub fn run(callback: impl Fn() -> i32 + Send + Sync + Clone + 'static) -> Result
         .map_err(|e| {
             log::error!("spate_run: {e}");
             libc::EIO
-        })
+        });
+    // Stopped: down until it runs again.
+    wake_every_socket();
+    ran
 }
 
 /// Stops the lcores; every socket's calls fail with `ENETDOWN` from then
@@ -132,9 +145,7 @@ pub fn fini() -> Result<(), i32> {
     if let Some(r) = RUNNING.lock().unwrap_or_else(|p| p.into_inner()).take() {
         r.stop();
     }
-    for s in SOCKETS.read().unwrap_or_else(|p| p.into_inner()).iter().flatten() {
-        s.ready.notify();
-    }
+    wake_every_socket();
     Ok(())
 }
 

@@ -5,10 +5,12 @@
  *           that SIGTERM writes to; datagrams come back with
  *           spate_recvmmsg/spate_sendmmsg.
  *   cmsg    prints each datagram's control messages; replies with
- *           sendmsg control messages (ECN, UDP_SEGMENT).
+ *           sendmsg control messages (ECN, TTL, UDP_SEGMENT); reads
+ *           datagrams with recvmmsg into short buffers, nothing else asked.
  *   signals blocking receives interrupted by a signal, with and without
  *           SA_RESTART, and SO_RCVTIMEO.
  *   stop    threads blocked in calls when the stack stops.
+ *   runstop the same when spate_run's callback stops it.
  *   errno   the errno of bad arguments.
  *   zerocopy an echo on the zero-copy calls.
  * Prints "READY" when it listens, and a line per finding. */
@@ -22,6 +24,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <sys/epoll.h>
 #include <sys/ioctl.h>
 #include <arpa/inet.h>
@@ -463,6 +466,43 @@ static int mode_stop(void)
     return failures ? 1 : 0;
 }
 
+/* ---- runstop: spate_run's callback stops the stack ---- */
+
+static long long mono_ms(void)
+{
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return t.tv_sec * 1000LL + t.tv_nsec / 1000000;
+}
+
+static long long run_until;
+
+/* The program's loop on the lcore: done (negative) after run_until. */
+static int stop_later(void *arg)
+{
+    (void)arg;
+    return mono_ms() >= run_until ? -1 : 0;
+}
+
+static int mode_runstop(void)
+{
+    int bound = bound_socket(AF_INET, 5004), unbound = spate_socket(AF_INET, SOCK_DGRAM, 0);
+    struct blocked b[2] = {{.fd = bound}, {.fd = unbound}};
+    for (int i = 0; i < 2; i++)
+        pthread_create(&b[i].thread, NULL, blocked_recv, &b[i]);
+    printf("READY\n");
+    fflush(stdout);
+    run_until = mono_ms() + 400;
+    CHECK(spate_run(stop_later, NULL) == 0, "spate_run");
+    /* The stack stopped: blocked threads wake, bound socket or not. */
+    for (int i = 0; i < 2; i++) {
+        pthread_join(b[i].thread, NULL);
+        CHECK(b[i].ret == -1 && b[i].err == ENETDOWN, "thread %d: ret %zd errno %d", i, b[i].ret, b[i].err);
+    }
+    printf("run stopped ok\nfailures %d\n", failures);
+    return failures ? 1 : 0;
+}
+
 /* ---- zerocopy: datagrams in their mbufs, replies in the requests' ---- */
 
 static int mode_zerocopy(void)
@@ -677,7 +717,7 @@ static void check_process(const cpu_set_t *cpus_before)
 int main(int argc, char **argv)
 {
     if (argc < 2) {
-        fprintf(stderr, "usage: %s echo|cmsg|signals|stop|errno|zerocopy [spate flags]\n", argv[0]);
+        fprintf(stderr, "usage: %s echo|cmsg|signals|stop|runstop|errno|zerocopy [spate flags]\n", argv[0]);
         return 2;
     }
     setvbuf(stdout, NULL, _IOLBF, 0);
@@ -699,12 +739,14 @@ int main(int argc, char **argv)
         perror("spate_init");
         return 2;
     }
+    const char *mode = argv[1];
+    if (!strcmp(mode, "runstop"))
+        return mode_runstop();
     if (spate_start() != 0) {
         perror("spate_start");
         return 2;
     }
     check_process(&cpus);
-    const char *mode = argv[1];
     if (!strcmp(mode, "echo"))
         return mode_echo();
     if (!strcmp(mode, "cmsg"))

@@ -522,4 +522,11 @@ impl Stack {
     pub fn is_running(&self) -> bool {
         self.shared.is_running()
     }
+
+    /// Whether the stack is down: it ran and stopped, and has not run
+    /// since (its sockets' calls fail with `ENETDOWN`). A stack not yet
+    /// run is not.
+    pub fn is_down(&self) -> bool {
+        self.shared.is_down()
+    }
 }
