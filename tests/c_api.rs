@@ -204,6 +204,8 @@ for fam, src, dst, tos_opt, ttl_opt, lvl in [
 s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
 for n in range(10, 14):
     s.sendto(b"y" * n, ("198.18.0.2", 5001))
+for z in (b"z1", b"z2", b"z3"):
+    s.sendto(z, ("198.18.0.2", 5001))
 print("\n".join(out))
 "#;
     let peer = ns.exec(&["python3", "-c", script]);
@@ -226,6 +228,8 @@ print("\n".join(out))
         [10, 11, 12, 13].map(|n| format!("plain len={n} trunc={} ctl=0 bytes-ok=1", (n > 11) as u8)),
         "{out}"
     );
+    // A bad second message: one datagram, the others left queued in order.
+    assert!(out.lines().any(|l| l == "bad-second first=1 z1 rest=2 z2 z3"), "{out}");
     // The replies: 3000 bytes as three 1,000-byte datagrams, ECN CE (3),
     // TTL or hop limit 21.
     for fam in ["v4", "v6"] {

@@ -774,22 +774,14 @@ pub unsafe extern "C" fn spate_recvmmsg(
                 std::time::Instant::now().checked_add(std::time::Duration::new(t.tv_sec as u64, t.tv_nsec as u32))
             }
         };
-        // Every message is checked before a datagram is taken for it, as
-        // Linux's: a bad one leaves the queue as it was. Plain ones (one
-        // buffer, no address, nothing else asked) are filled by a loop
-        // that reads no header and checks nothing again.
-        let mut plain = s.cmsgs.load(std::sync::atomic::Ordering::Relaxed) == 0;
-        for i in 0..n {
-            // SAFETY: `i < vlen` messages, per the contract.
-            let h = unsafe { &(*msgs.add(i)).msg_hdr };
-            // SAFETY: per the contract.
-            if !unsafe { is_plain(h) } {
-                plain = false;
-                // SAFETY: per the contract.
-                unsafe { check_msg(h) }?;
-            }
-        }
-        let trunc = flags & libc::MSG_TRUNC != 0;
+        // Each message is checked before a datagram is put in it, as
+        // Linux's: the first before anything is taken (a bad one fails
+        // at once, waiting for nothing), each other one as it is filled;
+        // a bad one ends the call with the messages before it, the
+        // datagrams taken for it and after it put back.
+        // SAFETY: `vlen` > 0 messages, per the contract.
+        unsafe { check_msg(&(*msgs).msg_hdr) }?;
+        let plain = s.cmsgs.load(std::sync::atomic::Ordering::Relaxed) == 0;
         let mut got = 0;
         let mut flags_now = flags;
         BATCH
@@ -805,15 +797,15 @@ pub unsafe extern "C" fn spate_recvmmsg(
                         Err(_) => break,
                     };
                     // Freed together below, as recv_batch's caller frees.
-                    match plain {
-                        // SAFETY: per the contract (checked above).
-                        true => unsafe { fill_plain(&batch, msgs.add(got), trunc) },
-                        // SAFETY: per the contract (checked above).
-                        false => match unsafe { fill(&s, &batch, msgs.add(got), flags) } {
-                            Ok(()) => {}
-                            Err((i, e)) if got + i == 0 => return Err(e),
-                            Err((i, _)) => return Ok(got + i),
-                        },
+                    // SAFETY: `got + k <= vlen` messages, per the contract.
+                    if let Err((i, e)) = unsafe { fill(&s, &batch, msgs.add(got), flags, plain) } {
+                        if let Some(sock) = s.bound() {
+                            sock.unread(&mut batch, i);
+                            s.ready.notify();
+                        }
+                        // Linux keeps the error for the next call (SO_ERROR);
+                        // spate reports it only when nothing was received.
+                        return if got + i == 0 { Err(e) } else { Ok(got + i) };
                     }
                     got += k;
                     if flags & libc::MSG_WAITFORONE != 0 {
@@ -829,37 +821,42 @@ pub unsafe extern "C" fn spate_recvmmsg(
     })
 }
 
-/// Copies each datagram of `batch` into its plain message (see
-/// [`is_plain`]) from `msgs` on.
-///
-/// # Safety
-/// `msgs` points to `batch.len()` plain messages.
-unsafe fn fill_plain(batch: &DatagramBatch, msgs: *mut mmsghdr, trunc: bool) {
-    for (i, d) in batch.iter().enumerate() {
-        // SAFETY: `i < batch.len()` messages, per the contract.
-        let m = unsafe { &mut *msgs.add(i) };
-        // SAFETY: a plain message's one iovec.
-        let buf = unsafe { plain_buf(&*m.msg_hdr.msg_iov) };
-        let copied = d.copy_to(buf);
-        let len = d.len();
-        m.msg_hdr.msg_controllen = 0;
-        m.msg_hdr.msg_flags = if copied < len { libc::MSG_TRUNC } else { 0 };
-        m.msg_len = if trunc { len } else { copied } as c_uint;
-    }
-}
-
 /// Delivers each datagram of `batch` into its message from `msgs` on:
-/// the payload, the sender and control messages each asks for. The
-/// index of a message that fails, and why.
+/// the payload, and the sender and control messages each asks for. A
+/// plain message (see [`is_plain`]) of a socket that asks for no control
+/// message is filled by a fast path that reads no header and checks
+/// nothing more; any other is checked first ([`check_msg`]). The index of
+/// a message that fails, and why.
 ///
 /// # Safety
-/// `msgs` points to `batch.len()` messages that passed [`check_msg`].
-unsafe fn fill(s: &CSocket, batch: &DatagramBatch, msgs: *mut mmsghdr, flags: c_int) -> Result<(), (usize, c_int)> {
+/// `msgs` points to `batch.len()` messages.
+#[inline(always)]
+unsafe fn fill(
+    s: &CSocket,
+    batch: &DatagramBatch,
+    msgs: *mut mmsghdr,
+    flags: c_int,
+    plain: bool,
+) -> Result<(), (usize, c_int)> {
+    let trunc = flags & libc::MSG_TRUNC != 0;
     for (i, d) in batch.iter().enumerate() {
         // SAFETY: `i < batch.len()` messages, per the contract.
         let m = unsafe { &mut *msgs.add(i) };
-        let want = want_for(s, &m.msg_hdr);
         // SAFETY: per the contract.
+        if plain && unsafe { is_plain(&m.msg_hdr) } {
+            // SAFETY: a plain message's one iovec.
+            let buf = unsafe { plain_buf(&*m.msg_hdr.msg_iov) };
+            let copied = d.copy_to(buf);
+            let len = d.len();
+            m.msg_hdr.msg_controllen = 0;
+            m.msg_hdr.msg_flags = if copied < len { libc::MSG_TRUNC } else { 0 };
+            m.msg_len = if trunc { len } else { copied } as c_uint;
+            continue;
+        }
+        // SAFETY: per the contract.
+        unsafe { check_msg(&m.msg_hdr) }.map_err(|e| (i, e))?;
+        let want = want_for(s, &m.msg_hdr);
+        // SAFETY: per the contract (checked).
         let r = unsafe { with_iov(&m.msg_hdr, |bufs| Ok(s.deliver(d, bufs, want))) }.map_err(|e| (i, e))?;
         // SAFETY: per the contract.
         unsafe { finish_msg(s, &mut m.msg_hdr, &r) }.map_err(|e| (i, e))?;

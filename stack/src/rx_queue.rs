@@ -779,6 +779,33 @@ impl<T: Truesize> RxQueue<T> {
         !timed_out && !self.ended() && !self.alert.swap(false, Ordering::SeqCst)
     }
 
+    /// Puts `items`, the last ones a reader took, back at the front in
+    /// their order, charged again as if never taken: a reader that took
+    /// more than it could use (libspate's `recvmmsg` when a message is
+    /// bad). Wakes waiting readers.
+    pub fn unpop(&self, items: impl DoubleEndedIterator<Item = T>) {
+        let mut r = lock(&self.readers.reader);
+        let mut size = 0;
+        for item in items.rev() {
+            size += item.truesize();
+            r.list.push_front(item);
+        }
+        // What the reader still owes first; the rest was given back.
+        let owed = size.min(r.owed);
+        r.owed -= owed;
+        let returned = size - owed;
+        if returned > 0 {
+            let released = &self.readers.released;
+            released.store(released.load(Ordering::Relaxed).wrapping_sub(returned), Ordering::Release);
+            if let Some(c) = &self.cap {
+                c.held.fetch_add(returned, Ordering::Relaxed);
+            }
+        }
+        self.readers.queued.store(r.list.len(), Ordering::Release);
+        drop(r);
+        self.wake_all();
+    }
+
     /// Whether anything is queued, looked at under the locks (the blocking
     /// path's check; polls use the published lengths).
     pub fn has_data(&self) -> bool {
@@ -971,6 +998,26 @@ mod tests {
         let deadline = StdInstant::now() + Duration::from_millis(30);
         assert_eq!(q.pop(Wait::Until(deadline)), None);
         assert!(StdInstant::now() >= deadline);
+    }
+
+    #[test]
+    fn unpop_puts_back_in_order_charged_as_before() {
+        let cap = Arc::new(MemCap::new(10_000, 0));
+        let q = RxQueue::with_cap(1, 1000, Some(cap.clone()));
+        for i in 0..4 {
+            q.push(0, D(i, 100)).unwrap();
+        }
+        let mut out = Vec::new();
+        assert_eq!(q.pop_batch(&mut out, 4, Wait::No), 4);
+        // All of it given back (the list emptied): nothing charged.
+        assert_eq!((q.rmem(), cap.held()), (0, 0));
+        q.unpop(out.drain(2..));
+        assert_eq!((q.rmem(), cap.held()), (200, 200));
+        q.push(0, D(9, 100)).unwrap();
+        let mut again = Vec::new();
+        assert_eq!(q.pop_batch(&mut again, 8, Wait::No), 3);
+        assert_eq!(again, [D(2, 100), D(3, 100), D(9, 100)]);
+        assert_eq!((q.rmem(), cap.held()), (0, 0));
     }
 
     #[test]

@@ -324,6 +324,22 @@ static int mode_cmsg(void)
         }
         got_plain += n > 0 ? n : 0;
     }
+    /* Three more: a bad second message (a NULL iovec) ends recvmmsg after
+     * the first, and what was taken for it stays queued, in order. */
+    char z[3][8];
+    struct iovec zi[3];
+    struct mmsghdr zm[3];
+    memset(zm, 0, sizeof zm);
+    for (int i = 0; i < 3; i++) {
+        zi[i] = (struct iovec){.iov_base = z[i], .iov_len = sizeof z[i]};
+        zm[i].msg_hdr = (struct msghdr){.msg_iov = &zi[i], .msg_iovlen = 1};
+    }
+    zm[1].msg_hdr.msg_iov = NULL;
+    int first = spate_recvmmsg(plain, zm, 3, 0, NULL);
+    zm[1].msg_hdr.msg_iov = &zi[1];
+    int rest = spate_recvmmsg(plain, zm + 1, 2, 0, NULL);
+    printf("bad-second first=%d %.*s rest=%d %.*s %.*s\n", first, first > 0 ? (int)zm[0].msg_len : 0, z[0], rest,
+           rest > 0 ? (int)zm[1].msg_len : 0, z[1], rest > 1 ? (int)zm[2].msg_len : 0, z[2]);
     spate_fini();
     printf("failures %d\n", failures);
     return failures ? 1 : 0;

@@ -561,6 +561,16 @@ impl UdpSocket {
         }
     }
 
+    /// Gives the datagrams of `batch` from index `from` on back to the
+    /// front of the socket's queue, in order, as if never received: for
+    /// a reader that took more than it could use (libspate's `recvmmsg`
+    /// when a later message is bad leaves the rest queued, as Linux's).
+    pub fn unread(&self, batch: &mut DatagramBatch, from: usize) {
+        let items = batch.vec();
+        let from = from.min(items.len());
+        self.core.queue.unpop(items.drain(from..));
+    }
+
     /// The stack this socket lives on.
     pub fn stack(&self) -> &Stack {
         &self.stack
