@@ -264,8 +264,11 @@ fn threads_blocked_when_the_stack_stops_get_enetdown() {
     let p = start(&bin, "stop", &ns);
     let out = finish(p, Duration::from_secs(30));
     assert!(out.contains("stopped ok"), "{out}");
-    // spate_run's callback stopping the stack wakes them too.
-    let p = start(&bin, "runstop", &ns);
+    // spate_run's callback stopping the stack wakes them too. Room for
+    // a full queue to the lcore (8,192 packets) in the pool.
+    let args: Vec<String> = ["runstop", "--lcores", "1", "--mbufs", "16383"].map(String::from).to_vec();
+    let mut p = ns.spawn("capi-runstop", bin.to_str().unwrap(), &args, Duration::from_secs(120)).unwrap();
+    assert!(p.wait_for_output("READY", Duration::from_secs(60)), "{}", p.output());
     let out = finish(p, Duration::from_secs(30));
     assert!(out.contains("run stopped ok"), "{out}");
 }

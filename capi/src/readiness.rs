@@ -171,6 +171,40 @@ impl Drop for ThreadFd {
     }
 }
 
+/// Sleeps the calling thread until `sock`'s lcore has room for a send
+/// (its queue drained), `timeout` passes or a signal interrupts, as
+/// [`Readiness::sleep`] does for a receive: `Ok` to try again, else
+/// `EAGAIN` or `EINTR`.
+pub fn sleep_until_writable(sock: &UdpSocket, timeout: Option<Duration>) -> Result<(), i32> {
+    THREAD_FD.with(|t| {
+        let tfd = t.0?;
+        let waker = THREAD_WAKER.with(|w| w.get_or_init(|| Waker::from(Arc::new(FdWaker(tfd)))).clone());
+        if sock.poll_writable(&mut Context::from_waker(&waker)).is_ready() {
+            return Ok(());
+        }
+        match syscalls::sleep(tfd, timeout) {
+            Woken::Signalled => Ok(()),
+            Woken::TimedOut => Err(libc::EAGAIN),
+            Woken::Interrupted => Err(libc::EINTR),
+        }
+    })
+}
+
+/// Wakes a thread sleeping on its own event descriptor.
+struct FdWaker(i32);
+
+impl Wake for FdWaker {
+    fn wake(self: Arc<Self>) {
+        syscalls::signal(self.0);
+    }
+
+    fn wake_by_ref(self: &Arc<Self>) {
+        syscalls::signal(self.0);
+    }
+}
+
 thread_local! {
+    /// The calling thread's waker for its own descriptor (made once).
+    static THREAD_WAKER: std::cell::OnceCell<Waker> = const { std::cell::OnceCell::new() };
     static THREAD_FD: ThreadFd = ThreadFd(syscalls::eventfd(false).map_err(|e| e.raw_os_error().unwrap_or(libc::EMFILE)));
 }

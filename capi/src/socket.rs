@@ -389,11 +389,15 @@ impl CSocket {
             None => sock.peer_addr().map_err(|_| libc::EDESTADDRREQ)?,
         };
         let dontwait = flags & libc::MSG_DONTWAIT != 0 || global::on_lcore();
+        // A datagram sent whole or not at all waits here, where a signal
+        // interrupts the wait; segments, which may go in part, in spate.
+        let segmented = meta.segment_size.is_some() || sock.segment_size().map_err(os)?.is_some();
         let plain = *meta == SendMeta::default();
-        let send = |buf: &[u8]| match (dontwait, plain) {
-            (false, true) => sock.send_to(buf, to),
-            (false, false) => sock.send_msg_to(buf, to, meta),
-            (true, _) => sock.try_send_msg_to(buf, to, meta),
+        let send = |buf: &[u8]| match (dontwait, segmented, plain) {
+            (false, false, _) => self.send_waiting(sock, buf, to, meta),
+            (false, true, true) => sock.send_to(buf, to),
+            (false, true, false) => sock.send_msg_to(buf, to, meta),
+            (true, ..) => sock.try_send_msg_to(buf, to, meta),
         };
         let r = match bufs {
             [one] => send(one),
@@ -408,6 +412,38 @@ impl CSocket {
             }),
         };
         r.map_err(os)
+    }
+
+    /// One datagram to `to`, waiting while the lcore's queue is full (as
+    /// the socket's mode and `SO_SNDTIMEO` allow) on the thread's own
+    /// descriptor: `EINTR` when a signal handler runs (a wait without a
+    /// timeout restarts after one installed with `SA_RESTART`), `EAGAIN`
+    /// past the timeout.
+    fn send_waiting(&self, sock: &UdpSocket, buf: &[u8], to: SocketAddr, meta: &SendMeta) -> std::io::Result<usize> {
+        let deadline = match self.sndtimeo.load(Ordering::Relaxed) {
+            0 => None,
+            ns => Some(Instant::now() + Duration::from_nanos(ns)),
+        };
+        loop {
+            match sock.try_send_msg_to(buf, to, meta) {
+                // A stack that does not run drains nothing: EAGAIN.
+                Err(e)
+                    if e.raw_os_error() == Some(libc::EAGAIN)
+                        && !self.nonblocking.load(Ordering::Relaxed)
+                        && sock.stack().is_running() =>
+                {
+                    let timeout = match deadline {
+                        None => None,
+                        Some(d) => match d.checked_duration_since(Instant::now()) {
+                            Some(t) if !t.is_zero() => Some(t),
+                            _ => return Err(e),
+                        },
+                    };
+                    crate::readiness::sleep_until_writable(sock, timeout).map_err(std::io::Error::from_raw_os_error)?;
+                }
+                r => return r,
+            }
+        }
     }
 
     /// `FIONREAD`: the next datagram's length, 0 when none.

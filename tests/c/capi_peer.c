@@ -10,7 +10,8 @@
  *   signals blocking receives interrupted by a signal, with and without
  *           SA_RESTART, and SO_RCVTIMEO.
  *   stop    threads blocked in calls when the stack stops.
- *   runstop the same when spate_run's callback stops it.
+ *   runstop the same when spate_run's callback stops it; a send blocked
+ *           on the held lcore's full queue interrupted by a signal.
  *   errno   the errno of bad arguments.
  *   zerocopy an echo on the zero-copy calls.
  * Prints "READY" when it listens, and a line per finding. */
@@ -492,24 +493,78 @@ static long long mono_ms(void)
 }
 
 static long long run_until;
+static volatile int hold_lcore;
 
-/* The program's loop on the lcore: done (negative) after run_until. */
+/* The program's loop on the lcore: once, a long step (the lcore drains
+ * nothing meanwhile); done (negative) after run_until. */
 static int stop_later(void *arg)
 {
     (void)arg;
+    if (hold_lcore) {
+        hold_lcore = 0;
+        sleep_ms(1500);
+    }
     return mono_ms() >= run_until ? -1 : 0;
+}
+
+struct flood {
+    int fd;
+    long sent;
+    ssize_t ret;
+    int err;
+    pthread_t thread;
+};
+
+/* Sends until a send fails (the lcore's queue fills, and the send that
+ * waits for room is interrupted). */
+static void *flood_sends(void *arg)
+{
+    struct flood *f = arg;
+    struct sockaddr_in to = {.sin_family = AF_INET, .sin_port = htons(9)};
+    inet_pton(AF_INET, "198.18.0.1", &to.sin_addr);
+    for (long i = 0; i < 1000000; i++) {
+        ssize_t r = spate_sendto(f->fd, "x", 1, 0, (struct sockaddr *)&to, sizeof to);
+        if (r < 0) {
+            f->ret = r;
+            f->err = errno;
+            return NULL;
+        }
+        f->sent++;
+    }
+    return NULL;
+}
+
+static void *interrupt_later(void *arg)
+{
+    sleep_ms(700);
+    pthread_kill(*(pthread_t *)arg, SIGUSR1);
+    return NULL;
 }
 
 static int mode_runstop(void)
 {
+    struct sigaction sa = {.sa_handler = on_usr1}; /* no SA_RESTART */
+    sigaction(SIGUSR1, &sa, NULL);
     int bound = bound_socket(AF_INET, 5004), unbound = spate_socket(AF_INET, SOCK_DGRAM, 0);
     struct blocked b[2] = {{.fd = bound}, {.fd = unbound}};
     for (int i = 0; i < 2; i++)
         pthread_create(&b[i].thread, NULL, blocked_recv, &b[i]);
+    /* A blocking send waiting for room in the held lcore's queue ends
+     * with EINTR when a handler without SA_RESTART runs. */
+    struct flood f = {.fd = bound_socket(AF_INET, 5005)};
+    pthread_t kick;
     printf("READY\n");
     fflush(stdout);
-    run_until = mono_ms() + 400;
+    run_until = mono_ms() + 2500;
+    hold_lcore = 1;
+    pthread_create(&f.thread, NULL, flood_sends, &f);
+    pthread_create(&kick, NULL, interrupt_later, &f.thread);
     CHECK(spate_run(stop_later, NULL) == 0, "spate_run");
+    pthread_join(kick, NULL);
+    pthread_join(f.thread, NULL);
+    CHECK(f.ret == -1 && f.err == EINTR && f.sent >= 1000, "blocked send: ret %zd errno %d after %ld sends", f.ret,
+          f.err, f.sent);
+    printf("send interrupted after %ld sends\n", f.sent);
     /* The stack stopped: blocked threads wake, bound socket or not. */
     for (int i = 0; i < 2; i++) {
         pthread_join(b[i].thread, NULL);
