@@ -228,6 +228,8 @@ print("\n".join(out))
         [10, 11, 12, 13].map(|n| format!("plain len={n} trunc={} ctl=0 bytes-ok=1", (n > 11) as u8)),
         "{out}"
     );
+    // Peeked into two messages: the head datagram twice, left queued.
+    assert!(out.lines().any(|l| l == "peek n=2 z1 z1"), "{out}");
     // A bad second message: one datagram, the others left queued in order.
     assert!(out.lines().any(|l| l == "bad-second first=1 z1 rest=2 z2 z3"), "{out}");
     // The replies: 3000 bytes as three 1,000-byte datagrams, ECN CE (3),

@@ -685,17 +685,24 @@ pub unsafe extern "C" fn spate_recvmsg(fd: c_int, msg: *mut msghdr, flags: c_int
             return Err(libc::EFAULT);
         }
         // SAFETY: per the contract.
-        let m = unsafe { &mut *msg };
-        // SAFETY: per the contract.
-        unsafe { check_msg(m) }?;
-        // SAFETY: per the contract.
-        let want = want_for(&s, m);
-        // SAFETY: per the contract.
-        let r = unsafe { with_iov(m, |bufs| BATCH.with(|b| s.recv_one(bufs, flags, &mut b.borrow_mut(), want))) }?;
-        // SAFETY: per the contract.
-        unsafe { finish_msg(&s, m, &r) }?;
-        Ok(returned(&r, flags) as ssize_t)
+        unsafe { recv_msg(&s, &mut *msg, flags) }.map(|n| n as ssize_t)
     })
+}
+
+/// Receives one message (checked first) as `recvmsg` does; returns what
+/// `recvmsg` returns.
+///
+/// # Safety
+/// `m` is a msghdr whose pointers are valid for their lengths.
+unsafe fn recv_msg(s: &CSocket, m: &mut msghdr, flags: c_int) -> CResult<usize> {
+    // SAFETY: per the contract.
+    unsafe { check_msg(m) }?;
+    let want = want_for(s, m);
+    // SAFETY: per the contract.
+    let r = unsafe { with_iov(m, |bufs| BATCH.with(|b| s.recv_one(bufs, flags, &mut b.borrow_mut(), want))) }?;
+    // SAFETY: per the contract.
+    unsafe { finish_msg(s, m, &r) }?;
+    Ok(returned(&r, flags))
 }
 
 /// What a message asks of its datagram: the sender when it has room for
@@ -774,6 +781,25 @@ pub unsafe extern "C" fn spate_recvmmsg(
                 std::time::Instant::now().checked_add(std::time::Duration::new(t.tv_sec as u64, t.tv_nsec as u32))
             }
         };
+        if flags & libc::MSG_PEEK != 0 {
+            // As Linux's: one peek per message, each the datagram at the
+            // head, which stays queued.
+            let mut flags_now = flags;
+            for i in 0..n {
+                // SAFETY: `i < vlen` messages, per the contract.
+                let m = unsafe { &mut *msgs.add(i) };
+                // SAFETY: per the contract.
+                match unsafe { recv_msg(&s, &mut m.msg_hdr, flags_now) } {
+                    Ok(len) => m.msg_len = len as c_uint,
+                    Err(e) if i == 0 => return Err(e),
+                    Err(_) => return Ok(i as c_int),
+                }
+                if flags & libc::MSG_WAITFORONE != 0 {
+                    flags_now |= libc::MSG_DONTWAIT;
+                }
+            }
+            return Ok(n as c_int);
+        }
         // Each message is checked before a datagram is put in it, as
         // Linux's: the first before anything is taken (a bad one fails
         // at once, waiting for nothing), each other one as it is filled;

@@ -100,6 +100,10 @@ pub unsafe extern "C" fn spate_recv_zc(fd: c_int, out: *mut spate_datagram, max:
         if out.is_null() {
             return Err(libc::EFAULT);
         }
+        // A datagram handed over is taken: nothing to peek at.
+        if flags & libc::MSG_PEEK != 0 {
+            return Err(libc::EINVAL);
+        }
         BATCH.with(|b| {
             let mut batch = b.borrow_mut();
             batch.clear();

@@ -335,6 +335,13 @@ static int mode_cmsg(void)
         zi[i] = (struct iovec){.iov_base = z[i], .iov_len = sizeof z[i]};
         zm[i].msg_hdr = (struct msghdr){.msg_iov = &zi[i], .msg_iovlen = 1};
     }
+    /* MSG_PEEK: each message gets the head datagram, which stays. */
+    int peeked = spate_recvmmsg(plain, zm, 2, MSG_PEEK, NULL);
+    printf("peek n=%d %.*s %.*s\n", peeked, peeked > 0 ? (int)zm[0].msg_len : 0, z[0],
+           peeked > 1 ? (int)zm[1].msg_len : 0, z[1]);
+    spate_datagram zd[1];
+    memset(zd, 0, sizeof zd);
+    CHECK(spate_recv_zc(plain, zd, 1, MSG_PEEK) == -1 && errno == EINVAL, "zero-copy peek");
     zm[1].msg_hdr.msg_iov = NULL;
     int first = spate_recvmmsg(plain, zm, 3, 0, NULL);
     zm[1].msg_hdr.msg_iov = &zi[1];
