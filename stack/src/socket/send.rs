@@ -136,7 +136,15 @@ impl UdpSocket {
     /// task in `cx` is woken once the lcore drains it.
     pub fn poll_writable(&self, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
         let inbox = &self.shared().inbox[self.tx_worker];
-        if !inbox.is_full() || crate::shared::in_callback(self.shared()) || !inbox.register_waker(cx.waker()) {
+        let shared = self.shared();
+        // A stack stopping after the registration wakes it; one that
+        // stopped before it, or is stopping, never drains: try again now.
+        if !inbox.is_full()
+            || crate::shared::in_callback(shared)
+            || !inbox.register_waker(cx.waker())
+            || !shared.is_running()
+            || shared.should_stop()
+        {
             return Poll::Ready(Ok(()));
         }
         Poll::Pending
