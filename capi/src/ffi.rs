@@ -696,10 +696,26 @@ pub unsafe extern "C" fn spate_recvmsg(fd: c_int, msg: *mut msghdr, flags: c_int
 /// `m` is a msghdr whose pointers are valid for their lengths.
 unsafe fn recv_msg(s: &CSocket, m: &mut msghdr, flags: c_int) -> CResult<usize> {
     // SAFETY: per the contract.
+    unsafe { into_msg(s, m, flags, |bufs, want| BATCH.with(|b| s.recv_one(bufs, flags, &mut b.borrow_mut(), want))) }
+}
+
+/// Checks message `m` and fills it from `receive` (given its buffers and
+/// what the message asks for): the payload, the sender, the control
+/// messages, the flags. Returns what `recvmsg` returns.
+///
+/// # Safety
+/// `m` is a msghdr whose pointers are valid for their lengths.
+unsafe fn into_msg(
+    s: &CSocket,
+    m: &mut msghdr,
+    flags: c_int,
+    receive: impl FnOnce(&mut [&mut [u8]], Want) -> CResult<Received>,
+) -> CResult<usize> {
+    // SAFETY: per the contract.
     unsafe { check_msg(m) }?;
     let want = want_for(s, m);
-    // SAFETY: per the contract.
-    let r = unsafe { with_iov(m, |bufs| BATCH.with(|b| s.recv_one(bufs, flags, &mut b.borrow_mut(), want))) }?;
+    // SAFETY: per the contract (checked).
+    let r = unsafe { with_iov(m, |bufs| receive(bufs, want)) }?;
     // SAFETY: per the contract.
     unsafe { finish_msg(s, m, &r) }?;
     Ok(returned(&r, flags))
@@ -880,13 +896,8 @@ unsafe fn fill(
             continue;
         }
         // SAFETY: per the contract.
-        unsafe { check_msg(&m.msg_hdr) }.map_err(|e| (i, e))?;
-        let want = want_for(s, &m.msg_hdr);
-        // SAFETY: per the contract (checked).
-        let r = unsafe { with_iov(&m.msg_hdr, |bufs| Ok(s.deliver(d, bufs, want))) }.map_err(|e| (i, e))?;
-        // SAFETY: per the contract.
-        unsafe { finish_msg(s, &mut m.msg_hdr, &r) }.map_err(|e| (i, e))?;
-        m.msg_len = returned(&r, flags) as c_uint;
+        let len = unsafe { into_msg(s, &mut m.msg_hdr, flags, |bufs, want| Ok(s.deliver(d, bufs, want))) };
+        m.msg_len = len.map_err(|e| (i, e))? as c_uint;
     }
     Ok(())
 }

@@ -233,22 +233,13 @@ impl CSocket {
 
     /// The receive timeout's deadline, if there is one.
     fn deadline(&self) -> Option<Instant> {
-        match self.rcvtimeo.load(Ordering::Relaxed) {
-            0 => None,
-            ns => Some(Instant::now() + Duration::from_nanos(ns)),
-        }
+        deadline_after(self.rcvtimeo.load(Ordering::Relaxed))
     }
 
     /// Waits until a receive may find something; `EAGAIN` past
     /// `deadline`, `EINTR` when a signal interrupts.
     fn wait(&self, deadline: Option<Instant>) -> CResult<()> {
-        let timeout = match deadline {
-            None => None,
-            Some(d) => match d.checked_duration_since(Instant::now()) {
-                Some(t) if !t.is_zero() => Some(t),
-                _ => return Err(libc::EAGAIN),
-            },
-        };
+        let timeout = time_left(deadline)?;
         self.ready.sleep(|| self.bound.get(), || self.shut_rd.load(Ordering::SeqCst) || global::is_down(), timeout)
     }
 
@@ -430,10 +421,7 @@ impl CSocket {
     /// timeout restarts after one installed with `SA_RESTART`), `EAGAIN`
     /// past the timeout.
     fn send_waiting(&self, sock: &UdpSocket, buf: &[u8], to: SocketAddr, meta: &SendMeta) -> std::io::Result<usize> {
-        let deadline = match self.sndtimeo.load(Ordering::Relaxed) {
-            0 => None,
-            ns => Some(Instant::now() + Duration::from_nanos(ns)),
-        };
+        let deadline = deadline_after(self.sndtimeo.load(Ordering::Relaxed));
         loop {
             match sock.try_send_msg_to(buf, to, meta) {
                 // A stack that does not run drains nothing: EAGAIN.
@@ -442,13 +430,7 @@ impl CSocket {
                         && !self.nonblocking.load(Ordering::Relaxed)
                         && sock.stack().is_running() =>
                 {
-                    let timeout = match deadline {
-                        None => None,
-                        Some(d) => match d.checked_duration_since(Instant::now()) {
-                            Some(t) if !t.is_zero() => Some(t),
-                            _ => return Err(e),
-                        },
-                    };
+                    let Ok(timeout) = time_left(deadline) else { return Err(e) };
                     crate::readiness::sleep_until_writable(sock, timeout).map_err(std::io::Error::from_raw_os_error)?;
                 }
                 r => return r,
@@ -492,6 +474,21 @@ impl CSocket {
         }
         self.ready.notify();
         if connected { Ok(()) } else { Err(libc::ENOTCONN) }
+    }
+}
+
+/// The deadline of a timeout of `ns` nanoseconds (0: none), from now.
+fn deadline_after(ns: u64) -> Option<Instant> {
+    (ns != 0).then(|| Instant::now() + Duration::from_nanos(ns))
+}
+
+/// What is left until `deadline` (`None`: no deadline), or `EAGAIN` once
+/// it passed.
+fn time_left(deadline: Option<Instant>) -> CResult<Option<Duration>> {
+    match deadline.map(|d| d.checked_duration_since(Instant::now())) {
+        None => Ok(None),
+        Some(Some(t)) if !t.is_zero() => Ok(Some(t)),
+        Some(_) => Err(libc::EAGAIN),
     }
 }
 

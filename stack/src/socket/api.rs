@@ -407,12 +407,23 @@ impl UdpSocket {
         }
     }
 
-    /// Whether a receive that found nothing, waiting as `wait` says, ends
-    /// because the socket was shut down for reading (and returns nothing
-    /// rather than an error).
+    /// How a receive that found nothing, waiting as `wait` said, ends: the
+    /// pending error; else `shut` when the socket was shut down for
+    /// reading (a receive that would wait returns nothing); else
+    /// `WouldBlock` or `NetworkDown` ([`no_data`](Self::no_data)).
     #[cold]
-    pub(super) fn shut_for(&self, wait: Wait) -> bool {
-        wait != Wait::No && self.core.queue.is_shut()
+    pub(super) fn found_nothing<T>(&self, wait: Wait, shut: impl FnOnce() -> io::Result<T>) -> io::Result<T> {
+        self.pending_error()?;
+        match wait != Wait::No && self.core.queue.is_shut() {
+            true => shut(),
+            false => Err(self.no_data()),
+        }
+    }
+
+    /// What `recv_datagram` gives when shut down for reading with
+    /// nothing queued.
+    pub(super) fn shut_error() -> io::Error {
+        errno(libc::ESHUTDOWN, "shut down for reading, nothing queued")
     }
 
     /// The address a receive that returns nothing reports: the socket
@@ -481,11 +492,7 @@ impl UdpSocket {
         self.pending_error()?;
         let wait = self.wait_mode();
         let Some(d) = self.core.queue.pop(wait) else {
-            self.pending_error()?;
-            return match self.shut_for(wait) {
-                true => Ok((0, self.nobody())),
-                false => Err(self.no_data()),
-            };
+            return self.found_nothing(wait, || Ok((0, self.nobody())));
         };
         self.note_delay(std::slice::from_ref(&d));
         let n = d.copy_to(buf);
@@ -503,11 +510,7 @@ impl UdpSocket {
         self.pending_error()?;
         let wait = self.wait_mode();
         let Some(d) = self.inner.core.queue.pop(wait) else {
-            self.pending_error()?;
-            return match self.shut_for(wait) {
-                true => Err(errno(libc::ESHUTDOWN, "shut down for reading, nothing queued")),
-                false => Err(self.no_data()),
-            };
+            return self.found_nothing(wait, || Err(Self::shut_error()));
         };
         self.note_delay(std::slice::from_ref(&d));
         Ok(d)
@@ -544,13 +547,7 @@ impl UdpSocket {
         self.pending_error()?;
         let held = out.len();
         match self.core.queue.pop_batch(out.vec(), max, wait) {
-            0 if max > 0 => {
-                self.pending_error()?;
-                match self.shut_for(wait) {
-                    true => Ok(0),
-                    false => Err(self.no_data()),
-                }
-            }
+            0 if max > 0 => self.found_nothing(wait, || Ok(0)),
             n => {
                 // A thread reading what a polling lcore queued finds every
                 // line in that lcore's cache: all misses at once.

@@ -185,11 +185,7 @@ impl UdpSocket {
         crate::app_thread::enter();
         self.pending_error()?;
         let Some((n, src)) = self.core.queue.peek(wait, |d| (d.copy_to(buf), d.src())) else {
-            self.pending_error()?;
-            return match self.shut_for(wait) {
-                true => Ok((0, self.nobody())),
-                false => Err(self.no_data()),
-            };
+            return self.found_nothing(wait, || Ok((0, self.nobody())));
         };
         Ok((n, self.present(src)))
     }

@@ -48,7 +48,7 @@ impl UdpSocket {
             }
             if queue.is_shut() && queue.looks_empty() {
                 // What a blocking receive returns: nothing will come.
-                return Poll::Ready(Err(super::errno(libc::ESHUTDOWN, "shut down for reading, nothing queued")));
+                return Poll::Ready(Err(Self::shut_error()));
             }
             queue.clear_alert();
         }
