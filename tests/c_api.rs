@@ -65,13 +65,17 @@ fn start(bin: &Path, mode: &str, ns: &Netns) -> Proc {
 }
 
 /// Waits for the program to end and returns its output, which must say
-/// `failures 0`; the exit status must be 0.
+/// `failures 0`; the exit status must be 0, and its stack's control
+/// endpoint gone with it.
 fn finish(mut p: Proc, limit: Duration) -> String {
     assert!(p.wait_exit(limit), "it did not end:\n{}", p.output());
     let out = p.output();
     assert!(out.contains("failures 0"), "{out}");
     let status = p.stop();
     assert!(status.is_some_and(|s| s.success()), "exit {status:?}:\n{out}");
+    let pid = out.lines().find_map(|l| l.strip_prefix("pid ")).unwrap_or_else(|| panic!("no pid line:\n{out}"));
+    let endpoint = format!("/run/spate/{pid}-1.sock");
+    assert!(!Path::new(&endpoint).exists(), "{endpoint} outlived the program:\n{out}");
     out
 }
 
@@ -129,6 +133,16 @@ fn an_epoll_event_loop_echoes_with_recvmmsg_and_sendmmsg() {
     assert!(line.starts_with("echoed v4 209 v6 209"), "{line}");
     let second: u64 = line.rsplit(' ').next().unwrap().parse().unwrap();
     assert!(second > 0, "the socket was readable in a second epoll set too: {line}");
+}
+
+#[test]
+fn a_program_that_exits_without_spate_fini_leaves_no_control_endpoint() {
+    let _serial = device_lock();
+    let bin = capi_peer(&[]);
+    let ns = Netns::new("capiexit");
+    let p = start(&bin, "exit", &ns);
+    let out = finish(p, Duration::from_secs(20));
+    assert!(out.contains("READY"), "{out}");
 }
 
 #[test]

@@ -65,7 +65,17 @@ pub fn init(args: Vec<String>) -> Result<(), i32> {
     })?;
     *made = true;
     let _ = STACK.set(stack);
+    if !crate::syscalls::at_exit(close_at_exit) {
+        log::warn!("spate_init: atexit failed: a program that exits without spate_fini leaves its control socket");
+    }
     Ok(())
+}
+
+/// The stack lives as long as the process and is never dropped: at exit
+/// its control endpoint's socket file goes, as spate_fini's does (the
+/// next stack would sweep it, but a process leaves nothing behind).
+extern "C" fn close_at_exit() {
+    let _ = std::panic::catch_unwind(|| STACK.get().map(Stack::close_endpoints));
 }
 
 /// Whether `spate_init` ran (even if it then failed past its checks).
@@ -146,6 +156,7 @@ pub fn fini() -> Result<(), i32> {
         r.stop();
     }
     wake_every_socket();
+    stack.close_endpoints();
     Ok(())
 }
 

@@ -86,3 +86,10 @@ pub fn set_errno(code: i32) {
     // SAFETY: __errno_location returns the calling thread's errno.
     unsafe { *libc::__errno_location() = code };
 }
+
+/// Has `f` run when the process exits (`exit` or a return from `main`);
+/// false if the C library cannot register it.
+pub fn at_exit(f: extern "C" fn()) -> bool {
+    // SAFETY: `f` is a function of this library, which stays loaded.
+    unsafe { libc::atexit(f) == 0 }
+}

@@ -92,7 +92,7 @@ fn init() {
     static ONCE: Once = Once::new();
     ONCE.call_once(|| {
         let config = std::env::temp_dir().join(format!("spate-fuzz-c-api-{}.toml", std::process::id()));
-        std::fs::write(&config, "hugepages = \"off\"\nmemory_mb = 256\n").expect("write the configuration");
+        std::fs::write(&config, "hugepages = \"off\"\nmemory_mb = 256\n\n[control]\nenabled = false\n").expect("write the configuration");
         let args = [
             "fuzz",
             "--config",

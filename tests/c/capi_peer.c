@@ -807,13 +807,28 @@ static void check_process(const cpu_set_t *cpus_before)
     printf("process ok: %d threads of spate's block signals\n", threads);
 }
 
+/* Returns from main without spate_fini, as many programs end: the stack's
+ * control endpoint, there while it runs, must not outlive the process. */
+static int mode_exit(void)
+{
+    char path[64];
+    snprintf(path, sizeof path, "/run/spate/%d-1.sock", (int)getpid());
+    CHECK(access(path, F_OK) == 0, "the control endpoint %s is there while spate runs", path);
+    int s = spate_socket(AF_INET, SOCK_DGRAM, 0);
+    struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons(7)};
+    CHECK(s >= 0 && spate_bind(s, (struct sockaddr *)&a, sizeof a) == 0, "bind");
+    printf("READY\nfailures %d\n", failures);
+    return failures != 0;
+}
+
 int main(int argc, char **argv)
 {
     if (argc < 2) {
-        fprintf(stderr, "usage: %s echo|cmsg|signals|stop|runstop|errno|zerocopy [spate flags]\n", argv[0]);
+        fprintf(stderr, "usage: %s echo|cmsg|signals|stop|runstop|errno|zerocopy|exit [spate flags]\n", argv[0]);
         return 2;
     }
     setvbuf(stdout, NULL, _IOLBF, 0);
+    printf("pid %d\n", (int)getpid());
     /* The errno mode runs on one CPU of the two, which spate must leave. */
     cpu_set_t cpus;
     CPU_ZERO(&cpus);
@@ -852,6 +867,8 @@ int main(int argc, char **argv)
         return mode_errno();
     if (!strcmp(mode, "zerocopy"))
         return mode_zerocopy();
+    if (!strcmp(mode, "exit"))
+        return mode_exit();
     fprintf(stderr, "unknown mode %s\n", mode);
     return 2;
 }

@@ -529,4 +529,18 @@ impl Stack {
     pub fn is_down(&self) -> bool {
         self.shared.is_down()
     }
+
+    /// Closes the control and metrics endpoints now, as the stack's drop
+    /// does: their threads stop and the control socket's file goes. For a
+    /// stack that will not be dropped (libspate's, which lives as long
+    /// as the process); the datapath is untouched. A second call does
+    /// nothing.
+    pub fn close_endpoints(&self) {
+        if let Some(e) = self.shared.endpoint.get() {
+            e.close();
+        }
+        if let Some(e) = self.shared.metrics.get() {
+            e.close();
+        }
+    }
 }

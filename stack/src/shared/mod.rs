@@ -593,10 +593,14 @@ pub(crate) enum Listener {
     Tcp(std::net::SocketAddr),
 }
 
-impl Drop for ServiceThread {
-    fn drop(&mut self) {
+impl ServiceThread {
+    /// Stops the thread and removes its unix socket if it is still ours;
+    /// once (a second call finds the thread gone and does nothing).
+    pub fn close(&self) {
         use std::os::unix::fs::MetadataExt;
-        self.stop.store(true, Ordering::Release);
+        if self.stop.swap(true, Ordering::AcqRel) {
+            return;
+        }
         // A connection wakes the thread blocked in accept; if it cannot
         // reach it, the accept timeout does, within a second.
         let ours = match &self.listener {
@@ -621,6 +625,12 @@ impl Drop for ServiceThread {
         if let (Listener::Unix(p, _), true) = (&self.listener, ours) {
             let _ = std::fs::remove_file(p);
         }
+    }
+}
+
+impl Drop for ServiceThread {
+    fn drop(&mut self) {
+        self.close();
     }
 }
 
