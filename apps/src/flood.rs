@@ -36,9 +36,14 @@ pub struct FloodArgs {
     /// Datagrams per second in all (0: as fast as the port takes them).
     #[arg(long, default_value_t = 0)]
     pub rate: u64,
-    /// Seconds to send (0: until SIGINT or SIGTERM).
+    /// Seconds to send (0: until SIGINT or SIGTERM, or `--count`).
     #[arg(long, default_value_t = 10.0)]
     pub time: f64,
+    /// Datagrams to send in all (0: no limit): the flood ends when it
+    /// sent them, however long that takes at the rate the machine allows
+    /// (and at `--time`, if that comes first).
+    #[arg(long, default_value_t = 0)]
+    pub count: u64,
     /// Seconds between reports (0: none).
     #[arg(long, default_value_t = 1.0)]
     pub interval: f64,
@@ -107,7 +112,12 @@ fn run(args: &FloodArgs) -> Result<(), Box<dyn std::error::Error>> {
         args.dst,
         args.len,
         if args.rate == 0 { "unlimited rate".to_string() } else { format!("{} datagrams/s", args.rate) },
-        if args.time == 0.0 { "until stopped".to_string() } else { format!("{} s", args.time) },
+        match (args.count, args.time == 0.0) {
+            (0, true) => "until stopped".to_string(),
+            (0, false) => format!("{} s", args.time),
+            (c, true) => format!("{c} datagrams"),
+            (c, false) => format!("{c} datagrams, at most {} s", args.time),
+        },
     );
     let start_sample = Sample::take(&stack);
     let reporter = (args.interval > 0.0).then(|| {
@@ -118,12 +128,18 @@ fn run(args: &FloodArgs) -> Result<(), Box<dyn std::error::Error>> {
         })
     });
     let (socks, total, refusals) = (sockets.clone(), sent.clone(), refused.clone());
-    let (dst, len, rate, time, check) = (args.dst, args.len, args.rate, args.time, args.check);
+    let (dst, len, rate, time, check, count) = (args.dst, args.len, args.rate, args.time, args.check, args.count);
+    // The lcores with a stream (stream i is lcore i % lcores's), and how
+    // many of them have sent their share of `--count`.
+    let active = lcores.min(u64::from(args.streams));
+    let finished = Arc::new(AtomicU64::new(0));
     stack.run(move |index| {
-        let (socks, total, refusals) = (socks.clone(), total.clone(), refusals.clone());
-        // This lcore's share: its streams and its part of the rate.
+        let (socks, total, refusals, finished) = (socks.clone(), total.clone(), refusals.clone(), finished.clone());
+        // This lcore's share: its streams, its part of the rate and of the count.
         let mine: Vec<usize> = (0..socks.len()).filter(|i| *i as u64 % lcores == index as u64).collect();
         let my_rate = rate / lcores + u64::from((index as u64) < rate % lcores);
+        let my_count = count / active + u64::from((index as u64) < count % active);
+        let mut done = false;
         let mut start = None;
         let (mut seq, mut next) = (0u64, 0usize);
         let mut scratch = if in_place { Vec::new() } else { vec![0u8; len] };
@@ -131,7 +147,14 @@ fn run(args: &FloodArgs) -> Result<(), Box<dyn std::error::Error>> {
         let lanes = lcores.max(1);
         let first_seq = index as u64;
         move |ctx: &mut LcoreCtx<'_>| {
-            if mine.is_empty() {
+            if mine.is_empty() || done {
+                return;
+            }
+            if count > 0 && seq >= my_count {
+                done = true;
+                if finished.fetch_add(1, Ordering::AcqRel) + 1 == active {
+                    ctx.stack().stop();
+                }
                 return;
             }
             let now = ctx.now();
@@ -143,6 +166,9 @@ fn run(args: &FloodArgs) -> Result<(), Box<dyn std::error::Error>> {
             }
             let due = if my_rate == 0 { seq + BURST } else { (elapsed * my_rate as f64) as u64 + 1 };
             let mut n = due.saturating_sub(seq).min(BURST);
+            if count > 0 {
+                n = n.min(my_count - seq);
+            }
             while n > 0 {
                 let s = &socks[mine[next]];
                 next = (next + 1) % mine.len();
