@@ -211,6 +211,9 @@ fn instructions(which: &str, c_sink: &Path, n: u64, keep: Option<&Path>) -> (f64
                 // woken reader waits long for its turn.
                 "--fair-sched=yes",
                 "--separate-threads=yes",
+                // Counts per instruction, for callgrind_annotate of a
+                // kept file (--keep-callgrind) down to the assembly.
+                "--dump-instr=yes",
                 &format!("--callgrind-out-file={}", out.display()),
             ])
             .args(calls_of(which).iter().map(|f| format!("--toggle-collect={f}")))

@@ -9,7 +9,8 @@ use std::net::{Ipv4Addr, Ipv6Addr, SocketAddr, SocketAddrV4, SocketAddrV6};
 use std::sync::Arc;
 
 use libc::{mmsghdr, msghdr, size_t, sockaddr, socklen_t, ssize_t, timespec};
-use spate::DatagramBatch;
+use spate::dpdk::Burst;
+use spate::{Datagram, DatagramBatch};
 
 use crate::cmsg;
 use crate::global;
@@ -826,79 +827,77 @@ pub unsafe extern "C" fn spate_recvmmsg(
         let plain = s.cmsgs.load(std::sync::atomic::Ordering::Relaxed) == 0;
         let mut got = 0;
         let mut flags_now = flags;
-        BATCH
-            .with(|b| {
-                let mut batch = b.borrow_mut();
-                while got < n {
-                    batch.clear();
-                    let k = match s.recv_batch(&mut batch, n - got, flags_now) {
-                        Ok(0) if got == 0 => return Ok(0),
-                        Ok(0) => break,
-                        Ok(k) => k,
-                        Err(e) if got == 0 => return Err(e),
-                        Err(_) => break,
-                    };
-                    // Freed together below, as recv_batch's caller frees.
-                    // SAFETY: `got + k <= vlen` messages, per the contract.
-                    if let Err((i, e)) = unsafe { fill(&s, &batch, msgs.add(got), flags, plain) } {
-                        if let Some(sock) = s.bound() {
-                            sock.unread(&mut batch, i);
-                            s.ready.notify();
-                        }
-                        // Linux keeps the error for the next call (SO_ERROR);
-                        // spate reports it only when nothing was received.
-                        return if got + i == 0 { Err(e) } else { Ok(got + i) };
+        while got < n {
+            // Each datagram goes straight into its message under the
+            // queue's lock, its mbuf into a burst freed after it: a burst
+            // at a time.
+            let mut done: Burst = Burst::new();
+            let mut bad = None;
+            let mut i = got;
+            let r = s.recv_each((n - got).min(done.capacity()), flags_now, |d| {
+                // SAFETY: `i < vlen` messages, per the contract.
+                let m = unsafe { &mut *msgs.add(i) };
+                // SAFETY: per the contract.
+                match unsafe { fill(&s, &d, m, flags, plain) } {
+                    Ok(()) => {
+                        i += 1;
+                        let _ = done.push(d.into_mbuf());
+                        Ok(())
                     }
-                    got += k;
-                    if flags & libc::MSG_WAITFORONE != 0 {
-                        flags_now |= libc::MSG_DONTWAIT;
-                    }
-                    if deadline.is_some_and(|d| std::time::Instant::now() >= d) {
-                        break;
+                    Err(e) => {
+                        bad = Some(e);
+                        Err(d)
                     }
                 }
-                Ok(got)
-            })
-            .map(|g| g as c_int)
+            });
+            done.clear();
+            match (r, bad) {
+                (Ok(k), None) if k > 0 => got += k,
+                // A bad message ends the call with those before it, the
+                // datagram it was to take still queued, as Linux's (which
+                // keeps the error for the next call, SO_ERROR; spate
+                // reports it only when nothing was received).
+                (Ok(k), Some(e)) => return if got + k == 0 { Err(e) } else { Ok((got + k) as c_int) },
+                // Shut down for reading: nothing more.
+                (Ok(_), None) => break,
+                (Err(e), _) if got == 0 => return Err(e),
+                (Err(_), _) => break,
+            }
+            if flags & libc::MSG_WAITFORONE != 0 {
+                flags_now |= libc::MSG_DONTWAIT;
+            }
+            if deadline.is_some_and(|d| std::time::Instant::now() >= d) {
+                break;
+            }
+        }
+        Ok(got as c_int)
     })
 }
 
-/// Delivers each datagram of `batch` into its message from `msgs` on:
-/// the payload, and the sender and control messages each asks for. A
-/// plain message (see [`is_plain`]) of a socket that asks for no control
-/// message is filled by a fast path that reads no header and checks
-/// nothing more; any other is checked first ([`check_msg`]). The index of
-/// a message that fails, and why.
+/// Delivers datagram `d` into message `m`: the payload, and the sender
+/// and control messages it asks for. A plain message (see [`is_plain`])
+/// of a socket that asks for no control message is filled by a fast path
+/// that reads no header and checks nothing more; any other is checked
+/// first ([`check_msg`]).
 ///
 /// # Safety
-/// `msgs` points to `batch.len()` messages.
+/// `m` is a message as the caller of `spate_recvmmsg` gives it.
 #[inline(always)]
-unsafe fn fill(
-    s: &CSocket,
-    batch: &DatagramBatch,
-    msgs: *mut mmsghdr,
-    flags: c_int,
-    plain: bool,
-) -> Result<(), (usize, c_int)> {
-    let trunc = flags & libc::MSG_TRUNC != 0;
-    for (i, d) in batch.iter().enumerate() {
-        // SAFETY: `i < batch.len()` messages, per the contract.
-        let m = unsafe { &mut *msgs.add(i) };
-        // SAFETY: per the contract.
-        if plain && unsafe { is_plain(&m.msg_hdr) } {
-            // SAFETY: a plain message's one iovec.
-            let buf = unsafe { plain_buf(&*m.msg_hdr.msg_iov) };
-            let copied = d.copy_to(buf);
-            let len = d.len();
-            m.msg_hdr.msg_controllen = 0;
-            m.msg_hdr.msg_flags = if copied < len { libc::MSG_TRUNC } else { 0 };
-            m.msg_len = if trunc { len } else { copied } as c_uint;
-            continue;
-        }
-        // SAFETY: per the contract.
-        let len = unsafe { into_msg(s, &mut m.msg_hdr, flags, |bufs, want| Ok(s.deliver(d, bufs, want))) };
-        m.msg_len = len.map_err(|e| (i, e))? as c_uint;
+unsafe fn fill(s: &CSocket, d: &Datagram, m: &mut mmsghdr, flags: c_int, plain: bool) -> CResult<()> {
+    // SAFETY: per the contract.
+    if plain && unsafe { is_plain(&m.msg_hdr) } {
+        // SAFETY: a plain message's one iovec.
+        let buf = unsafe { plain_buf(&*m.msg_hdr.msg_iov) };
+        let copied = d.copy_to(buf);
+        let len = d.len();
+        m.msg_hdr.msg_controllen = 0;
+        m.msg_hdr.msg_flags = if copied < len { libc::MSG_TRUNC } else { 0 };
+        m.msg_len = if flags & libc::MSG_TRUNC != 0 { len } else { copied } as c_uint;
+        return Ok(());
     }
+    // SAFETY: per the contract.
+    let len = unsafe { into_msg(s, &mut m.msg_hdr, flags, |bufs, want| Ok(s.deliver(d, bufs, want))) }?;
+    m.msg_len = len as c_uint;
     Ok(())
 }
 

@@ -104,23 +104,22 @@ pub unsafe extern "C" fn spate_recv_zc(fd: c_int, out: *mut spate_datagram, max:
         if flags & libc::MSG_PEEK != 0 {
             return Err(libc::EINVAL);
         }
-        BATCH.with(|b| {
-            let mut batch = b.borrow_mut();
-            batch.clear();
-            let n = s.recv_batch(&mut batch, max as usize, flags)?;
-            for (i, d) in batch.drain().enumerate() {
-                // SAFETY: `i < max` slots, per the contract.
-                let slot = unsafe { &mut *out.add(i) };
-                let first = d.data();
-                slot.data = first.as_ptr().cast_mut();
-                slot.seg_len = first.len() as u32;
-                slot.len = d.len() as u32;
-                // SAFETY: the slot's opaque words hold a Datagram (size
-                // and alignment asserted above); it is moved there.
-                unsafe { std::ptr::write(slot.opaque.as_mut_ptr().cast::<Datagram>(), d) };
-            }
-            Ok(n as c_int)
-        })
+        // Each straight into its slot, under the queue's lock.
+        let mut i = 0;
+        let n = s.recv_each(max as usize, flags, |d| {
+            // SAFETY: `i < max` slots, per the contract.
+            let slot = unsafe { &mut *out.add(i) };
+            let first = d.data();
+            slot.data = first.as_ptr().cast_mut();
+            slot.seg_len = first.len() as u32;
+            slot.len = d.len() as u32;
+            // SAFETY: the slot's opaque words hold a Datagram (size and
+            // alignment asserted above); it is moved there.
+            unsafe { std::ptr::write(slot.opaque.as_mut_ptr().cast::<Datagram>(), d) };
+            i += 1;
+            Ok(())
+        })?;
+        Ok(n as c_int)
     })
 }
 

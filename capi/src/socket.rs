@@ -3,6 +3,7 @@
 //! semantics, in safe Rust over slices and addresses (`ffi` turns the
 //! C arguments into them). Errors are Linux's errno values.
 
+use std::io;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr, SocketAddrV6};
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
@@ -246,6 +247,28 @@ impl CSocket {
     /// Takes up to `max` datagrams into `out`, waiting (as the socket's
     /// mode, `flags` and its timeout allow) for the first only.
     pub fn recv_batch(&self, out: &mut DatagramBatch, max: usize, flags: i32) -> CResult<usize> {
+        self.recv_with(flags, |sock| sock.try_recv_batch(out, max))
+    }
+
+    /// Hands up to `max` datagrams to `take` one at a time, as
+    /// [`UdpSocket::try_recv_each`] does, waiting (as the socket's mode,
+    /// `flags` and its timeout allow) for the first only: `Ok(0)` only
+    /// when `take` gave the first back (or shut down for reading).
+    #[inline]
+    pub fn recv_each(
+        &self,
+        max: usize,
+        flags: i32,
+        mut take: impl FnMut(Datagram) -> Result<(), Datagram>,
+    ) -> CResult<usize> {
+        self.recv_with(flags, |sock| sock.try_recv_each(max, &mut take))
+    }
+
+    /// A receive: `attempt`, which never waits, on the spate socket until
+    /// it finds something, waiting in between as the socket's mode,
+    /// `flags` and its timeout allow.
+    #[inline]
+    fn recv_with(&self, flags: i32, mut attempt: impl FnMut(&UdpSocket) -> io::Result<usize>) -> CResult<usize> {
         let wait = self.may_wait(flags);
         let deadline = if wait { self.deadline() } else { None };
         loop {
@@ -264,7 +287,7 @@ impl CSocket {
                     false => return Err(libc::EAGAIN),
                 }
             };
-            let r = sock.try_recv_batch(out, max);
+            let r = attempt(sock);
             let shut = self.shut_rd.load(Ordering::Relaxed);
             // Shut down for reading, the descriptor stays readable.
             if !shut {

@@ -588,6 +588,48 @@ impl<T: Truesize> RxQueue<T> {
         }
     }
 
+    /// Hands up to `max` datagrams, oldest first, to `take` one at a time
+    /// under the reader's lock, never waiting: for a reader that puts
+    /// each straight where it goes (libspate's message and datagram
+    /// arrays) instead of into a `Vec` first. A datagram `take` gives
+    /// back (`Err`) stays at the head, charged as before, and ends the
+    /// call. Returns how many `take` kept.
+    #[inline]
+    pub fn try_pop_each(&self, max: usize, mut take: impl FnMut(T) -> Result<(), T>) -> usize {
+        if max == 0 || self.looks_empty() {
+            return 0;
+        }
+        let mut r = lock(&self.readers.reader);
+        let (mut n, mut size, mut spliced) = (0, 0, false);
+        'lists: while n < max {
+            if r.list.is_empty() {
+                // Room for none: the producer's list becomes the reader's.
+                match self.splice(&mut r, &mut Vec::new(), 0) {
+                    None => break,
+                    Some(_) => spliced = true,
+                }
+            }
+            while n < max {
+                let Some(item) = r.list.pop_front() else { continue 'lists };
+                let charged = item.truesize();
+                if let Err(item) = take(item) {
+                    // Into the slot it left: no allocation.
+                    r.list.push_front(item);
+                    break 'lists;
+                }
+                (n, size) = (n + 1, size + charged);
+            }
+        }
+        if n > 0 {
+            self.consumed(&mut r, size);
+        } else if spliced {
+            // The spliced list is the reader's now: say so, or the queue
+            // would look empty.
+            self.readers.queued.store(r.list.len(), Ordering::Release);
+        }
+        n
+    }
+
     /// Whether the published lengths say every list is empty: a poll of an
     /// empty queue reads them and takes no lock. A length that is a moment
     /// old only delays a non-blocking poll; `wait` looks under the locks.
@@ -777,33 +819,6 @@ impl<T: Truesize> RxQueue<T> {
         w.count.fetch_sub(1, Ordering::SeqCst);
         drop(g);
         !timed_out && !self.ended() && !self.alert.swap(false, Ordering::SeqCst)
-    }
-
-    /// Puts `items`, the last ones a reader took, back at the front in
-    /// their order, charged again as if never taken: a reader that took
-    /// more than it could use (libspate's `recvmmsg` when a message is
-    /// bad). Wakes waiting readers.
-    pub fn unpop(&self, items: impl DoubleEndedIterator<Item = T>) {
-        let mut r = lock(&self.readers.reader);
-        let mut size = 0;
-        for item in items.rev() {
-            size += item.truesize();
-            r.list.push_front(item);
-        }
-        // What the reader still owes first; the rest was given back.
-        let owed = size.min(r.owed);
-        r.owed -= owed;
-        let returned = size - owed;
-        if returned > 0 {
-            let released = &self.readers.released;
-            released.store(released.load(Ordering::Relaxed).wrapping_sub(returned), Ordering::Release);
-            if let Some(c) = &self.cap {
-                c.held.fetch_add(returned, Ordering::Relaxed);
-            }
-        }
-        self.readers.queued.store(r.list.len(), Ordering::Release);
-        drop(r);
-        self.wake_all();
     }
 
     /// Whether anything is queued, looked at under the locks (the blocking
@@ -1001,23 +1016,44 @@ mod tests {
     }
 
     #[test]
-    fn unpop_puts_back_in_order_charged_as_before() {
+    fn pop_each_hands_over_in_order_and_keeps_what_is_given_back() {
         let cap = Arc::new(MemCap::new(10_000, 0));
-        let q = RxQueue::with_cap(1, 1000, Some(cap.clone()));
-        for i in 0..4 {
+        let q = RxQueue::with_cap(2, 1000, Some(cap.clone()));
+        for i in 0..3 {
             q.push(0, D(i, 100)).unwrap();
+            q.push(1, D(10 + i, 100)).unwrap();
         }
-        let mut out = Vec::new();
-        assert_eq!(q.pop_batch(&mut out, 4, Wait::No), 4);
-        // All of it given back (the list emptied): nothing charged.
-        assert_eq!((q.rmem(), cap.held()), (0, 0));
-        q.unpop(out.drain(2..));
+        // Across both producers' lists; the fifth is given back.
+        let mut got = Vec::new();
+        let n = q.try_pop_each(8, |d| {
+            if got.len() == 4 {
+                return Err(d);
+            }
+            got.push(d);
+            Ok(())
+        });
+        assert_eq!(n, 4);
+        assert_eq!(got.len(), 4);
+        // What is still queued is charged, and read next, in order.
         assert_eq!((q.rmem(), cap.held()), (200, 200));
-        q.push(0, D(9, 100)).unwrap();
-        let mut again = Vec::new();
-        assert_eq!(q.pop_batch(&mut again, 8, Wait::No), 3);
-        assert_eq!(again, [D(2, 100), D(3, 100), D(9, 100)]);
+        let mut rest = Vec::new();
+        let taken = q.try_pop_each(8, |d| {
+            rest.push(d);
+            Ok(())
+        });
+        assert_eq!(taken, 2);
+        let mut all: Vec<D> = got.into_iter().chain(rest).collect();
+        let (a, b): (Vec<D>, Vec<D>) = all.drain(..).partition(|d| d.0 < 10);
+        assert_eq!(a, [D(0, 100), D(1, 100), D(2, 100)]);
+        assert_eq!(b, [D(10, 100), D(11, 100), D(12, 100)]);
         assert_eq!((q.rmem(), cap.held()), (0, 0));
+        // The first one given back: nothing taken, it stays and is seen.
+        q.push(0, D(7, 10)).unwrap();
+        assert_eq!(q.try_pop_each(8, Err), 0);
+        assert!(!q.looks_empty());
+        assert_eq!(q.try_pop_each(1, |_| Ok(())), 1);
+        assert!(q.looks_empty());
+        assert_eq!(q.try_pop_each(1, |_| Ok(())), 0);
     }
 
     #[test]

@@ -520,18 +520,24 @@ impl UdpSocket {
     /// histogram, when it keeps one: one relaxed load otherwise.
     #[inline]
     pub(super) fn note_delay(&self, read: &[Datagram]) {
-        let h = &self.core.read_delay;
-        if !h.is_on() {
-            return;
-        }
-        // The stamps' own clock: the stack's, as CLOCK_REALTIME.
-        let shared = &self.stack.shared;
-        let now = shared.clock.now().0.wrapping_add(shared.realtime_offset.load(Ordering::Relaxed));
+        let Some((h, now)) = self.read_delays() else { return };
         for d in read {
             if let Some(t) = d.stamp_ns() {
                 h.record(now.saturating_sub(t));
             }
         }
+    }
+
+    /// The read-delay histogram and the time now on the stamps' clock
+    /// (the stack's, as CLOCK_REALTIME), when the socket keeps one.
+    #[inline]
+    pub(super) fn read_delays(&self) -> Option<(&crate::stats::DelayHistogram, u64)> {
+        let h = &self.core.read_delay;
+        if !h.is_on() {
+            return None;
+        }
+        let shared = &self.stack.shared;
+        Some((h, shared.clock.now().0.wrapping_add(shared.realtime_offset.load(Ordering::Relaxed))))
     }
 
     /// Moves up to `max` datagrams into `out` without copying them; waits
@@ -556,16 +562,6 @@ impl UdpSocket {
                 Ok(n)
             }
         }
-    }
-
-    /// Gives the datagrams of `batch` from index `from` on back to the
-    /// front of the socket's queue, in order, as if never received: for
-    /// a reader that took more than it could use (libspate's `recvmmsg`
-    /// when a later message is bad leaves the rest queued, as Linux's).
-    pub fn unread(&self, batch: &mut DatagramBatch, from: usize) {
-        let items = batch.vec();
-        let from = from.min(items.len());
-        self.core.queue.unpop(items.drain(from..));
     }
 
     /// The stack this socket lives on.

@@ -90,6 +90,38 @@ impl UdpSocket {
         self.recv_batch_waiting(out, max, Wait::No)
     }
 
+    /// Hands up to `max` queued datagrams, oldest first, to `take` one at
+    /// a time, never waiting: a reader that puts each straight where it
+    /// goes, without a [`DatagramBatch`] between (libspate fills C
+    /// arrays so). A datagram `take` gives back (`Err`) stays at the head
+    /// of the queue and ends the call. `Ok(n)`: how many `take` kept (0
+    /// when it gave back the first); `WouldBlock` when nothing is queued.
+    /// `take` runs under the queue's reader lock: other readers of the
+    /// socket wait meanwhile, the lcores do not.
+    #[inline]
+    pub fn try_recv_each(
+        &self,
+        max: usize,
+        mut take: impl FnMut(Datagram) -> Result<(), Datagram>,
+    ) -> io::Result<usize> {
+        crate::app_thread::enter();
+        self.pending_error()?;
+        let mut refused = false;
+        let delays = self.read_delays();
+        let n = self.core.queue.try_pop_each(max, |d| {
+            if let Some((h, now)) = delays
+                && let Some(t) = d.stamp_ns()
+            {
+                h.record(now.saturating_sub(t));
+            }
+            take(d).inspect_err(|_| refused = true)
+        });
+        match n {
+            0 if max > 0 && !refused => self.found_nothing(Wait::No, || Ok(0)),
+            n => Ok(n),
+        }
+    }
+
     /// [`peek_from`](Self::peek_from) that never waits.
     pub fn try_peek_from(&self, buf: &mut [u8]) -> io::Result<(usize, SocketAddr)> {
         self.peek_waiting(buf, Wait::No)
