@@ -12,7 +12,7 @@ use std::mem::{align_of, size_of};
 
 use libc::{sockaddr, socklen_t};
 use spate::dpdk::Burst;
-use spate::{Datagram, DatagramBatch, SendBuf};
+use spate::{Datagram, SendBuf};
 
 use crate::ffi::{call, destination, write_addr};
 use crate::global;
@@ -77,7 +77,6 @@ unsafe fn take(d: &mut spate_datagram) -> Datagram {
 }
 
 thread_local! {
-    static BATCH: std::cell::RefCell<DatagramBatch> = std::cell::RefCell::new(DatagramBatch::with_capacity(64));
     /// The buffers of a reply or send call: their capacity is kept, so a
     /// call allocates nothing once warm.
     static BUFS: std::cell::RefCell<Vec<SendBuf>> = const { std::cell::RefCell::new(Vec::new()) };
