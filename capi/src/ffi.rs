@@ -458,8 +458,9 @@ unsafe fn with_iov<R>(m: &msghdr, f: impl FnOnce(&mut [&mut [u8]]) -> CResult<R>
 /// Messages with this many iovecs at most are gathered on the stack.
 const FEW_IOVECS: usize = 8;
 
-/// Whether `m` asks for the bytes alone into one valid buffer (a message
-/// that is not plain is checked with [`check_msg`]).
+/// Whether `m` asks for the bytes alone into one buffer that is not NULL
+/// (a message that is not plain, an empty NULL buffer included, is
+/// checked with [`check_msg`]).
 ///
 /// # Safety
 /// `m`'s iovec array is valid for `msg_iovlen` entries when not NULL.
@@ -470,21 +471,17 @@ unsafe fn is_plain(m: &msghdr) -> bool {
         && !m.msg_iov.is_null()
         && (m.msg_controllen == 0 || !m.msg_control.is_null())
         // SAFETY: one iovec, per the contract.
-        && check_iov(unsafe { &*m.msg_iov }).is_ok()
+        && unsafe { !(*m.msg_iov).iov_base.is_null() && (*m.msg_iov).iov_len <= isize::MAX as usize }
 }
 
 /// A plain message's buffer.
 ///
 /// # Safety
-/// `v` passed [`is_plain`]'s check: valid for its length, NULL only when
-/// empty.
+/// `v` passed [`is_plain`]'s check: not NULL, valid for its length.
 #[inline(always)]
 unsafe fn plain_buf<'a>(v: &libc::iovec) -> &'a mut [u8] {
-    match v.iov_base.is_null() {
-        true => &mut [],
-        // SAFETY: per the contract.
-        false => unsafe { std::slice::from_raw_parts_mut(v.iov_base.cast::<u8>(), v.iov_len) },
-    }
+    // SAFETY: per the contract.
+    unsafe { std::slice::from_raw_parts_mut(v.iov_base.cast::<u8>(), v.iov_len) }
 }
 
 /// What Linux checks of a message before it receives into it: its
@@ -838,13 +835,21 @@ pub unsafe extern "C" fn spate_recvmmsg(
                 // SAFETY: `i < vlen` messages, per the contract.
                 let m = unsafe { &mut *msgs.add(i) };
                 // SAFETY: per the contract.
-                match unsafe { fill(&s, &d, m, flags, plain) } {
-                    Ok(()) => {
+                if plain && unsafe { is_plain(&m.msg_hdr) } {
+                    // SAFETY: per the contract.
+                    unsafe { fill_plain(&d, m, flags) };
+                    i += 1;
+                    let _ = done.push(d.into_mbuf());
+                    return Ok(());
+                }
+                // SAFETY: per the contract.
+                match unsafe { fill(&s, d, m, flags) } {
+                    Ok(mbuf) => {
                         i += 1;
-                        let _ = done.push(d.into_mbuf());
+                        let _ = done.push(mbuf);
                         Ok(())
                     }
-                    Err(e) => {
+                    Err((d, e)) => {
                         bad = Some(e);
                         Err(d)
                     }
@@ -874,31 +879,47 @@ pub unsafe extern "C" fn spate_recvmmsg(
     })
 }
 
-/// Delivers datagram `d` into message `m`: the payload, and the sender
-/// and control messages it asks for. A plain message (see [`is_plain`])
-/// of a socket that asks for no control message is filled by a fast path
-/// that reads no header and checks nothing more; any other is checked
-/// first ([`check_msg`]).
+/// Delivers datagram `d` into plain message `m` (see [`is_plain`]) of a
+/// socket that asks for no control message: the payload alone, reading
+/// no header and checking nothing more.
+///
+/// # Safety
+/// `m` is a message as the caller of `spate_recvmmsg` gives it, and
+/// plain.
+#[inline(always)]
+unsafe fn fill_plain(d: &Datagram, m: &mut mmsghdr, flags: c_int) {
+    // SAFETY: a plain message's one iovec.
+    let buf = unsafe { plain_buf(&*m.msg_hdr.msg_iov) };
+    let copied = d.copy_to(buf);
+    let len = d.len();
+    m.msg_hdr.msg_controllen = 0;
+    m.msg_hdr.msg_flags = if copied < len { libc::MSG_TRUNC } else { 0 };
+    m.msg_len = if flags & libc::MSG_TRUNC != 0 { len } else { copied } as c_uint;
+}
+
+/// Delivers datagram `d` into message `m`, checked first
+/// ([`check_msg`]): the payload, and the sender and control messages it
+/// asks for; its mbuf to free, or the datagram back with the error. Out
+/// of line, taking the datagram by value: the plain path's datagram
+/// then stays in registers.
 ///
 /// # Safety
 /// `m` is a message as the caller of `spate_recvmmsg` gives it.
-#[inline(always)]
-unsafe fn fill(s: &CSocket, d: &Datagram, m: &mut mmsghdr, flags: c_int, plain: bool) -> CResult<()> {
+#[inline(never)]
+unsafe fn fill(
+    s: &CSocket,
+    d: Datagram,
+    m: &mut mmsghdr,
+    flags: c_int,
+) -> Result<spate::dpdk::Mbuf, (Datagram, c_int)> {
     // SAFETY: per the contract.
-    if plain && unsafe { is_plain(&m.msg_hdr) } {
-        // SAFETY: a plain message's one iovec.
-        let buf = unsafe { plain_buf(&*m.msg_hdr.msg_iov) };
-        let copied = d.copy_to(buf);
-        let len = d.len();
-        m.msg_hdr.msg_controllen = 0;
-        m.msg_hdr.msg_flags = if copied < len { libc::MSG_TRUNC } else { 0 };
-        m.msg_len = if flags & libc::MSG_TRUNC != 0 { len } else { copied } as c_uint;
-        return Ok(());
+    match unsafe { into_msg(s, &mut m.msg_hdr, flags, |bufs, want| Ok(s.deliver(&d, bufs, want))) } {
+        Ok(len) => {
+            m.msg_len = len as c_uint;
+            Ok(d.into_mbuf())
+        }
+        Err(e) => Err((d, e)),
     }
-    // SAFETY: per the contract.
-    let len = unsafe { into_msg(s, &mut m.msg_hdr, flags, |bufs, want| Ok(s.deliver(d, bufs, want))) }?;
-    m.msg_len = len as c_uint;
-    Ok(())
 }
 
 /// Shuts the socket down for reading (blocked receives return 0),

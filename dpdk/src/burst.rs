@@ -60,7 +60,8 @@ impl<const N: usize> Burst<N> {
     /// Adds an mbuf at the end; gives it back when full.
     #[inline]
     pub fn push(&mut self, m: Mbuf) -> Result<(), Mbuf> {
-        if self.len == N {
+        // `>=`, not `==`: the index below is then known to be in bounds.
+        if self.len >= N {
             return Err(m);
         }
         self.slots[self.len].write(m);
