@@ -13,5 +13,6 @@ pub mod iperf;
 pub mod quic;
 pub mod relay;
 pub mod report;
+pub mod run;
 pub mod sink;
 pub mod stat;

@@ -64,6 +64,7 @@ pub fn init(args: Vec<String>) -> Result<(), i32> {
         }
     })?;
     *made = true;
+    OWNER.store(std::process::id(), Ordering::Relaxed);
     let _ = STACK.set(stack);
     if !crate::syscalls::at_exit(close_at_exit) {
         log::warn!("spate_init: atexit failed: a program that exits without spate_fini leaves its control socket");
@@ -74,8 +75,22 @@ pub fn init(args: Vec<String>) -> Result<(), i32> {
 /// The stack lives as long as the process and is never dropped: at exit
 /// its control endpoint's socket file goes, as spate_fini's does (the
 /// next stack would sweep it, but a process leaves nothing behind).
+/// Only the process that built the stack: a child it forked shares the
+/// stack's memory and its endpoint's name, and must touch neither.
 extern "C" fn close_at_exit() {
+    if OWNER.load(Ordering::Relaxed) != std::process::id() {
+        return;
+    }
     let _ = std::panic::catch_unwind(|| STACK.get().map(Stack::close_endpoints));
+}
+
+/// The process that built the stack.
+static OWNER: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
+
+/// Whether the calling process built the stack (false in a child it
+/// forked, and before `spate_init`).
+pub fn is_owner() -> bool {
+    STACK.get().is_some() && OWNER.load(Ordering::Relaxed) == std::process::id()
 }
 
 /// Whether `spate_init` ran (even if it then failed past its checks).

@@ -12,7 +12,7 @@
 //! safe Rust), `options` (socket options), `cmsg` (control messages),
 //! `readiness` (the socket's descriptor and blocking waits), `global`
 //! (the stack and the descriptor table), `syscalls` (the system calls
-//! libspate makes itself).
+//! libspate makes itself), `preload` (what libspate-preload needs).
 #![deny(unsafe_code)]
 #![allow(non_camel_case_types)]
 
@@ -21,6 +21,7 @@ pub mod ffi;
 pub mod ffi_zerocopy;
 mod global;
 mod options;
+pub mod preload;
 mod readiness;
 mod socket;
 mod syscalls;

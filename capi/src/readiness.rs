@@ -41,14 +41,25 @@ pub struct Readiness {
 impl Readiness {
     /// A readiness with a new descriptor.
     pub fn new() -> std::io::Result<Arc<Readiness>> {
-        let fd = syscalls::eventfd(true)?;
-        Ok(Arc::new(Readiness {
+        Ok(Self::with_fd(syscalls::eventfd(true)?))
+    }
+
+    /// A readiness whose descriptor takes number `fd`, closing what was
+    /// there (libspate-preload's: a program's socket becomes spate's
+    /// under the number the program holds).
+    pub fn at(fd: i32, cloexec: bool) -> std::io::Result<Arc<Readiness>> {
+        syscalls::eventfd_at(fd, cloexec)?;
+        Ok(Self::with_fd(fd))
+    }
+
+    fn with_fd(fd: i32) -> Arc<Readiness> {
+        Arc::new(Readiness {
             fd,
             armed: AtomicBool::new(false),
             reset_lock: Mutex::new(()),
             sleepers: Mutex::new(Vec::new()),
             asleep: AtomicUsize::new(0),
-        }))
+        })
     }
 
     /// Makes the descriptor readable and wakes the sleeping threads.

@@ -109,8 +109,17 @@ pub struct Received {
 impl CSocket {
     /// A new unbound socket of the family.
     pub fn new(v6: bool) -> CResult<Arc<CSocket>> {
-        let ready = Readiness::new().map_err(os)?;
-        Ok(Arc::new(CSocket {
+        Ok(Self::with(Readiness::new().map_err(os)?, v6))
+    }
+
+    /// A new unbound socket of the family under descriptor number `fd`
+    /// (see [`Readiness::at`]).
+    pub fn at(fd: i32, v6: bool, cloexec: bool) -> CResult<Arc<CSocket>> {
+        Ok(Self::with(Readiness::at(fd, cloexec).map_err(os)?, v6))
+    }
+
+    fn with(ready: Arc<Readiness>, v6: bool) -> Arc<CSocket> {
+        Arc::new(CSocket {
             ready,
             v6,
             bound: OnceLock::new(),
@@ -122,7 +131,7 @@ impl CSocket {
             cmsgs: AtomicU32::new(0),
             shut_rd: AtomicBool::new(false),
             shut_wr: AtomicBool::new(false),
-        }))
+        })
     }
 
     /// The spate socket, if bound.

@@ -1,6 +1,11 @@
 //! The system calls libspate makes itself: event descriptors (a socket's
 //! readiness, a thread's wake-ups), waits on them that a signal
 //! interrupts as Linux's socket waits are interrupted, and `errno`.
+//!
+//! Each goes to the kernel by its number (`syscall(2)`), not through the
+//! C library's wrapper: under libspate-preload a socket's descriptor is
+//! the program's socket, whose `read` and `write` the preload takes for
+//! spate's receive and send.
 #![allow(unsafe_code)]
 
 use std::io;
@@ -11,8 +16,20 @@ use std::time::Duration;
 pub fn eventfd(nonblocking: bool) -> io::Result<i32> {
     let flags = libc::EFD_CLOEXEC | if nonblocking { libc::EFD_NONBLOCK } else { 0 };
     // SAFETY: eventfd takes no pointers.
-    let fd = unsafe { libc::eventfd(0, flags) };
-    if fd < 0 { Err(io::Error::last_os_error()) } else { Ok(fd) }
+    let fd = unsafe { libc::syscall(libc::SYS_eventfd2, 0, flags) };
+    if fd < 0 { Err(io::Error::last_os_error()) } else { Ok(fd as i32) }
+}
+
+/// Puts a new event descriptor at number `fd` (atomically closing what
+/// was there, as `dup3`), close-on-exec if `cloexec`.
+pub fn eventfd_at(fd: i32, cloexec: bool) -> io::Result<()> {
+    let new = eventfd(true)?;
+    let flags = if cloexec { libc::O_CLOEXEC } else { 0 };
+    // SAFETY: dup3 takes no pointers; `new` is ours.
+    let r = unsafe { libc::syscall(libc::SYS_dup3, new, fd, flags) };
+    let err = io::Error::last_os_error();
+    close(new);
+    if r < 0 { Err(err) } else { Ok(()) }
 }
 
 /// Makes event descriptor `fd` readable (adds one to its count).
@@ -21,14 +38,14 @@ pub fn signal(fd: i32) {
     // SAFETY: writes 8 bytes from a local. A full count (2^64 - 2
     // signals unread) fails with EAGAIN, and the descriptor is readable
     // then anyway.
-    let _ = unsafe { libc::write(fd, (&one as *const u64).cast(), 8) };
+    let _ = unsafe { libc::syscall(libc::SYS_write, fd, &one as *const u64, 8) };
 }
 
 /// Empties non-blocking event descriptor `fd` (not readable after).
 pub fn reset(fd: i32) {
     let mut count: u64 = 0;
     // SAFETY: reads 8 bytes into a local; the descriptor does not block.
-    let _ = unsafe { libc::read(fd, (&mut count as *mut u64).cast(), 8) };
+    let _ = unsafe { libc::syscall(libc::SYS_read, fd, &mut count as *mut u64, 8) };
 }
 
 /// How a wait ended.
@@ -52,13 +69,24 @@ pub enum Woken {
 /// interrupts, as Linux's `SO_RCVTIMEO` wait is.
 pub fn sleep(fd: i32, timeout: Option<Duration>) -> Woken {
     if let Some(t) = timeout {
-        let ts = libc::timespec {
+        // The kernel writes the time left into it.
+        let mut ts = libc::timespec {
             tv_sec: t.as_secs().min(i64::MAX as u64) as libc::time_t,
             tv_nsec: t.subsec_nanos() as libc::c_long,
         };
         let mut p = libc::pollfd { fd, events: libc::POLLIN, revents: 0 };
-        // SAFETY: one pollfd and a timespec, both locals; no signal mask.
-        let n = unsafe { libc::ppoll(&mut p, 1, &ts, std::ptr::null()) };
+        // SAFETY: one pollfd and a timespec, both locals the kernel may
+        // write; no signal mask.
+        let n = unsafe {
+            libc::syscall(
+                libc::SYS_ppoll,
+                &mut p as *mut libc::pollfd,
+                1,
+                &mut ts as *mut libc::timespec,
+                0usize,
+                8usize,
+            )
+        };
         match n {
             0 => return Woken::TimedOut,
             n if n < 0 => return Woken::Interrupted,
@@ -68,7 +96,7 @@ pub fn sleep(fd: i32, timeout: Option<Duration>) -> Woken {
     let mut count: u64 = 0;
     // SAFETY: reads 8 bytes into a local. After a ppoll that saw it
     // readable it does not block: no other thread reads this descriptor.
-    let n = unsafe { libc::read(fd, (&mut count as *mut u64).cast(), 8) };
+    let n = unsafe { libc::syscall(libc::SYS_read, fd, &mut count as *mut u64, 8) };
     if n < 0 && io::Error::last_os_error().raw_os_error() == Some(libc::EINTR) {
         return Woken::Interrupted;
     }
@@ -78,7 +106,7 @@ pub fn sleep(fd: i32, timeout: Option<Duration>) -> Woken {
 /// Closes `fd`.
 pub fn close(fd: i32) {
     // SAFETY: `fd` is a descriptor libspate opened and owns.
-    unsafe { libc::close(fd) };
+    unsafe { libc::syscall(libc::SYS_close, fd) };
 }
 
 /// Sets the calling thread's `errno`.

@@ -247,6 +247,7 @@ const TOOLS: &[&str] = &[
     "spate-stat",
     "spate-dump",
     "spate-quic",
+    "spate-run",
 ];
 
 /// Where the C API's tests find their install (`cargo xtask test`
@@ -256,7 +257,8 @@ const C_PREFIX: &str = "target/c-api-prefix";
 /// `cargo xtask install [--prefix DIR] [--debug]`: builds libspate and
 /// the tools (release, or the dev profile with `--debug`) and installs
 /// `lib/libspate.so` (soname `libspate.so.0`), `lib/libspate.a`,
-/// `include/spate.h`, `lib/pkgconfig/spate.pc` and the tools under `bin/`.
+/// `lib/libspate-preload.so`, `include/spate.h`, `lib/pkgconfig/spate.pc`
+/// and the tools (`spate-run` among them) under `bin/`.
 fn install(args: &[String]) -> Result {
     let mut prefix = PathBuf::from("/usr/local");
     let mut debug = false;
@@ -270,7 +272,7 @@ fn install(args: &[String]) -> Result {
     }
     let prefix = if prefix.is_absolute() { prefix } else { root().join(prefix) };
     let mut build = cargo();
-    build.args(["build", "-p", "spate-capi", "-p", "spate-apps", "--bins", "--lib"]);
+    build.args(["build", "-p", "spate-capi", "-p", "spate-preload", "-p", "spate-apps", "--bins", "--lib"]);
     if !debug {
         build.arg("--release");
     }
@@ -295,6 +297,7 @@ fn install(args: &[String]) -> Result {
     let _ = std::fs::remove_file(&link);
     std::os::unix::fs::symlink("libspate.so.0", &link).map_err(|e| format!("{}: {e}", link.display()))?;
     copy(&out.join("libspate_capi.a"), &lib.join("libspate.a"))?;
+    copy(&out.join("libspate_preload.so"), &lib.join("libspate-preload.so"))?;
     copy(&root().join("capi/include/spate.h"), &include.join("spate.h"))?;
     for t in TOOLS {
         copy(&out.join(t), &bin.join(t))?;

@@ -1,0 +1,427 @@
+//! The C library's socket calls as the program sees them: each looks at
+//! what its descriptor is ([`fds::kind`], one load) and goes to spate's
+//! call of the C API or to the C library's own. A UDP socket the program
+//! opens is the kernel's until a `bind`, `connect` or send that spate
+//! must carry ([`Routes`](crate::route::Routes)); then spate takes it
+//! ([`take`]) under the same number.
+#![allow(unsafe_code)]
+
+use std::net::{Ipv4Addr, Ipv6Addr, SocketAddr, SocketAddrV4, SocketAddrV6};
+use std::sync::atomic::{AtomicBool, Ordering};
+
+use libc::{
+    c_int, c_long, c_uint, c_ulong, c_void, iovec, mmsghdr, msghdr, size_t, sockaddr, socklen_t, ssize_t, timespec,
+};
+use spate_capi::ffi;
+
+use crate::fds::{self, Kind};
+use crate::libc_next as real;
+use crate::state;
+
+/// A socket's address as the program gave it, if it is an IPv4 or IPv6
+/// one of the right length.
+///
+/// # Safety
+/// `p` is NULL or points to `len` readable bytes.
+unsafe fn addr_of(p: *const sockaddr, len: socklen_t) -> Option<SocketAddr> {
+    if p.is_null() || (len as usize) < std::mem::size_of::<libc::sa_family_t>() {
+        return None;
+    }
+    // SAFETY: per the contract; the family is read first, then the
+    // structure its length holds, unaligned.
+    unsafe {
+        match c_int::from((*p).sa_family) {
+            libc::AF_INET if len as usize >= std::mem::size_of::<libc::sockaddr_in>() => {
+                let a = std::ptr::read_unaligned(p.cast::<libc::sockaddr_in>());
+                Some(SocketAddr::V4(SocketAddrV4::new(
+                    Ipv4Addr::from(u32::from_be(a.sin_addr.s_addr)),
+                    u16::from_be(a.sin_port),
+                )))
+            }
+            libc::AF_INET6 if len as usize >= std::mem::size_of::<libc::sockaddr_in6>() => {
+                let a = std::ptr::read_unaligned(p.cast::<libc::sockaddr_in6>());
+                Some(SocketAddr::V6(SocketAddrV6::new(
+                    Ipv6Addr::from(a.sin6_addr.s6_addr),
+                    u16::from_be(a.sin6_port),
+                    a.sin6_flowinfo,
+                    a.sin6_scope_id,
+                )))
+            }
+            _ => None,
+        }
+    }
+}
+
+/// Makes open socket `fd` spate's, under its number, with the options
+/// the program set on it; `Ok(false)` when no stack runs (it stays the
+/// kernel's).
+fn take(fd: c_int) -> Result<bool, c_int> {
+    if !state::stack_up() {
+        return Ok(false);
+    }
+    let mut domain: c_int = 0;
+    let mut len = std::mem::size_of::<c_int>() as socklen_t;
+    // SAFETY: an int and its length, locals.
+    let r = unsafe {
+        real::getsockopt(fd, libc::SOL_SOCKET, libc::SO_DOMAIN, (&mut domain as *mut c_int).cast(), &mut len)
+    };
+    if r < 0 {
+        return Err(real::errno());
+    }
+    // SAFETY: no pointers.
+    let (fl, fdfl) = unsafe { (real::fcntl(fd, libc::F_GETFL, 0), real::fcntl(fd, libc::F_GETFD, 0)) };
+    let options = fds::take_options(fd);
+    spate_capi::preload::adopt(fd, domain == libc::AF_INET6, fl & libc::O_NONBLOCK != 0, fdfl & libc::FD_CLOEXEC != 0)?;
+    fds::set(fd, Kind::Spate);
+    for (level, name, value) in options {
+        // SAFETY: the value's bytes and length.
+        let r = unsafe { ffi::spate_setsockopt(fd, level, name, value.as_ptr().cast(), value.len() as socklen_t) };
+        if r < 0 {
+            said_once(&format!(
+                "socket option (level {level}, name {name}) set before the socket moved onto spate is not spate's: {}",
+                std::io::Error::last_os_error()
+            ));
+        }
+    }
+    Ok(true)
+}
+
+/// `line` on stderr, the first time only of any such line.
+fn said_once(line: &str) {
+    static SAID: AtomicBool = AtomicBool::new(false);
+    if !SAID.swap(true, Ordering::Relaxed) {
+        state::say(line);
+    }
+}
+
+/// -1 with `errno` = `e`.
+fn fail<T: From<i8>>(e: c_int) -> T {
+    real::set_errno(e);
+    T::from(-1)
+}
+
+/// A spate socket in a child forked after the stack started: the stack
+/// is the parent's (its memory shared, its lcores running), never
+/// touched here; every call but `close` fails with `ENETDOWN`.
+macro_rules! spate_or_down {
+    ($e:expr) => {
+        if state::forked() { fail(libc::ENETDOWN) } else { $e }
+    };
+}
+
+/// Whether an open socket should move onto spate for destination `to`:
+/// spate carries it and a stack runs; the socket is taken then.
+fn take_for(fd: c_int, to: Option<SocketAddr>) -> Result<bool, c_int> {
+    match (to, state::routes()) {
+        (Some(a), Some(r)) if r.reaches(&a) => take(fd),
+        _ => Ok(false),
+    }
+}
+
+/// Socket `fd` stays the kernel's for good after call result `r` (it
+/// is bound or connected there now) when `r` is not an error.
+fn kernel_after<T: PartialOrd + From<i8>>(fd: c_int, r: T) -> T {
+    if r >= T::from(0) {
+        fds::set(fd, Kind::Kernel);
+    }
+    r
+}
+
+/// `socket(2)`: an IPv4 or IPv6 UDP socket is the kernel's, open for
+/// spate to take.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn socket(domain: c_int, kind: c_int, protocol: c_int) -> c_int {
+    // SAFETY: no pointers.
+    let fd = unsafe { real::socket(domain, kind, protocol) };
+    let udp = matches!(domain, libc::AF_INET | libc::AF_INET6)
+        && kind & !(libc::SOCK_NONBLOCK | libc::SOCK_CLOEXEC) == libc::SOCK_DGRAM
+        && (protocol == 0 || protocol == libc::IPPROTO_UDP);
+    if fd >= 0 && udp && !state::forked() && state::routes().is_some() && !fds::set(fd, Kind::Open) {
+        said_once(&format!("descriptor {fd} is past {}: its UDP socket stays the kernel's", fds::FDS));
+    }
+    fd
+}
+
+/// `bind(2)`: an open socket bound to a wildcard or one of spate's
+/// addresses moves onto spate; to any other (loopback, the kernel's own
+/// addresses) it stays the kernel's.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn bind(fd: c_int, addr: *const sockaddr, len: socklen_t) -> c_int {
+    match fds::kind(fd) {
+        Kind::Spate => spate_or_down!(unsafe { ffi::spate_bind(fd, addr, len) }),
+        Kind::Open => {
+            // SAFETY: as bind's contract.
+            let to = unsafe { addr_of(addr, len) };
+            let spate = match (to, state::routes()) {
+                (Some(a), Some(r)) if r.binds(&a) => take(fd),
+                _ => Ok(false),
+            };
+            match spate {
+                Ok(true) => unsafe { ffi::spate_bind(fd, addr, len) },
+                Ok(false) => kernel_after(fd, unsafe { real::bind(fd, addr, len) }),
+                Err(e) => fail(e),
+            }
+        }
+        Kind::Kernel => unsafe { real::bind(fd, addr, len) },
+    }
+}
+
+/// `connect(2)`: an open socket connected to a destination spate
+/// carries moves onto spate.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn connect(fd: c_int, addr: *const sockaddr, len: socklen_t) -> c_int {
+    match fds::kind(fd) {
+        Kind::Spate => spate_or_down!(unsafe { ffi::spate_connect(fd, addr, len) }),
+        Kind::Open => match take_for(fd, unsafe { addr_of(addr, len) }) {
+            Ok(true) => unsafe { ffi::spate_connect(fd, addr, len) },
+            Ok(false) => kernel_after(fd, unsafe { real::connect(fd, addr, len) }),
+            Err(e) => fail(e),
+        },
+        Kind::Kernel => unsafe { real::connect(fd, addr, len) },
+    }
+}
+
+/// `sendto(2)`: from an open socket to a destination spate carries, the
+/// socket moves onto spate first.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn sendto(
+    fd: c_int,
+    buf: *const c_void,
+    n: size_t,
+    flags: c_int,
+    addr: *const sockaddr,
+    alen: socklen_t,
+) -> ssize_t {
+    match fds::kind(fd) {
+        Kind::Spate => spate_or_down!(unsafe { ffi::spate_sendto(fd, buf, n, flags, addr, alen) }),
+        Kind::Open => match take_for(fd, unsafe { addr_of(addr, alen) }) {
+            Ok(true) => unsafe { ffi::spate_sendto(fd, buf, n, flags, addr, alen) },
+            Ok(false) if addr.is_null() => unsafe { real::sendto(fd, buf, n, flags, addr, alen) },
+            Ok(false) => kernel_after(fd, unsafe { real::sendto(fd, buf, n, flags, addr, alen) }),
+            Err(e) => fail(e),
+        },
+        Kind::Kernel => unsafe { real::sendto(fd, buf, n, flags, addr, alen) },
+    }
+}
+
+/// `sendmsg(2)`, as [`sendto`] with the message's address.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn sendmsg(fd: c_int, msg: *const msghdr, flags: c_int) -> ssize_t {
+    match fds::kind(fd) {
+        Kind::Spate => spate_or_down!(unsafe { ffi::spate_sendmsg(fd, msg, flags) }),
+        Kind::Open => {
+            // SAFETY: `msg` is NULL or a valid msghdr, per the contract.
+            let to = unsafe { msg.as_ref().and_then(|m| addr_of(m.msg_name.cast(), m.msg_namelen)) };
+            match take_for(fd, to) {
+                Ok(true) => unsafe { ffi::spate_sendmsg(fd, msg, flags) },
+                Ok(false) if to.is_none() => unsafe { real::sendmsg(fd, msg, flags) },
+                Ok(false) => kernel_after(fd, unsafe { real::sendmsg(fd, msg, flags) }),
+                Err(e) => fail(e),
+            }
+        }
+        Kind::Kernel => unsafe { real::sendmsg(fd, msg, flags) },
+    }
+}
+
+/// `sendmmsg(2)`, as [`sendto`] with the first message's address.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn sendmmsg(fd: c_int, msgs: *mut mmsghdr, vlen: c_uint, flags: c_int) -> c_int {
+    match fds::kind(fd) {
+        Kind::Spate => spate_or_down!(unsafe { ffi::spate_sendmmsg(fd, msgs, vlen, flags) }),
+        Kind::Open => {
+            // SAFETY: `msgs` is NULL or `vlen` valid mmsghdrs, per the contract.
+            let to = match vlen {
+                0 => None,
+                _ => unsafe { msgs.as_ref().and_then(|m| addr_of(m.msg_hdr.msg_name.cast(), m.msg_hdr.msg_namelen)) },
+            };
+            match take_for(fd, to) {
+                Ok(true) => unsafe { ffi::spate_sendmmsg(fd, msgs, vlen, flags) },
+                Ok(false) if to.is_none() => unsafe { real::sendmmsg(fd, msgs, vlen, flags) },
+                Ok(false) => kernel_after(fd, unsafe { real::sendmmsg(fd, msgs, vlen, flags) }),
+                Err(e) => fail(e),
+            }
+        }
+        Kind::Kernel => unsafe { real::sendmmsg(fd, msgs, vlen, flags) },
+    }
+}
+
+/// Calls that go to spate for a spate socket and to the C library for
+/// any other descriptor, unchanged.
+macro_rules! either {
+    ($($(#[$doc:meta])* fn $name:ident($fd:ident: c_int $(, $arg:ident: $ty:ty)*) -> $ret:ty => $spate:path;)*) => {$(
+        $(#[$doc])*
+        #[unsafe(no_mangle)]
+        pub unsafe extern "C" fn $name($fd: c_int $(, $arg: $ty)*) -> $ret {
+            match fds::kind($fd) {
+                // SAFETY: the C call's contract is the program's.
+                #[allow(unused_unsafe)]
+                Kind::Spate => spate_or_down!(unsafe { $spate($fd $(, $arg)*) } as $ret),
+                _ => unsafe { real::$name($fd $(, $arg)*) },
+            }
+        }
+    )*};
+}
+
+either! {
+    /// `send(2)`.
+    fn send(fd: c_int, buf: *const c_void, n: size_t, flags: c_int) -> ssize_t => ffi::spate_send;
+    /// `recv(2)`.
+    fn recv(fd: c_int, buf: *mut c_void, n: size_t, flags: c_int) -> ssize_t => ffi::spate_recv;
+    /// `recvfrom(2)`.
+    fn recvfrom(fd: c_int, buf: *mut c_void, n: size_t, flags: c_int, addr: *mut sockaddr, alen: *mut socklen_t) -> ssize_t
+        => ffi::spate_recvfrom;
+    /// `recvmsg(2)`.
+    fn recvmsg(fd: c_int, msg: *mut msghdr, flags: c_int) -> ssize_t => ffi::spate_recvmsg;
+    /// `recvmmsg(2)`.
+    fn recvmmsg(fd: c_int, msgs: *mut mmsghdr, vlen: c_uint, flags: c_int, timeout: *mut timespec) -> c_int
+        => ffi::spate_recvmmsg;
+    /// `getsockname(2)`.
+    fn getsockname(fd: c_int, addr: *mut sockaddr, alen: *mut socklen_t) -> c_int => ffi::spate_getsockname;
+    /// `getpeername(2)`.
+    fn getpeername(fd: c_int, addr: *mut sockaddr, alen: *mut socklen_t) -> c_int => ffi::spate_getpeername;
+    /// `getsockopt(2)`.
+    fn getsockopt(fd: c_int, level: c_int, name: c_int, val: *mut c_void, len: *mut socklen_t) -> c_int
+        => ffi::spate_getsockopt;
+    /// `shutdown(2)`.
+    fn shutdown(fd: c_int, how: c_int) -> c_int => ffi::spate_shutdown;
+    /// `fcntl(2)`: `F_GETFL`/`F_SETFL` (`O_NONBLOCK`) and `F_GETFD`/`F_SETFD`
+    /// on a spate socket.
+    fn fcntl(fd: c_int, cmd: c_int, arg: c_long) -> c_int => ffi::spate_fcntl;
+    /// `read(2)`: on a spate socket, `recv` without flags.
+    fn read(fd: c_int, buf: *mut c_void, n: size_t) -> ssize_t => spate_read;
+    /// `write(2)`: on a spate socket, `send` without flags.
+    fn write(fd: c_int, buf: *const c_void, n: size_t) -> ssize_t => spate_write;
+    /// `readv(2)`: on a spate socket, `recvmsg` of the vector.
+    fn readv(fd: c_int, iov: *const iovec, n: c_int) -> ssize_t => spate_readv;
+    /// `writev(2)`: on a spate socket, `sendmsg` of the vector.
+    fn writev(fd: c_int, iov: *const iovec, n: c_int) -> ssize_t => spate_writev;
+    /// `ioctl(2)`: `FIONREAD` and `FIONBIO` on a spate socket.
+    fn ioctl(fd: c_int, request: c_ulong, arg: *mut c_void) -> c_int => spate_ioctl;
+}
+
+unsafe fn spate_read(fd: c_int, buf: *mut c_void, n: size_t) -> ssize_t {
+    unsafe { ffi::spate_recv(fd, buf, n, 0) }
+}
+
+unsafe fn spate_write(fd: c_int, buf: *const c_void, n: size_t) -> ssize_t {
+    unsafe { ffi::spate_send(fd, buf, n, 0) }
+}
+
+fn vector_msg(iov: *const iovec, n: c_int) -> Result<msghdr, c_int> {
+    if n < 0 || n as usize > libc::UIO_MAXIOV as usize {
+        return Err(libc::EINVAL);
+    }
+    // SAFETY: all-zero is a valid msghdr (no address, no control).
+    let mut m: msghdr = unsafe { std::mem::zeroed() };
+    m.msg_iov = iov.cast_mut();
+    m.msg_iovlen = n as usize;
+    Ok(m)
+}
+
+unsafe fn spate_readv(fd: c_int, iov: *const iovec, n: c_int) -> ssize_t {
+    match vector_msg(iov, n) {
+        Ok(mut m) => unsafe { ffi::spate_recvmsg(fd, &mut m, 0) },
+        Err(e) => fail(e),
+    }
+}
+
+unsafe fn spate_writev(fd: c_int, iov: *const iovec, n: c_int) -> ssize_t {
+    match vector_msg(iov, n) {
+        Ok(m) => unsafe { ffi::spate_sendmsg(fd, &m, 0) },
+        Err(e) => fail(e),
+    }
+}
+
+unsafe fn spate_ioctl(fd: c_int, request: c_ulong, arg: *mut c_void) -> c_int {
+    unsafe { ffi::spate_ioctl(fd, request, arg.cast()) }
+}
+
+/// `setsockopt(2)`: on an open socket, the kernel's, remembered to be set
+/// again on spate's socket should it move.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn setsockopt(fd: c_int, level: c_int, name: c_int, val: *const c_void, len: socklen_t) -> c_int {
+    match fds::kind(fd) {
+        Kind::Spate => spate_or_down!(unsafe { ffi::spate_setsockopt(fd, level, name, val, len) }),
+        Kind::Open => {
+            let r = unsafe { real::setsockopt(fd, level, name, val, len) };
+            if r == 0 && !val.is_null() {
+                // SAFETY: the kernel read `len` bytes there.
+                let value = unsafe { std::slice::from_raw_parts(val.cast::<u8>(), len as usize) };
+                fds::remember_option(fd, level, name, value);
+            }
+            r
+        }
+        Kind::Kernel => unsafe { real::setsockopt(fd, level, name, val, len) },
+    }
+}
+
+/// `close(2)`: a spate socket is closed on the stack (in a forked
+/// child, only the child's descriptor is).
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn close(fd: c_int) -> c_int {
+    match fds::kind(fd) {
+        Kind::Spate if !state::forked() => {
+            fds::set(fd, Kind::Kernel);
+            ffi::spate_close(fd)
+        }
+        Kind::Kernel => unsafe { real::close(fd) },
+        _ => {
+            fds::set(fd, Kind::Kernel);
+            unsafe { real::close(fd) }
+        }
+    }
+}
+
+/// glibc's `_FORTIFY_SOURCE` form of `recv`.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn __recv_chk(fd: c_int, buf: *mut c_void, n: size_t, buflen: size_t, flags: c_int) -> ssize_t {
+    match fds::kind(fd) {
+        Kind::Spate => {
+            overflow_check(n, buflen);
+            spate_or_down!(unsafe { ffi::spate_recv(fd, buf, n, flags) })
+        }
+        _ => unsafe { real::__recv_chk(fd, buf, n, buflen, flags) },
+    }
+}
+
+/// glibc's `_FORTIFY_SOURCE` form of `recvfrom`.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn __recvfrom_chk(
+    fd: c_int,
+    buf: *mut c_void,
+    n: size_t,
+    buflen: size_t,
+    flags: c_int,
+    addr: *mut sockaddr,
+    alen: *mut socklen_t,
+) -> ssize_t {
+    match fds::kind(fd) {
+        Kind::Spate => {
+            overflow_check(n, buflen);
+            spate_or_down!(unsafe { ffi::spate_recvfrom(fd, buf, n, flags, addr, alen) })
+        }
+        _ => unsafe { real::__recvfrom_chk(fd, buf, n, buflen, flags, addr, alen) },
+    }
+}
+
+/// glibc's `_FORTIFY_SOURCE` form of `read`.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn __read_chk(fd: c_int, buf: *mut c_void, n: size_t, buflen: size_t) -> ssize_t {
+    match fds::kind(fd) {
+        Kind::Spate => {
+            overflow_check(n, buflen);
+            spate_or_down!(unsafe { ffi::spate_recv(fd, buf, n, 0) })
+        }
+        _ => unsafe { real::__read_chk(fd, buf, n, buflen) },
+    }
+}
+
+/// As glibc's checks: a length past the buffer the compiler saw ends the
+/// program.
+fn overflow_check(n: size_t, buflen: size_t) {
+    if n > buflen {
+        // SAFETY: no arguments; it does not return.
+        unsafe { real::__chk_fail() };
+        std::process::abort();
+    }
+}

@@ -1,0 +1,103 @@
+//! The C library's own socket calls, found with `dlsym(RTLD_NEXT)`: what
+//! a call on a kernel descriptor is passed to. Each is looked up once, on
+//! its first use (the program may call before any constructor ran).
+//! Also the few other C calls the preload makes itself.
+#![allow(unsafe_code)]
+
+use std::sync::atomic::{AtomicUsize, Ordering};
+
+use libc::{
+    c_int, c_long, c_uint, c_ulong, c_void, iovec, mmsghdr, msghdr, size_t, sockaddr, socklen_t, ssize_t, timespec,
+};
+
+/// The next definition of `name` (a NUL-terminated symbol) after this
+/// library's, cached in `slot`.
+#[inline]
+fn next(slot: &AtomicUsize, name: &[u8]) -> usize {
+    let f = slot.load(Ordering::Relaxed);
+    if f != 0 {
+        return f;
+    }
+    // SAFETY: `name` is NUL-terminated; RTLD_NEXT is a valid handle.
+    let f = unsafe { libc::dlsym(libc::RTLD_NEXT, name.as_ptr().cast()) } as usize;
+    if f == 0 {
+        // Without the C library's own call nothing can go on.
+        let msg = b"libspate-preload: the C library has no such call\n";
+        // SAFETY: a static buffer to standard error.
+        unsafe { libc::syscall(libc::SYS_write, 2, msg.as_ptr(), msg.len()) };
+        std::process::abort();
+    }
+    slot.store(f, Ordering::Relaxed);
+    f
+}
+
+macro_rules! real {
+    ($(fn $name:ident($($arg:ident: $ty:ty),*) -> $ret:ty;)*) => {$(
+        /// The C library's own call of this name.
+        ///
+        /// # Safety
+        /// As the C call's.
+        #[inline]
+        pub unsafe fn $name($($arg: $ty),*) -> $ret {
+            static SLOT: AtomicUsize = AtomicUsize::new(0);
+            let f = next(&SLOT, concat!(stringify!($name), "\0").as_bytes());
+            // SAFETY: the symbol is the C library's function of this
+            // signature.
+            let f: unsafe extern "C" fn($($ty),*) -> $ret = unsafe { std::mem::transmute(f) };
+            unsafe { f($($arg),*) }
+        }
+    )*};
+}
+
+real! {
+    fn socket(domain: c_int, kind: c_int, protocol: c_int) -> c_int;
+    fn bind(fd: c_int, addr: *const sockaddr, len: socklen_t) -> c_int;
+    fn connect(fd: c_int, addr: *const sockaddr, len: socklen_t) -> c_int;
+    fn close(fd: c_int) -> c_int;
+    fn shutdown(fd: c_int, how: c_int) -> c_int;
+    fn getsockname(fd: c_int, addr: *mut sockaddr, len: *mut socklen_t) -> c_int;
+    fn getpeername(fd: c_int, addr: *mut sockaddr, len: *mut socklen_t) -> c_int;
+    fn setsockopt(fd: c_int, level: c_int, name: c_int, val: *const c_void, len: socklen_t) -> c_int;
+    fn getsockopt(fd: c_int, level: c_int, name: c_int, val: *mut c_void, len: *mut socklen_t) -> c_int;
+    fn send(fd: c_int, buf: *const c_void, len: size_t, flags: c_int) -> ssize_t;
+    fn sendto(fd: c_int, buf: *const c_void, len: size_t, flags: c_int, addr: *const sockaddr, alen: socklen_t) -> ssize_t;
+    fn sendmsg(fd: c_int, msg: *const msghdr, flags: c_int) -> ssize_t;
+    fn sendmmsg(fd: c_int, msgs: *mut mmsghdr, vlen: c_uint, flags: c_int) -> c_int;
+    fn recv(fd: c_int, buf: *mut c_void, len: size_t, flags: c_int) -> ssize_t;
+    fn recvfrom(fd: c_int, buf: *mut c_void, len: size_t, flags: c_int, addr: *mut sockaddr, alen: *mut socklen_t) -> ssize_t;
+    fn recvmsg(fd: c_int, msg: *mut msghdr, flags: c_int) -> ssize_t;
+    fn recvmmsg(fd: c_int, msgs: *mut mmsghdr, vlen: c_uint, flags: c_int, timeout: *mut timespec) -> c_int;
+    fn read(fd: c_int, buf: *mut c_void, len: size_t) -> ssize_t;
+    fn write(fd: c_int, buf: *const c_void, len: size_t) -> ssize_t;
+    fn readv(fd: c_int, iov: *const iovec, n: c_int) -> ssize_t;
+    fn writev(fd: c_int, iov: *const iovec, n: c_int) -> ssize_t;
+    fn ioctl(fd: c_int, request: c_ulong, arg: *mut c_void) -> c_int;
+    fn fcntl(fd: c_int, cmd: c_int, arg: c_long) -> c_int;
+    fn __recv_chk(fd: c_int, buf: *mut c_void, len: size_t, buflen: size_t, flags: c_int) -> ssize_t;
+    fn __recvfrom_chk(fd: c_int, buf: *mut c_void, len: size_t, buflen: size_t, flags: c_int, addr: *mut sockaddr, alen: *mut socklen_t) -> ssize_t;
+    fn __read_chk(fd: c_int, buf: *mut c_void, len: size_t, buflen: size_t) -> ssize_t;
+    fn __chk_fail() -> ();
+}
+
+/// Has `f` run in the child after every `fork`.
+pub fn at_fork_child(f: extern "C" fn()) {
+    // SAFETY: `f` is a function of this library, which stays loaded.
+    unsafe { libc::pthread_atfork(None, None, Some(f)) };
+}
+
+/// An exclusive `flock` on `fd` without waiting; whether it was taken.
+pub fn try_flock(fd: c_int) -> bool {
+    // SAFETY: flock takes no pointers.
+    unsafe { libc::flock(fd, libc::LOCK_EX | libc::LOCK_NB) == 0 }
+}
+
+/// The calling process's `errno`.
+pub fn errno() -> c_int {
+    std::io::Error::last_os_error().raw_os_error().unwrap_or(0)
+}
+
+/// Sets the calling thread's `errno`.
+pub fn set_errno(code: c_int) {
+    // SAFETY: __errno_location returns the calling thread's errno.
+    unsafe { *libc::__errno_location() = code };
+}

@@ -1,0 +1,112 @@
+//! The process's stack under the preload: its flags (`SPATE_ARGS`), read
+//! once; the stack itself, built and started on the first socket spate
+//! must carry; and whether this process may use it.
+//!
+//! One stack per device: the process that starts it holds an exclusive
+//! `flock` on `/run/spate/preload-DEVICES.lock` for as long as it lives.
+//! A program started with the preload inherited (an `exec` from a
+//! process that runs a stack, another `spate-run` on the same device)
+//! finds the lock held and leaves its sockets to the kernel; the kernel
+//! drops the lock when the holder ends, however it ends (SIGKILL too).
+
+use std::io::Write;
+use std::os::fd::AsRawFd;
+use std::sync::OnceLock;
+use std::sync::atomic::{AtomicBool, Ordering};
+
+use crate::route::Routes;
+
+/// The flags, or `None` when they are wrong (said once on stderr; every
+/// socket stays the kernel's).
+pub fn routes() -> Option<&'static Routes> {
+    static ROUTES: OnceLock<Option<Routes>> = OnceLock::new();
+    ROUTES
+        .get_or_init(|| {
+            let text = std::env::var("SPATE_ARGS").unwrap_or_default();
+            Routes::from_args(&text)
+                .map_err(|e| say(&format!("SPATE_ARGS: {e}; the program's sockets stay the kernel's")))
+                .ok()
+        })
+        .as_ref()
+}
+
+/// A line on stderr, written straight to the kernel (the log may not be
+/// set up, and the program's stderr buffer is its own).
+pub fn say(line: &str) {
+    let mut err = std::io::stderr().lock();
+    let _ = writeln!(err, "spate-preload[{}]: {line}", std::process::id());
+}
+
+/// Set in a child forked after the stack started: the stack's memory is
+/// shared with the parent, whose lcores still use it.
+static FORKED: AtomicBool = AtomicBool::new(false);
+
+/// Whether this process is a child forked after its parent's stack
+/// started.
+pub fn forked() -> bool {
+    FORKED.load(Ordering::Relaxed)
+}
+
+/// Builds and starts the stack on first use; whether it runs. A stack
+/// that cannot start is said once, and every socket stays the kernel's.
+pub fn stack_up() -> bool {
+    if FORKED.load(Ordering::Relaxed) {
+        return false;
+    }
+    static UP: OnceLock<bool> = OnceLock::new();
+    *UP.get_or_init(|| {
+        let Some(routes) = routes() else { return false };
+        let Some(lock) = device_lock(&routes.devices) else { return false };
+        match spate_capi::preload::start(routes.args.clone()) {
+            Ok(()) => {
+                // Held (and open) for the process's life.
+                std::mem::forget(lock);
+                crate::libc_next::at_fork_child(mark_forked);
+                true
+            }
+            Err(e) => {
+                say(&format!(
+                    "the stack did not start ({}); the program's sockets stay the kernel's",
+                    std::io::Error::from_raw_os_error(e)
+                ));
+                false
+            }
+        }
+    })
+}
+
+extern "C" fn mark_forked() {
+    FORKED.store(true, Ordering::Relaxed);
+}
+
+/// Takes the lock of `devices` (see the module's text); `None`, said,
+/// when another process holds it.
+fn device_lock(devices: &[String]) -> Option<std::fs::File> {
+    let name: String = devices
+        .iter()
+        .map(|d| d.split(',').next().unwrap_or(d))
+        .collect::<Vec<_>>()
+        .join("+")
+        .chars()
+        .map(|c| if c.is_ascii_alphanumeric() || "-_.+".contains(c) { c } else { '_' })
+        .collect();
+    let dir = std::path::Path::new("/run/spate");
+    let _ = std::fs::create_dir_all(dir);
+    let path = dir.join(format!("preload-{}.lock", if name.is_empty() { "default" } else { &name }));
+    let file = match std::fs::OpenOptions::new().create(true).truncate(false).write(true).open(&path) {
+        Ok(f) => f,
+        Err(e) => {
+            say(&format!("{}: {e}; the program's sockets stay the kernel's", path.display()));
+            return None;
+        }
+    };
+    if !crate::libc_next::try_flock(file.as_raw_fd()) {
+        say(&format!(
+            "another process runs a stack on {} ({} is held); this one's sockets stay the kernel's",
+            devices.join(" "),
+            path.display()
+        ));
+        return None;
+    }
+    Some(file)
+}
