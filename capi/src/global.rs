@@ -87,12 +87,6 @@ extern "C" fn close_at_exit() {
 /// The process that built the stack.
 static OWNER: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
 
-/// Whether the calling process built the stack (false in a child it
-/// forked, and before `spate_init`).
-pub fn is_owner() -> bool {
-    STACK.get().is_some() && OWNER.load(Ordering::Relaxed) == std::process::id()
-}
-
 /// Whether `spate_init` ran (even if it then failed past its checks).
 static INIT_LOCK: Mutex<bool> = Mutex::new(false);
 

@@ -6,6 +6,8 @@
 use crate::global;
 use crate::socket::CSocket;
 
+pub use crate::syscalls::set_errno;
+
 /// Builds the stack from the tools' flags (`args[0]` ignored) and starts
 /// its polling lcores: `spate_init` and `spate_start`.
 pub fn start(args: Vec<String>) -> Result<(), i32> {
@@ -25,10 +27,4 @@ pub fn adopt(fd: i32, v6: bool, nonblocking: bool, cloexec: bool) -> Result<(), 
     }
     global::insert(s);
     Ok(())
-}
-
-/// Whether this process built the stack and may use it (not a child it
-/// forked, whose memory is the stack's too).
-pub fn is_owner() -> bool {
-    global::is_owner()
 }

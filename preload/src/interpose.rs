@@ -96,7 +96,7 @@ fn said_once(line: &str) {
 
 /// -1 with `errno` = `e`.
 fn fail<T: From<i8>>(e: c_int) -> T {
-    real::set_errno(e);
+    spate_capi::preload::set_errno(e);
     T::from(-1)
 }
 

@@ -95,9 +95,3 @@ pub fn try_flock(fd: c_int) -> bool {
 pub fn errno() -> c_int {
     std::io::Error::last_os_error().raw_os_error().unwrap_or(0)
 }
-
-/// Sets the calling thread's `errno`.
-pub fn set_errno(code: c_int) {
-    // SAFETY: __errno_location returns the calling thread's errno.
-    unsafe { *libc::__errno_location() = code };
-}
