@@ -13,19 +13,8 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::Duration;
 
-use spate_testkit::{Netns, Proc, device_lock, kernel_peer};
-
-/// The install the programs are built from.
-fn prefix() -> PathBuf {
-    let root = Path::new(env!("CARGO_MANIFEST_DIR")).parent().expect("the workspace").to_path_buf();
-    let p = std::env::var_os("SPATE_C_PREFIX").map(PathBuf::from).unwrap_or_else(|| root.join("target/c-api-prefix"));
-    assert!(
-        p.join("lib/pkgconfig/spate.pc").exists(),
-        "no libspate install at {} (cargo xtask install --debug --prefix target/c-api-prefix)",
-        p.display()
-    );
-    p
-}
+use spate_testkit::c_build::install_prefix;
+use spate_testkit::{Netns, Proc, device_lock, echo_every_size, kernel_peer};
 
 /// Builds `source` with `compiler` and `flags` against the install; the
 /// binary's path.
@@ -40,7 +29,7 @@ fn build(compiler: &str, source: &str, out: &str, flags: &[&str]) -> PathBuf {
 fn build_in(dir: &Path, compiler: &str, src: &Path, out: &str, flags: &[&str]) -> PathBuf {
     let mut all = vec!["-Wall", "-Wextra", "-Werror", "-g", "-O1"];
     all.extend(flags);
-    spate_testkit::c_build::build_against(&prefix(), compiler, src, &dir.join(out), &all, &["-lpthread"])
+    spate_testkit::c_build::build_against(&install_prefix(), compiler, src, &dir.join(out), &all, &["-lpthread"])
 }
 
 /// The test program, built once per test process (plain, or with the
@@ -83,38 +72,6 @@ fn kernel_side(ns: &Netns) {
     kernel_peer(ns, "spate0");
 }
 
-fn echo_round_trips(peer: &Netns) -> usize {
-    peer.run(|| {
-        let mut echoed = 0;
-        for (bind, target) in [("198.18.0.1:0", "198.18.0.2:7"), ("[fd00::1]:0", "[fd00::2]:7")] {
-            let s = UdpSocket::bind(bind).unwrap();
-            s.set_read_timeout(Some(Duration::from_secs(2))).unwrap();
-            let target: SocketAddr = target.parse().unwrap();
-            let mut buf = vec![0u8; 65536];
-            // Every size class: small, a full frame, fragments, the largest.
-            for (i, len) in [0usize, 1, 64, 1400, 1472, 3000, 9000, 30000, 65000].into_iter().enumerate() {
-                let payload: Vec<u8> = (0..len).map(|j| (i * 31 + j * 7) as u8).collect();
-                s.send_to(&payload, target).unwrap();
-                let (n, from) = s.recv_from(&mut buf).unwrap_or_else(|e| panic!("{len} bytes to {target}: {e}"));
-                assert_eq!((from, &buf[..n]), (target, &payload[..]), "{len} bytes to {target}");
-                echoed += 1;
-            }
-            // A burst, read by recvmmsg in batches.
-            for k in 0..200u32 {
-                s.send_to(&k.to_be_bytes(), target).unwrap();
-            }
-            let mut seen = std::collections::HashSet::new();
-            while seen.len() < 200 {
-                let (n, _) = s.recv_from(&mut buf).expect("the burst comes back");
-                assert_eq!(n, 4);
-                seen.insert(u32::from_be_bytes(buf[..4].try_into().unwrap()));
-            }
-            echoed += 200;
-        }
-        echoed
-    })
-}
-
 #[test]
 fn an_epoll_event_loop_echoes_with_recvmmsg_and_sendmmsg() {
     let _serial = device_lock();
@@ -122,7 +79,7 @@ fn an_epoll_event_loop_echoes_with_recvmmsg_and_sendmmsg() {
     let ns = Netns::new("capiecho");
     let p = start(&bin, "echo", &ns);
     kernel_side(&ns);
-    let echoed = echo_round_trips(&ns);
+    let echoed = echo_every_size(&ns, &[("198.18.0.1:0", "198.18.0.2:7"), ("[fd00::1]:0", "[fd00::2]:7")]);
     assert_eq!(echoed, 2 * 209);
     // SIGTERM's handler writes the self-pipe, which ends the loop.
     let mut p = p;

@@ -183,8 +183,14 @@ pub fn socket(fd: i32) -> Result<Arc<CSocket>, i32> {
 
 /// Enters a new socket under its descriptor.
 pub fn insert(s: Arc<CSocket>) {
+    let fd = s.ready.fd;
+    insert_at(fd, s);
+}
+
+/// Enters socket `s` under descriptor `fd` (one of its names).
+pub fn insert_at(fd: i32, s: Arc<CSocket>) {
     let mut t = SOCKETS.write().unwrap_or_else(|p| p.into_inner());
-    let i = s.ready.fd as usize;
+    let i = fd as usize;
     if t.len() <= i {
         t.resize(i + 1, None);
     }

@@ -17,14 +17,31 @@ pub fn start(args: Vec<String>) -> Result<(), i32> {
 
 /// Makes descriptor `fd` a new unbound spate socket of the family
 /// (IPv6 if `v6`), non-blocking if `nonblocking`: an event descriptor
-/// takes the number (what was there, a kernel socket, is closed), as
-/// `spate_socket`'s own descriptor is.
+/// takes the number (what was there, a kernel socket, is closed). The
+/// number is the program's to close (`spate_close` then the C library's
+/// `close`) and duplicate ([`alias`]); the socket lives while any of its
+/// numbers does.
 pub fn adopt(fd: i32, v6: bool, nonblocking: bool, cloexec: bool) -> Result<(), i32> {
     global::stack()?;
     let s = CSocket::at(fd, v6, cloexec)?;
     if nonblocking {
         s.set_nonblocking(true)?;
     }
-    global::insert(s);
+    global::insert_at(fd, s);
     Ok(())
+}
+
+/// Enters number `new` (a duplicate of `old` the C library made) as a
+/// name of `old`'s socket; `EBADF` when `old` is no spate socket.
+pub fn alias(new: i32, old: i32) -> Result<(), i32> {
+    let s = global::socket(old)?;
+    global::insert_at(new, s);
+    Ok(())
+}
+
+/// Forgets number `fd` (the program closed it, or `dup2` put another
+/// file there) without waking the socket's waiters: its other names go
+/// on.
+pub fn forget(fd: i32) {
+    let _ = global::remove(fd);
 }

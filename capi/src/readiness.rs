@@ -44,12 +44,13 @@ impl Readiness {
         Ok(Self::with_fd(syscalls::eventfd(true)?))
     }
 
-    /// A readiness whose descriptor takes number `fd`, closing what was
+    /// A readiness whose descriptor is also number `fd`, closing what was
     /// there (libspate-preload's: a program's socket becomes spate's
-    /// under the number the program holds).
+    /// under the number the program holds, which the program closes and
+    /// duplicates as its own; the readiness signals through a number of
+    /// its own).
     pub fn at(fd: i32, cloexec: bool) -> std::io::Result<Arc<Readiness>> {
-        syscalls::eventfd_at(fd, cloexec)?;
-        Ok(Self::with_fd(fd))
+        Ok(Self::with_fd(syscalls::eventfd_at(fd, cloexec)?))
     }
 
     fn with_fd(fd: i32) -> Arc<Readiness> {

@@ -20,16 +20,22 @@ pub fn eventfd(nonblocking: bool) -> io::Result<i32> {
     if fd < 0 { Err(io::Error::last_os_error()) } else { Ok(fd as i32) }
 }
 
-/// Puts a new event descriptor at number `fd` (atomically closing what
-/// was there, as `dup3`), close-on-exec if `cloexec`.
-pub fn eventfd_at(fd: i32, cloexec: bool) -> io::Result<()> {
+/// A new event descriptor, also put at number `fd` (atomically closing
+/// what was there, as `dup3`, close-on-exec there if `cloexec`): the
+/// number the program holds is one name of it, and the one returned
+/// (close-on-exec) stays libspate's, so that the program may close or
+/// `dup` its own names freely.
+pub fn eventfd_at(fd: i32, cloexec: bool) -> io::Result<i32> {
     let new = eventfd(true)?;
     let flags = if cloexec { libc::O_CLOEXEC } else { 0 };
     // SAFETY: dup3 takes no pointers; `new` is ours.
     let r = unsafe { libc::syscall(libc::SYS_dup3, new, fd, flags) };
-    let err = io::Error::last_os_error();
-    close(new);
-    if r < 0 { Err(err) } else { Ok(()) }
+    if r < 0 {
+        let err = io::Error::last_os_error();
+        close(new);
+        return Err(err);
+    }
+    Ok(new)
 }
 
 /// Makes event descriptor `fd` readable (adds one to its count).

@@ -284,9 +284,6 @@ either! {
         => ffi::spate_getsockopt;
     /// `shutdown(2)`.
     fn shutdown(fd: c_int, how: c_int) -> c_int => ffi::spate_shutdown;
-    /// `fcntl(2)`: `F_GETFL`/`F_SETFL` (`O_NONBLOCK`) and `F_GETFD`/`F_SETFD`
-    /// on a spate socket.
-    fn fcntl(fd: c_int, cmd: c_int, arg: c_long) -> c_int => ffi::spate_fcntl;
     /// `read(2)`: on a spate socket, `recv` without flags.
     fn read(fd: c_int, buf: *mut c_void, n: size_t) -> ssize_t => spate_read;
     /// `write(2)`: on a spate socket, `send` without flags.
@@ -355,20 +352,119 @@ pub unsafe extern "C" fn setsockopt(fd: c_int, level: c_int, name: c_int, val: *
     }
 }
 
-/// `close(2)`: a spate socket is closed on the stack (in a forked
-/// child, only the child's descriptor is).
+/// `close(2)`: the number is closed; a spate socket is closed on the
+/// stack when it was its last name (in a forked child, only the child's
+/// descriptor is closed).
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn close(fd: c_int) -> c_int {
     match fds::kind(fd) {
+        Kind::Kernel => unsafe { real::close(fd) },
         Kind::Spate if !state::forked() => {
             fds::set(fd, Kind::Kernel);
-            ffi::spate_close(fd)
+            ffi::spate_close(fd);
+            unsafe { real::close(fd) }
         }
-        Kind::Kernel => unsafe { real::close(fd) },
         _ => {
             fds::set(fd, Kind::Kernel);
             unsafe { real::close(fd) }
         }
+    }
+}
+
+/// A duplicate `new` (or the C library's error) of descriptor `fd`: the
+/// same socket under another number. A duplicate of an open socket, and
+/// that socket itself, stay the kernel's (two numbers of one kernel
+/// socket cannot move onto spate one at a time).
+fn duplicated(fd: c_int, new: c_int) -> c_int {
+    if new < 0 {
+        return new;
+    }
+    match fds::kind(fd) {
+        Kind::Spate => {
+            if !state::forked() {
+                let _ = spate_capi::preload::alias(new, fd);
+            }
+            if !fds::set(new, Kind::Spate) {
+                said_once(&format!(
+                    "descriptor {new} is past {}: a duplicate of a spate socket there is closed",
+                    fds::FDS
+                ));
+                // SAFETY: our own new number.
+                unsafe { real::close(new) };
+                spate_capi::preload::forget(new);
+                return fail(libc::EMFILE);
+            }
+        }
+        Kind::Open => {
+            fds::set(fd, Kind::Kernel);
+            fds::set(new, Kind::Kernel);
+        }
+        Kind::Kernel => {
+            fds::set(new, Kind::Kernel);
+        }
+    }
+    new
+}
+
+/// Number `to` is about to hold another file (`dup2`, `dup3`): a spate
+/// socket's name there is forgotten.
+fn replaced(fd: c_int, to: c_int) {
+    if fd != to && fds::kind(to) == Kind::Spate {
+        fds::set(to, Kind::Kernel);
+        if !state::forked() {
+            spate_capi::preload::forget(to);
+        }
+    }
+}
+
+/// `dup(2)`.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn dup(fd: c_int) -> c_int {
+    duplicated(fd, unsafe { real::dup(fd) })
+}
+
+/// `dup2(2)`.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn dup2(fd: c_int, to: c_int) -> c_int {
+    let r = unsafe { real::dup2(fd, to) };
+    if r >= 0 && fd != to {
+        replaced(fd, to);
+        return duplicated(fd, r);
+    }
+    r
+}
+
+/// `dup3(2)`.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn dup3(fd: c_int, to: c_int, flags: c_int) -> c_int {
+    let r = unsafe { real::dup3(fd, to, flags) };
+    if r >= 0 {
+        replaced(fd, to);
+        return duplicated(fd, r);
+    }
+    r
+}
+
+/// `fcntl(2)`: on a spate socket, `F_GETFL`/`F_SETFL` (`O_NONBLOCK`) are
+/// the socket's; the descriptor's own commands (`F_GETFD`/`F_SETFD`,
+/// `F_DUPFD`, `F_DUPFD_CLOEXEC`) go to the C library on the number.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn fcntl(fd: c_int, cmd: c_int, arg: c_long) -> c_int {
+    unsafe { fcntl_with(fd, cmd, arg, real::fcntl) }
+}
+
+/// `fcntl64`, as glibc's headers name `fcntl` for programs built with
+/// 64-bit file offsets; as [`fcntl`].
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn fcntl64(fd: c_int, cmd: c_int, arg: c_long) -> c_int {
+    unsafe { fcntl_with(fd, cmd, arg, real::fcntl64) }
+}
+
+unsafe fn fcntl_with(fd: c_int, cmd: c_int, arg: c_long, libc_call: unsafe fn(c_int, c_int, c_long) -> c_int) -> c_int {
+    match (fds::kind(fd), cmd) {
+        (Kind::Spate, libc::F_GETFL | libc::F_SETFL) => spate_or_down!(ffi::spate_fcntl(fd, cmd, arg)),
+        (_, libc::F_DUPFD | libc::F_DUPFD_CLOEXEC) => duplicated(fd, unsafe { libc_call(fd, cmd, arg) }),
+        _ => unsafe { libc_call(fd, cmd, arg) },
     }
 }
 

@@ -73,6 +73,10 @@ real! {
     fn writev(fd: c_int, iov: *const iovec, n: c_int) -> ssize_t;
     fn ioctl(fd: c_int, request: c_ulong, arg: *mut c_void) -> c_int;
     fn fcntl(fd: c_int, cmd: c_int, arg: c_long) -> c_int;
+    fn fcntl64(fd: c_int, cmd: c_int, arg: c_long) -> c_int;
+    fn dup(fd: c_int) -> c_int;
+    fn dup2(fd: c_int, to: c_int) -> c_int;
+    fn dup3(fd: c_int, to: c_int, flags: c_int) -> c_int;
     fn __recv_chk(fd: c_int, buf: *mut c_void, len: size_t, buflen: size_t, flags: c_int) -> ssize_t;
     fn __recvfrom_chk(fd: c_int, buf: *mut c_void, len: size_t, buflen: size_t, flags: c_int, addr: *mut sockaddr, alen: *mut socklen_t) -> ssize_t;
     fn __read_chk(fd: c_int, buf: *mut c_void, len: size_t, buflen: size_t) -> ssize_t;

@@ -3,7 +3,8 @@
 //! must carry; and whether this process may use it.
 //!
 //! One stack per device: the process that starts it holds an exclusive
-//! `flock` on `/run/spate/preload-DEVICES.lock` for as long as it lives.
+//! `flock` on `/run/spate/preload-NETNS-DEVICES.lock` (NETNS the network
+//! namespace's inode) for as long as it lives.
 //! A program started with the preload inherited (an `exec` from a
 //! process that runs a stack, another `spate-run` on the same device)
 //! finds the lock held and leaves its sockets to the kernel; the kernel
@@ -90,9 +91,14 @@ fn device_lock(devices: &[String]) -> Option<std::fs::File> {
         .chars()
         .map(|c| if c.is_ascii_alphanumeric() || "-_.+".contains(c) { c } else { '_' })
         .collect();
+    // A device's name is the network namespace's: two namespaces (two
+    // containers sharing /run) each have their own `net_af_packet0`.
+    let netns: String = std::fs::read_link("/proc/self/ns/net")
+        .map(|l| l.to_string_lossy().chars().filter(char::is_ascii_digit).collect())
+        .unwrap_or_default();
     let dir = std::path::Path::new("/run/spate");
     let _ = std::fs::create_dir_all(dir);
-    let path = dir.join(format!("preload-{}.lock", if name.is_empty() { "default" } else { &name }));
+    let path = dir.join(format!("preload-{netns}-{}.lock", if name.is_empty() { "default" } else { &name }));
     let file = match std::fs::OpenOptions::new().create(true).truncate(false).write(true).open(&path) {
         Ok(f) => f,
         Err(e) => {

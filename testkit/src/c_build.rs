@@ -30,3 +30,17 @@ pub fn build_against(prefix: &Path, compiler: &str, src: &Path, out: &Path, flag
     assert!(o.status.success(), "{compiler} {}: {}", src.display(), String::from_utf8_lossy(&o.stderr));
     out.to_path_buf()
 }
+
+/// The install the C tests build from and run: `$SPATE_C_PREFIX`, else
+/// `target/c-api-prefix` (`cargo xtask install --debug --prefix
+/// target/c-api-prefix`, which `cargo xtask test` runs first).
+pub fn install_prefix() -> PathBuf {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).parent().expect("the workspace").to_path_buf();
+    let p = std::env::var_os("SPATE_C_PREFIX").map(PathBuf::from).unwrap_or_else(|| root.join("target/c-api-prefix"));
+    assert!(
+        p.join("lib/pkgconfig/spate.pc").exists(),
+        "no libspate install at {} (cargo xtask install --debug --prefix target/c-api-prefix)",
+        p.display()
+    );
+    p
+}

@@ -17,7 +17,9 @@ pub mod wire_peer;
 
 pub use eal::{device_lock, shared_eal};
 pub use names::{unique, unique_socket_path};
-pub use netns::{Netns, af_packet_stack, behind_a_small_link, kernel_peer, spate_and_kernel, veth};
+pub use netns::{
+    Netns, af_packet_stack, behind_a_small_link, echo_every_size, echo_sizes, kernel_peer, spate_and_kernel, veth,
+};
 pub use process::Proc;
 pub use spate::{
     RelayLeg, SpateApp, capture_frames, counter, echo_after_gaps, parse_counters, port_counter, start_dump, stop_relay,

@@ -193,3 +193,47 @@ pub fn behind_a_small_link(what: &str) -> (Netns, Netns, Netns) {
     }
     (spate, router, kernel)
 }
+
+/// Every size class of datagram: empty, small, a full frame, fragments,
+/// the largest.
+pub const EVERY_SIZE: &[usize] = &[0, 1, 64, 1400, 1472, 3000, 9000, 30000, 65000];
+
+/// [`echo_sizes`] of [`EVERY_SIZE`].
+pub fn echo_every_size(peer: &Netns, pairs: &[(&str, &str)]) -> usize {
+    echo_sizes(peer, pairs, EVERY_SIZE)
+}
+
+/// From inside `peer`, sends a datagram of each of `sizes` to each
+/// `(bind, target)` pair's echo server and checks each comes back whole
+/// from the target, then a burst of 200 small ones (read back in any
+/// order); the datagrams echoed.
+pub fn echo_sizes(peer: &Netns, pairs: &[(&str, &str)], sizes: &'static [usize]) -> usize {
+    let pairs: Vec<(String, String)> = pairs.iter().map(|(b, t)| (b.to_string(), t.to_string())).collect();
+    peer.run(move || {
+        let mut echoed = 0;
+        for (bind, target) in &pairs {
+            let s = std::net::UdpSocket::bind(bind.as_str()).unwrap();
+            s.set_read_timeout(Some(Duration::from_secs(2))).unwrap();
+            let target: std::net::SocketAddr = target.parse().unwrap();
+            let mut buf = vec![0u8; 65536];
+            for (i, &len) in sizes.iter().enumerate() {
+                let payload: Vec<u8> = (0..len).map(|j| (i * 31 + j * 7) as u8).collect();
+                s.send_to(&payload, target).unwrap();
+                let (n, from) = s.recv_from(&mut buf).unwrap_or_else(|e| panic!("{len} bytes to {target}: {e}"));
+                assert_eq!((from, &buf[..n]), (target, &payload[..]), "{len} bytes to {target}");
+                echoed += 1;
+            }
+            for k in 0..200u32 {
+                s.send_to(&k.to_be_bytes(), target).unwrap();
+            }
+            let mut seen = std::collections::HashSet::new();
+            while seen.len() < 200 {
+                let (n, _) = s.recv_from(&mut buf).expect("the burst comes back");
+                assert_eq!(n, 4);
+                seen.insert(u32::from_be_bytes(buf[..4].try_into().unwrap()));
+            }
+            echoed += 200;
+        }
+        echoed
+    })
+}

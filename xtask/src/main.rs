@@ -58,6 +58,9 @@ const TEST_PACKAGES: &[&str] = &[
     "podman-compose",
     "binutils",
     "valgrind",
+    // Unmodified programs under spate-run (tests/preload.rs).
+    "socat",
+    "netcat-openbsd",
     // The C API's test programs (C, C++, with the sanitizers).
     "gcc",
     "g++",
