@@ -409,3 +409,64 @@ fn a_program_killed_with_sigkill_leaves_nothing_that_stops_the_next() {
         assert!(!proc.exists(), "round {round}: {pid} outlived SIGKILL");
     }
 }
+
+const PY_MAPS: &str = r#"
+import socket, sys
+def mapped(lib):
+    return any(lib in line for line in open("/proc/self/maps"))
+failures = 0
+lo = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+lo.bind(("127.0.0.1", 0))
+lo.sendto(b"x", lo.getsockname())
+lo.recv(4)
+before = (mapped("libspate-preload"), mapped("librte_eal"), mapped("libspate.so"))
+print("before", before)
+# With LD_PRELOAD alone, the first UDP socket loads libspate to read the
+# flags (spate-run hands the preload their routes).
+if before != ((True, False, False) if sys.argv[1] == "spate-run" else (True, True, True)):
+    print("FAIL a loopback socket loaded", before); failures += 1
+s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+s.bind(("0.0.0.0", 7))
+after = (mapped("librte_eal"), mapped("libspate.so"))
+print("after", after)
+if after != (True, True):
+    print("FAIL a spate socket without libspate", after); failures += 1
+print("READY", flush=True)
+data, peer = s.recvfrom(100)
+s.sendto(data, peer)
+print("failures", failures, flush=True)
+"#;
+
+#[test]
+fn libspate_and_dpdk_load_only_when_a_socket_needs_spate_and_ld_preload_alone_works() {
+    let _serial = device_lock();
+    let script = script("maps.py", PY_MAPS);
+    for how in ["spate-run", "LD_PRELOAD"] {
+        let (ns, kernel) = spate_and_kernel("plmaps");
+        let mut p = match how {
+            "spate-run" => spate_run(&ns, "py-maps", "/usr/bin/python3", &[&script, how]),
+            _ => {
+                let lib = install_prefix().join("lib/libspate-preload.so");
+                let args: Vec<String> = [
+                    format!("LD_PRELOAD={}", lib.display()),
+                    format!("SPATE_ARGS={}", FLAGS.join(" ")),
+                    "/usr/bin/python3".into(),
+                    script.clone(),
+                    how.into(),
+                ]
+                .into();
+                ns.spawn("py-maps-ld", "/usr/bin/env", &args, Duration::from_secs(120)).unwrap()
+            }
+        };
+        expect(&mut p, "READY");
+        kernel.run(|| {
+            let s = UdpSocket::bind("198.18.0.1:0").unwrap();
+            s.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+            s.send_to(b"maps", "198.18.0.2:7").unwrap();
+            let mut buf = [0u8; 16];
+            let (n, _) = s.recv_from(&mut buf).expect("the echo through spate");
+            assert_eq!(&buf[..n], b"maps");
+        });
+        finish(p);
+    }
+}

@@ -8,7 +8,10 @@
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 
+use std::net::IpAddr;
+
 use clap::Parser;
+use spate::config::StackConfig;
 
 use crate::cli::StackArgs;
 
@@ -48,10 +51,13 @@ pub fn main(args: Vec<String>) -> i32 {
         eprintln!("spate-run: no program (spate-run [STACK FLAGS] -- PROGRAM [ARGS]...)");
         return 2;
     }
-    if let Err(e) = parsed.stack.to_config() {
-        eprintln!("spate-run: {e}");
-        return 2;
-    }
+    let cfg = match parsed.stack.to_config() {
+        Ok(c) => c,
+        Err(e) => {
+            eprintln!("spate-run: {e}");
+            return 2;
+        }
+    };
     let Some(preload) = parsed.preload.clone().or_else(find_preload) else {
         eprintln!(
             "spate-run: no libspate-preload.so (cargo xtask install puts it in PREFIX/lib; --preload FILE or \
@@ -82,6 +88,7 @@ pub fn main(args: Vec<String>) -> i32 {
     let err = std::process::Command::new(&program[0])
         .args(&program[1..])
         .env("SPATE_ARGS", join_words(&flags))
+        .env("SPATE_ROUTES", routes_text(&cfg))
         .env("LD_PRELOAD", ld)
         .exec();
     eprintln!("spate-run: {}: {err}", program[0]);
@@ -98,6 +105,34 @@ fn find_preload() -> Option<PathBuf> {
     [dir.join("../lib/libspate-preload.so"), dir.join("libspate_preload.so")]
         .into_iter()
         .find(|p| Path::new(p).is_file())
+}
+
+/// What libspate-preload decides with, as `SPATE_ROUTES` gives it (the
+/// preload reads it without loading libspate or DPDK; libspate's
+/// `spate_preload_routes` makes it from `SPATE_ARGS` when a program runs
+/// with `LD_PRELOAD` alone): a word per fact, `net=ADDR/LEN` for each of
+/// spate's addresses, `gateway4` and `gateway6` for its default routes,
+/// `lock=NAME` for its devices (one stack per device).
+pub fn routes_text(cfg: &StackConfig) -> String {
+    let mut words: Vec<String> =
+        cfg.ports.iter().flat_map(|p| p.ipv4.iter().chain(&p.ipv6)).map(|c| format!("net={c}")).collect();
+    if cfg.gateways.iter().any(IpAddr::is_ipv4) {
+        words.push("gateway4".into());
+    }
+    if cfg.gateways.iter().any(IpAddr::is_ipv6) {
+        words.push("gateway6".into());
+    }
+    let lock: String = cfg
+        .ports
+        .iter()
+        .map(|p| p.device.split(',').next().unwrap_or(&p.device))
+        .collect::<Vec<_>>()
+        .join("+")
+        .chars()
+        .map(|c| if c.is_ascii_alphanumeric() || "-_.+".contains(c) { c } else { '_' })
+        .collect();
+    words.push(format!("lock={}", if lock.is_empty() { "default" } else { &lock }));
+    words.join(" ")
 }
 
 /// `text` split into words as a shell splits them: blanks separate,
@@ -171,6 +206,15 @@ pub fn join_words<S: AsRef<str>>(words: &[S]) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn routes_text_names_the_addresses_gateways_and_devices() {
+        let args = ["t", "--vdev", "net_pcap0,iface=vA", "--ip", "198.18.0.2/24", "--gateway", "198.18.0.1"];
+        let parsed = RunArgs::try_parse_from(args).unwrap();
+        let text = routes_text(&parsed.stack.to_config().unwrap());
+        // libspate-preload's route.rs reads this very line in its own test.
+        assert_eq!(text, "net=198.18.0.2/24 gateway4 lock=net_pcap0");
+    }
 
     #[test]
     fn words_split_as_a_shell_splits_them_and_join_gives_them_back() {

@@ -34,6 +34,13 @@ thread_local! {
     static ON_LCORE: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
 }
 
+/// The configuration the tools' flags (`args[0]` ignored) give, or what
+/// is wrong with them.
+pub fn config_of(args: Vec<String>) -> Result<spate::config::StackConfig, String> {
+    let parsed = InitArgs::try_parse_from(args).map_err(|e| e.to_string())?;
+    parsed.stack.to_config().map_err(|e| e.to_string())
+}
+
 /// Builds the stack from the tools' flags (`args[0]` is ignored).
 pub fn init(args: Vec<String>) -> Result<(), i32> {
     static LOGGING: std::sync::Once = std::sync::Once::new();
@@ -44,11 +51,7 @@ pub fn init(args: Vec<String>) -> Result<(), i32> {
     if *made {
         return Err(libc::EALREADY);
     }
-    let parsed = InitArgs::try_parse_from(args).map_err(|e| {
-        let _ = e.print();
-        libc::EINVAL
-    })?;
-    let mut cfg = parsed.stack.to_config().map_err(|e| {
+    let mut cfg = config_of(args).map_err(|e| {
         log::error!("spate_init: {e}");
         libc::EINVAL
     })?;

@@ -12,12 +12,13 @@
 //! safe Rust), `options` (socket options), `cmsg` (control messages),
 //! `readiness` (the socket's descriptor and blocking waits), `global`
 //! (the stack and the descriptor table), `syscalls` (the system calls
-//! libspate makes itself), `preload` (what libspate-preload needs).
+//! libspate makes itself), `preload` and `ffi_preload` (what libspate-preload needs).
 #![deny(unsafe_code)]
 #![allow(non_camel_case_types)]
 
 mod cmsg;
 pub mod ffi;
+pub mod ffi_preload;
 pub mod ffi_zerocopy;
 mod global;
 mod options;

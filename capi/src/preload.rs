@@ -6,7 +6,21 @@
 use crate::global;
 use crate::socket::CSocket;
 
-pub use crate::syscalls::set_errno;
+/// The flags in `SPATE_ARGS` (as a shell splits words) as
+/// libspate-preload reads them (`SPATE_ROUTES`, spate_apps::run's
+/// `routes_text`), or what is wrong with them.
+pub fn routes(args: &str) -> Result<String, String> {
+    let mut all = vec!["SPATE_ARGS".to_string()];
+    all.extend(spate_apps::run::split_words(args)?);
+    Ok(spate_apps::run::routes_text(&global::config_of(all)?))
+}
+
+/// [`start`] from the flags of `SPATE_ARGS` (as a shell splits words).
+pub fn start_from(args: &str) -> Result<(), i32> {
+    let mut all = vec!["SPATE_ARGS".to_string()];
+    all.extend(spate_apps::run::split_words(args).map_err(|_| libc::EINVAL)?);
+    start(all)
+}
 
 /// Builds the stack from the tools' flags (`args[0]` ignored) and starts
 /// its polling lcores: `spate_init` and `spate_start`.

@@ -12,8 +12,8 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use libc::{
     c_int, c_long, c_uint, c_ulong, c_void, iovec, mmsghdr, msghdr, size_t, sockaddr, socklen_t, ssize_t, timespec,
 };
-use spate_capi::ffi;
 
+use crate::dlopen::loaded as lib;
 use crate::fds::{self, Kind};
 use crate::libc_next as real;
 use crate::state;
@@ -71,11 +71,11 @@ fn take(fd: c_int) -> Result<bool, c_int> {
     // SAFETY: no pointers.
     let (fl, fdfl) = unsafe { (real::fcntl(fd, libc::F_GETFL, 0), real::fcntl(fd, libc::F_GETFD, 0)) };
     let options = fds::take_options(fd);
-    spate_capi::preload::adopt(fd, domain == libc::AF_INET6, fl & libc::O_NONBLOCK != 0, fdfl & libc::FD_CLOEXEC != 0)?;
+    lib().adopt(fd, domain == libc::AF_INET6, fl & libc::O_NONBLOCK != 0, fdfl & libc::FD_CLOEXEC != 0)?;
     fds::set(fd, Kind::Spate);
     for (level, name, value) in options {
         // SAFETY: the value's bytes and length.
-        let r = unsafe { ffi::spate_setsockopt(fd, level, name, value.as_ptr().cast(), value.len() as socklen_t) };
+        let r = unsafe { (lib().spate_setsockopt)(fd, level, name, value.as_ptr().cast(), value.len() as socklen_t) };
         if r < 0 {
             said_once(&format!(
                 "socket option (level {level}, name {name}) set before the socket moved onto spate is not spate's: {}",
@@ -96,7 +96,8 @@ fn said_once(line: &str) {
 
 /// -1 with `errno` = `e`.
 fn fail<T: From<i8>>(e: c_int) -> T {
-    spate_capi::preload::set_errno(e);
+    // SAFETY: the calling thread's errno.
+    unsafe { *libc::__errno_location() = e };
     T::from(-1)
 }
 
@@ -148,7 +149,7 @@ pub unsafe extern "C" fn socket(domain: c_int, kind: c_int, protocol: c_int) -> 
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn bind(fd: c_int, addr: *const sockaddr, len: socklen_t) -> c_int {
     match fds::kind(fd) {
-        Kind::Spate => spate_or_down!(unsafe { ffi::spate_bind(fd, addr, len) }),
+        Kind::Spate => spate_or_down!(unsafe { (lib().spate_bind)(fd, addr, len) }),
         Kind::Open => {
             // SAFETY: as bind's contract.
             let to = unsafe { addr_of(addr, len) };
@@ -157,7 +158,7 @@ pub unsafe extern "C" fn bind(fd: c_int, addr: *const sockaddr, len: socklen_t) 
                 _ => Ok(false),
             };
             match spate {
-                Ok(true) => unsafe { ffi::spate_bind(fd, addr, len) },
+                Ok(true) => unsafe { (lib().spate_bind)(fd, addr, len) },
                 Ok(false) => kernel_after(fd, unsafe { real::bind(fd, addr, len) }),
                 Err(e) => fail(e),
             }
@@ -171,9 +172,9 @@ pub unsafe extern "C" fn bind(fd: c_int, addr: *const sockaddr, len: socklen_t) 
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn connect(fd: c_int, addr: *const sockaddr, len: socklen_t) -> c_int {
     match fds::kind(fd) {
-        Kind::Spate => spate_or_down!(unsafe { ffi::spate_connect(fd, addr, len) }),
+        Kind::Spate => spate_or_down!(unsafe { (lib().spate_connect)(fd, addr, len) }),
         Kind::Open => match take_for(fd, unsafe { addr_of(addr, len) }) {
-            Ok(true) => unsafe { ffi::spate_connect(fd, addr, len) },
+            Ok(true) => unsafe { (lib().spate_connect)(fd, addr, len) },
             Ok(false) => kernel_after(fd, unsafe { real::connect(fd, addr, len) }),
             Err(e) => fail(e),
         },
@@ -193,9 +194,9 @@ pub unsafe extern "C" fn sendto(
     alen: socklen_t,
 ) -> ssize_t {
     match fds::kind(fd) {
-        Kind::Spate => spate_or_down!(unsafe { ffi::spate_sendto(fd, buf, n, flags, addr, alen) }),
+        Kind::Spate => spate_or_down!(unsafe { (lib().spate_sendto)(fd, buf, n, flags, addr, alen) }),
         Kind::Open => match take_for(fd, unsafe { addr_of(addr, alen) }) {
-            Ok(true) => unsafe { ffi::spate_sendto(fd, buf, n, flags, addr, alen) },
+            Ok(true) => unsafe { (lib().spate_sendto)(fd, buf, n, flags, addr, alen) },
             Ok(false) if addr.is_null() => unsafe { real::sendto(fd, buf, n, flags, addr, alen) },
             Ok(false) => kernel_after(fd, unsafe { real::sendto(fd, buf, n, flags, addr, alen) }),
             Err(e) => fail(e),
@@ -208,12 +209,12 @@ pub unsafe extern "C" fn sendto(
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn sendmsg(fd: c_int, msg: *const msghdr, flags: c_int) -> ssize_t {
     match fds::kind(fd) {
-        Kind::Spate => spate_or_down!(unsafe { ffi::spate_sendmsg(fd, msg, flags) }),
+        Kind::Spate => spate_or_down!(unsafe { (lib().spate_sendmsg)(fd, msg, flags) }),
         Kind::Open => {
             // SAFETY: `msg` is NULL or a valid msghdr, per the contract.
             let to = unsafe { msg.as_ref().and_then(|m| addr_of(m.msg_name.cast(), m.msg_namelen)) };
             match take_for(fd, to) {
-                Ok(true) => unsafe { ffi::spate_sendmsg(fd, msg, flags) },
+                Ok(true) => unsafe { (lib().spate_sendmsg)(fd, msg, flags) },
                 Ok(false) if to.is_none() => unsafe { real::sendmsg(fd, msg, flags) },
                 Ok(false) => kernel_after(fd, unsafe { real::sendmsg(fd, msg, flags) }),
                 Err(e) => fail(e),
@@ -227,7 +228,7 @@ pub unsafe extern "C" fn sendmsg(fd: c_int, msg: *const msghdr, flags: c_int) ->
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn sendmmsg(fd: c_int, msgs: *mut mmsghdr, vlen: c_uint, flags: c_int) -> c_int {
     match fds::kind(fd) {
-        Kind::Spate => spate_or_down!(unsafe { ffi::spate_sendmmsg(fd, msgs, vlen, flags) }),
+        Kind::Spate => spate_or_down!(unsafe { (lib().spate_sendmmsg)(fd, msgs, vlen, flags) }),
         Kind::Open => {
             // SAFETY: `msgs` is NULL or `vlen` valid mmsghdrs, per the contract.
             let to = match vlen {
@@ -235,7 +236,7 @@ pub unsafe extern "C" fn sendmmsg(fd: c_int, msgs: *mut mmsghdr, vlen: c_uint, f
                 _ => unsafe { msgs.as_ref().and_then(|m| addr_of(m.msg_hdr.msg_name.cast(), m.msg_hdr.msg_namelen)) },
             };
             match take_for(fd, to) {
-                Ok(true) => unsafe { ffi::spate_sendmmsg(fd, msgs, vlen, flags) },
+                Ok(true) => unsafe { (lib().spate_sendmmsg)(fd, msgs, vlen, flags) },
                 Ok(false) if to.is_none() => unsafe { real::sendmmsg(fd, msgs, vlen, flags) },
                 Ok(false) => kernel_after(fd, unsafe { real::sendmmsg(fd, msgs, vlen, flags) }),
                 Err(e) => fail(e),
@@ -248,14 +249,14 @@ pub unsafe extern "C" fn sendmmsg(fd: c_int, msgs: *mut mmsghdr, vlen: c_uint, f
 /// Calls that go to spate for a spate socket and to the C library for
 /// any other descriptor, unchanged.
 macro_rules! either {
-    ($($(#[$doc:meta])* fn $name:ident($fd:ident: c_int $(, $arg:ident: $ty:ty)*) -> $ret:ty => $spate:path;)*) => {$(
+    ($($(#[$doc:meta])* fn $name:ident($fd:ident: c_int $(, $arg:ident: $ty:ty)*) -> $ret:ty => $spate:expr;)*) => {$(
         $(#[$doc])*
         #[unsafe(no_mangle)]
         pub unsafe extern "C" fn $name($fd: c_int $(, $arg: $ty)*) -> $ret {
             match fds::kind($fd) {
                 // SAFETY: the C call's contract is the program's.
                 #[allow(unused_unsafe)]
-                Kind::Spate => spate_or_down!(unsafe { $spate($fd $(, $arg)*) } as $ret),
+                Kind::Spate => spate_or_down!(unsafe { ($spate)($fd $(, $arg)*) } as $ret),
                 _ => unsafe { real::$name($fd $(, $arg)*) },
             }
         }
@@ -264,26 +265,26 @@ macro_rules! either {
 
 either! {
     /// `send(2)`.
-    fn send(fd: c_int, buf: *const c_void, n: size_t, flags: c_int) -> ssize_t => ffi::spate_send;
+    fn send(fd: c_int, buf: *const c_void, n: size_t, flags: c_int) -> ssize_t => lib().spate_send;
     /// `recv(2)`.
-    fn recv(fd: c_int, buf: *mut c_void, n: size_t, flags: c_int) -> ssize_t => ffi::spate_recv;
+    fn recv(fd: c_int, buf: *mut c_void, n: size_t, flags: c_int) -> ssize_t => lib().spate_recv;
     /// `recvfrom(2)`.
     fn recvfrom(fd: c_int, buf: *mut c_void, n: size_t, flags: c_int, addr: *mut sockaddr, alen: *mut socklen_t) -> ssize_t
-        => ffi::spate_recvfrom;
+        => lib().spate_recvfrom;
     /// `recvmsg(2)`.
-    fn recvmsg(fd: c_int, msg: *mut msghdr, flags: c_int) -> ssize_t => ffi::spate_recvmsg;
+    fn recvmsg(fd: c_int, msg: *mut msghdr, flags: c_int) -> ssize_t => lib().spate_recvmsg;
     /// `recvmmsg(2)`.
     fn recvmmsg(fd: c_int, msgs: *mut mmsghdr, vlen: c_uint, flags: c_int, timeout: *mut timespec) -> c_int
-        => ffi::spate_recvmmsg;
+        => lib().spate_recvmmsg;
     /// `getsockname(2)`.
-    fn getsockname(fd: c_int, addr: *mut sockaddr, alen: *mut socklen_t) -> c_int => ffi::spate_getsockname;
+    fn getsockname(fd: c_int, addr: *mut sockaddr, alen: *mut socklen_t) -> c_int => lib().spate_getsockname;
     /// `getpeername(2)`.
-    fn getpeername(fd: c_int, addr: *mut sockaddr, alen: *mut socklen_t) -> c_int => ffi::spate_getpeername;
+    fn getpeername(fd: c_int, addr: *mut sockaddr, alen: *mut socklen_t) -> c_int => lib().spate_getpeername;
     /// `getsockopt(2)`.
     fn getsockopt(fd: c_int, level: c_int, name: c_int, val: *mut c_void, len: *mut socklen_t) -> c_int
-        => ffi::spate_getsockopt;
+        => lib().spate_getsockopt;
     /// `shutdown(2)`.
-    fn shutdown(fd: c_int, how: c_int) -> c_int => ffi::spate_shutdown;
+    fn shutdown(fd: c_int, how: c_int) -> c_int => lib().spate_shutdown;
     /// `read(2)`: on a spate socket, `recv` without flags.
     fn read(fd: c_int, buf: *mut c_void, n: size_t) -> ssize_t => spate_read;
     /// `write(2)`: on a spate socket, `send` without flags.
@@ -297,11 +298,11 @@ either! {
 }
 
 unsafe fn spate_read(fd: c_int, buf: *mut c_void, n: size_t) -> ssize_t {
-    unsafe { ffi::spate_recv(fd, buf, n, 0) }
+    unsafe { (lib().spate_recv)(fd, buf, n, 0) }
 }
 
 unsafe fn spate_write(fd: c_int, buf: *const c_void, n: size_t) -> ssize_t {
-    unsafe { ffi::spate_send(fd, buf, n, 0) }
+    unsafe { (lib().spate_send)(fd, buf, n, 0) }
 }
 
 fn vector_msg(iov: *const iovec, n: c_int) -> Result<msghdr, c_int> {
@@ -317,20 +318,20 @@ fn vector_msg(iov: *const iovec, n: c_int) -> Result<msghdr, c_int> {
 
 unsafe fn spate_readv(fd: c_int, iov: *const iovec, n: c_int) -> ssize_t {
     match vector_msg(iov, n) {
-        Ok(mut m) => unsafe { ffi::spate_recvmsg(fd, &mut m, 0) },
+        Ok(mut m) => unsafe { (lib().spate_recvmsg)(fd, &mut m, 0) },
         Err(e) => fail(e),
     }
 }
 
 unsafe fn spate_writev(fd: c_int, iov: *const iovec, n: c_int) -> ssize_t {
     match vector_msg(iov, n) {
-        Ok(m) => unsafe { ffi::spate_sendmsg(fd, &m, 0) },
+        Ok(m) => unsafe { (lib().spate_sendmsg)(fd, &m, 0) },
         Err(e) => fail(e),
     }
 }
 
 unsafe fn spate_ioctl(fd: c_int, request: c_ulong, arg: *mut c_void) -> c_int {
-    unsafe { ffi::spate_ioctl(fd, request, arg.cast()) }
+    unsafe { (lib().spate_ioctl)(fd, request, arg.cast()) }
 }
 
 /// `setsockopt(2)`: on an open socket, the kernel's, remembered to be set
@@ -338,7 +339,7 @@ unsafe fn spate_ioctl(fd: c_int, request: c_ulong, arg: *mut c_void) -> c_int {
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn setsockopt(fd: c_int, level: c_int, name: c_int, val: *const c_void, len: socklen_t) -> c_int {
     match fds::kind(fd) {
-        Kind::Spate => spate_or_down!(unsafe { ffi::spate_setsockopt(fd, level, name, val, len) }),
+        Kind::Spate => spate_or_down!(unsafe { (lib().spate_setsockopt)(fd, level, name, val, len) }),
         Kind::Open => {
             let r = unsafe { real::setsockopt(fd, level, name, val, len) };
             if r == 0 && !val.is_null() {
@@ -361,7 +362,8 @@ pub unsafe extern "C" fn close(fd: c_int) -> c_int {
         Kind::Kernel => unsafe { real::close(fd) },
         Kind::Spate if !state::forked() => {
             fds::set(fd, Kind::Kernel);
-            ffi::spate_close(fd);
+            // SAFETY: no pointers.
+            unsafe { (lib().spate_close)(fd) };
             unsafe { real::close(fd) }
         }
         _ => {
@@ -382,7 +384,7 @@ fn duplicated(fd: c_int, new: c_int) -> c_int {
     match fds::kind(fd) {
         Kind::Spate => {
             if !state::forked() {
-                let _ = spate_capi::preload::alias(new, fd);
+                let _ = lib().alias(new, fd);
             }
             if !fds::set(new, Kind::Spate) {
                 said_once(&format!(
@@ -391,7 +393,7 @@ fn duplicated(fd: c_int, new: c_int) -> c_int {
                 ));
                 // SAFETY: our own new number.
                 unsafe { real::close(new) };
-                spate_capi::preload::forget(new);
+                lib().forget(new);
                 return fail(libc::EMFILE);
             }
         }
@@ -412,7 +414,7 @@ fn replaced(fd: c_int, to: c_int) {
     if fd != to && fds::kind(to) == Kind::Spate {
         fds::set(to, Kind::Kernel);
         if !state::forked() {
-            spate_capi::preload::forget(to);
+            lib().forget(to);
         }
     }
 }
@@ -462,7 +464,7 @@ pub unsafe extern "C" fn fcntl64(fd: c_int, cmd: c_int, arg: c_long) -> c_int {
 
 unsafe fn fcntl_with(fd: c_int, cmd: c_int, arg: c_long, libc_call: unsafe fn(c_int, c_int, c_long) -> c_int) -> c_int {
     match (fds::kind(fd), cmd) {
-        (Kind::Spate, libc::F_GETFL | libc::F_SETFL) => spate_or_down!(ffi::spate_fcntl(fd, cmd, arg)),
+        (Kind::Spate, libc::F_GETFL | libc::F_SETFL) => spate_or_down!(unsafe { (lib().spate_fcntl)(fd, cmd, arg) }),
         (_, libc::F_DUPFD | libc::F_DUPFD_CLOEXEC) => duplicated(fd, unsafe { libc_call(fd, cmd, arg) }),
         _ => unsafe { libc_call(fd, cmd, arg) },
     }
@@ -474,7 +476,7 @@ pub unsafe extern "C" fn __recv_chk(fd: c_int, buf: *mut c_void, n: size_t, bufl
     match fds::kind(fd) {
         Kind::Spate => {
             overflow_check(n, buflen);
-            spate_or_down!(unsafe { ffi::spate_recv(fd, buf, n, flags) })
+            spate_or_down!(unsafe { (lib().spate_recv)(fd, buf, n, flags) })
         }
         _ => unsafe { real::__recv_chk(fd, buf, n, buflen, flags) },
     }
@@ -494,7 +496,7 @@ pub unsafe extern "C" fn __recvfrom_chk(
     match fds::kind(fd) {
         Kind::Spate => {
             overflow_check(n, buflen);
-            spate_or_down!(unsafe { ffi::spate_recvfrom(fd, buf, n, flags, addr, alen) })
+            spate_or_down!(unsafe { (lib().spate_recvfrom)(fd, buf, n, flags, addr, alen) })
         }
         _ => unsafe { real::__recvfrom_chk(fd, buf, n, buflen, flags, addr, alen) },
     }
@@ -506,7 +508,7 @@ pub unsafe extern "C" fn __read_chk(fd: c_int, buf: *mut c_void, n: size_t, bufl
     match fds::kind(fd) {
         Kind::Spate => {
             overflow_check(n, buflen);
-            spate_or_down!(unsafe { ffi::spate_recv(fd, buf, n, 0) })
+            spate_or_down!(unsafe { (lib().spate_recv)(fd, buf, n, 0) })
         }
         _ => unsafe { real::__read_chk(fd, buf, n, buflen) },
     }

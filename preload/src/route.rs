@@ -1,59 +1,55 @@
-//! Which UDP sockets spate carries, from the stack flags in `SPATE_ARGS`
-//! alone (no stack is built to decide): a socket bound to one of spate's
-//! addresses or to a wildcard, or sending to a destination spate's routes
-//! reach; not loopback, not an address only the kernel has.
+//! Which UDP sockets spate carries, from `SPATE_ROUTES` (spate_apps::run's
+//! `routes_text`: spate-run writes it, libspate makes it from
+//! `SPATE_ARGS` otherwise): a socket bound to one of spate's addresses or
+//! to a wildcard, or sending to a destination spate's routes reach; not
+//! loopback, not an address only the kernel has.
 
 use std::net::{IpAddr, SocketAddr};
 
-use clap::Parser;
-use spate::config::{Cidr, StackConfig};
-use spate_apps::cli::StackArgs;
-use spate_apps::run::split_words;
-
-/// The stack flags, as `SPATE_ARGS` gives them.
-#[derive(Debug, Parser)]
-#[command(name = "SPATE_ARGS", about = "spate's stack flags")]
-struct Flags {
-    #[command(flatten)]
-    stack: StackArgs,
-}
-
-/// What spate carries, and the flags its stack is built from.
-#[derive(Debug, Clone)]
+/// What spate carries.
+#[derive(Debug, Clone, Default)]
 pub struct Routes {
-    /// The flags, `argv[0]` first, for `spate_init`.
-    pub args: Vec<String>,
-    /// spate's addresses with their prefixes.
-    nets: Vec<Cidr>,
+    /// spate's addresses with their prefix lengths.
+    nets: Vec<(IpAddr, u8)>,
     /// spate has a default route for IPv4 and for IPv6.
     gateway4: bool,
     gateway6: bool,
-    /// The devices, to name the lock that keeps one stack per device.
-    pub devices: Vec<String>,
+    /// Names the lock that keeps one stack per device.
+    pub lock: String,
 }
 
 impl Routes {
-    /// Reads the flags (`SPATE_ARGS`, split as a shell splits words).
-    pub fn from_args(text: &str) -> Result<Routes, String> {
-        let mut args = vec!["spate-run".to_string()];
-        args.extend(split_words(text)?);
-        let flags = Flags::try_parse_from(&args).map_err(|e| e.to_string())?;
-        let cfg: StackConfig = flags.stack.to_config().map_err(|e| e.to_string())?;
-        let nets: Vec<Cidr> = cfg.ports.iter().flat_map(|p| p.ipv4.iter().chain(&p.ipv6)).copied().collect();
-        Ok(Routes {
-            args,
-            nets,
-            gateway4: cfg.gateways.iter().any(IpAddr::is_ipv4),
-            gateway6: cfg.gateways.iter().any(IpAddr::is_ipv6),
-            devices: cfg.ports.iter().map(|p| p.device.clone()).collect(),
-        })
+    /// Reads a `SPATE_ROUTES` line.
+    pub fn from_text(text: &str) -> Result<Routes, String> {
+        let mut r = Routes::default();
+        for word in text.split_whitespace() {
+            match word.split_once('=') {
+                Some(("net", net)) => {
+                    let (addr, len) = net.split_once('/').ok_or_else(|| format!("{word}: no prefix length"))?;
+                    let addr: IpAddr = addr.parse().map_err(|e| format!("{word}: {e}"))?;
+                    let len: u8 = len.parse().map_err(|e| format!("{word}: {e}"))?;
+                    if len > if addr.is_ipv4() { 32 } else { 128 } {
+                        return Err(format!("{word}: the prefix is too long"));
+                    }
+                    r.nets.push((addr, len));
+                }
+                Some(("lock", name)) => r.lock = name.to_string(),
+                None if word == "gateway4" => r.gateway4 = true,
+                None if word == "gateway6" => r.gateway6 = true,
+                _ => return Err(format!("{word}: not a route")),
+            }
+        }
+        if r.lock.is_empty() {
+            return Err("no lock= word".into());
+        }
+        Ok(r)
     }
 
     /// Whether a socket bound to `a` is spate's: a wildcard or one of
     /// spate's addresses (an IPv4-mapped one as its IPv4 address).
     pub fn binds(&self, a: &SocketAddr) -> bool {
         let ip = canonical(a.ip());
-        ip.is_unspecified() || self.nets.iter().any(|c| c.addr == ip)
+        ip.is_unspecified() || self.nets.iter().any(|(n, _)| *n == ip)
     }
 
     /// Whether spate carries datagrams to `a`: not loopback, and on one of
@@ -64,7 +60,7 @@ impl Routes {
             return false;
         }
         let gateway = if ip.is_ipv4() { self.gateway4 } else { self.gateway6 };
-        gateway || self.nets.iter().any(|c| on_net(c, ip))
+        gateway || self.nets.iter().any(|&(n, len)| on_net(n, len, ip))
     }
 }
 
@@ -76,19 +72,19 @@ fn canonical(ip: IpAddr) -> IpAddr {
     }
 }
 
-/// Whether `ip` lies in `net`'s prefix.
-fn on_net(net: &Cidr, ip: IpAddr) -> bool {
+/// Whether `ip` lies in `net`/`len`.
+fn on_net(net: IpAddr, len: u8, ip: IpAddr) -> bool {
     let bits = |a: IpAddr| -> (u128, u32) {
         match a {
             IpAddr::V4(a) => (u32::from(a) as u128, 32),
             IpAddr::V6(a) => (u128::from(a), 128),
         }
     };
-    let ((n, width), (x, w2)) = (bits(net.addr), bits(ip));
+    let ((n, width), (x, w2)) = (bits(net), bits(ip));
     if width != w2 {
         return false;
     }
-    let keep = u32::from(net.prefix_len).min(width);
+    let keep = u32::from(len).min(width);
     let shift = width - keep;
     keep == 0 || (n >> shift) == (x >> shift)
 }
@@ -99,7 +95,7 @@ mod tests {
 
     #[test]
     fn spate_carries_its_own_addresses_and_what_its_routes_reach() {
-        let r = Routes::from_args("--vdev net_null0 --ip 198.18.0.2/24 --ip6 fd00::2/64").unwrap();
+        let r = Routes::from_text("net=198.18.0.2/24 net=fd00::2/64 lock=net_null0").unwrap();
         let a = |s: &str| s.parse::<SocketAddr>().unwrap();
         assert!(r.binds(&a("0.0.0.0:53")) && r.binds(&a("[::]:53")));
         assert!(r.binds(&a("198.18.0.2:9")) && r.binds(&a("[::ffff:198.18.0.2]:9")) && r.binds(&a("[fd00::2]:9")));
@@ -108,8 +104,12 @@ mod tests {
             r.reaches(&a("198.18.0.1:9")) && r.reaches(&a("[fd00::1]:9")) && r.reaches(&a("[::ffff:198.18.0.7]:9"))
         );
         assert!(!r.reaches(&a("127.0.0.1:9")) && !r.reaches(&a("8.8.8.8:53")) && !r.reaches(&a("[2001:db8::1]:53")));
-        let g = Routes::from_args("--vdev net_null0 --ip 198.18.0.2/24 --gateway 198.18.0.1").unwrap();
+        // The line spate_apps::run's own test has routes_text write.
+        let g = Routes::from_text("net=198.18.0.2/24 gateway4 lock=net_pcap0").unwrap();
+        assert_eq!(g.lock, "net_pcap0");
         assert!(g.reaches(&a("8.8.8.8:53")) && !g.reaches(&a("127.0.0.1:53")) && !g.reaches(&a("[2001:db8::1]:53")));
-        assert!(Routes::from_args("--ip nonsense").is_err());
+        for bad in ["net=nonsense/24 lock=x", "net=10.0.0.1/33 lock=x", "net=10.0.0.1 lock=x", "gateway9 lock=x", ""] {
+            assert!(Routes::from_text(bad).is_err(), "{bad}");
+        }
     }
 }

@@ -15,20 +15,34 @@ use std::os::fd::AsRawFd;
 use std::sync::OnceLock;
 use std::sync::atomic::{AtomicBool, Ordering};
 
+use crate::dlopen;
 use crate::route::Routes;
 
-/// The flags, or `None` when they are wrong (said once on stderr; every
-/// socket stays the kernel's).
+/// What spate carries, or `None` when the flags are wrong or absent
+/// (said once on stderr; every socket stays the kernel's): from
+/// `SPATE_ROUTES` (spate-run's), else made by libspate from
+/// `SPATE_ARGS`, which loads it.
 pub fn routes() -> Option<&'static Routes> {
     static ROUTES: OnceLock<Option<Routes>> = OnceLock::new();
     ROUTES
         .get_or_init(|| {
-            let text = std::env::var("SPATE_ARGS").unwrap_or_default();
-            Routes::from_args(&text)
-                .map_err(|e| say(&format!("SPATE_ARGS: {e}; the program's sockets stay the kernel's")))
+            let text = match std::env::var("SPATE_ROUTES") {
+                Ok(t) => t,
+                Err(_) => routes_from_libspate()?,
+            };
+            Routes::from_text(&text)
+                .map_err(|e| say(&format!("SPATE_ROUTES: {e}; the program's sockets stay the kernel's")))
                 .ok()
         })
         .as_ref()
+}
+
+/// The `SPATE_ROUTES` line libspate makes of `SPATE_ARGS`.
+fn routes_from_libspate() -> Option<String> {
+    let lib = dlopen::load().map_err(|e| say(&format!("{e}; the program's sockets stay the kernel's"))).ok()?;
+    lib.routes(&std::env::var("SPATE_ARGS").unwrap_or_default())
+        .map_err(|_| say("SPATE_ARGS: the flags are wrong; the program's sockets stay the kernel's"))
+        .ok()
 }
 
 /// A line on stderr, written straight to the kernel (the log may not be
@@ -57,8 +71,15 @@ pub fn stack_up() -> bool {
     static UP: OnceLock<bool> = OnceLock::new();
     *UP.get_or_init(|| {
         let Some(routes) = routes() else { return false };
-        let Some(lock) = device_lock(&routes.devices) else { return false };
-        match spate_capi::preload::start(routes.args.clone()) {
+        let Some(lock) = device_lock(&routes.lock) else { return false };
+        let lib = match dlopen::load() {
+            Ok(l) => l,
+            Err(e) => {
+                say(&format!("{e}; the program's sockets stay the kernel's"));
+                return false;
+            }
+        };
+        match lib.start(&std::env::var("SPATE_ARGS").unwrap_or_default()) {
             Ok(()) => {
                 // Held (and open) for the process's life.
                 std::mem::forget(lock);
@@ -80,17 +101,9 @@ extern "C" fn mark_forked() {
     FORKED.store(true, Ordering::Relaxed);
 }
 
-/// Takes the lock of `devices` (see the module's text); `None`, said,
-/// when another process holds it.
-fn device_lock(devices: &[String]) -> Option<std::fs::File> {
-    let name: String = devices
-        .iter()
-        .map(|d| d.split(',').next().unwrap_or(d))
-        .collect::<Vec<_>>()
-        .join("+")
-        .chars()
-        .map(|c| if c.is_ascii_alphanumeric() || "-_.+".contains(c) { c } else { '_' })
-        .collect();
+/// Takes the lock of the devices named `name` (see the module's text);
+/// `None`, said, when another process holds it.
+fn device_lock(name: &str) -> Option<std::fs::File> {
     // A device's name is the network namespace's: two namespaces (two
     // containers sharing /run) each have their own `net_af_packet0`.
     let netns: String = std::fs::read_link("/proc/self/ns/net")
@@ -98,7 +111,7 @@ fn device_lock(devices: &[String]) -> Option<std::fs::File> {
         .unwrap_or_default();
     let dir = std::path::Path::new("/run/spate");
     let _ = std::fs::create_dir_all(dir);
-    let path = dir.join(format!("preload-{netns}-{}.lock", if name.is_empty() { "default" } else { &name }));
+    let path = dir.join(format!("preload-{netns}-{name}.lock"));
     let file = match std::fs::OpenOptions::new().create(true).truncate(false).write(true).open(&path) {
         Ok(f) => f,
         Err(e) => {
@@ -108,8 +121,7 @@ fn device_lock(devices: &[String]) -> Option<std::fs::File> {
     };
     if !crate::libc_next::try_flock(file.as_raw_fd()) {
         say(&format!(
-            "another process runs a stack on {} ({} is held); this one's sockets stay the kernel's",
-            devices.join(" "),
+            "another process runs a stack on {name} ({} is held); this one's sockets stay the kernel's",
             path.display()
         ));
         return None;

@@ -1,0 +1,81 @@
+//! The calls libspate-preload finds in libspate when it loads it
+//! (`dlopen`, on the first UDP socket spate may carry), C strings and
+//! numbers over [`crate::preload`]. Not in spate.h: they are the
+//! preload's, not a program's.
+#![allow(unsafe_code)]
+
+use std::ffi::{CStr, c_char, c_int};
+
+use crate::ffi::call;
+use crate::preload;
+
+/// `text` of a C string, or `EINVAL`.
+///
+/// # Safety
+/// `p` is NULL or NUL-terminated.
+unsafe fn text<'a>(p: *const c_char) -> Result<&'a str, i32> {
+    if p.is_null() {
+        return Err(libc::EFAULT);
+    }
+    // SAFETY: per the contract.
+    unsafe { CStr::from_ptr(p) }.to_str().map_err(|_| libc::EINVAL)
+}
+
+/// Writes the `SPATE_ROUTES` line of flags `args` (as `SPATE_ARGS` has
+/// them) to `out` (`len` bytes, NUL-terminated); its length, or -1 with
+/// `EINVAL` (what is wrong said on stderr) or `ERANGE` (too long).
+///
+/// # Safety
+/// `args` is NUL-terminated; `out` has `len` writable bytes.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn spate_preload_routes(args: *const c_char, out: *mut c_char, len: usize) -> c_int {
+    call(|| {
+        // SAFETY: per the contract.
+        let args = unsafe { text(args) }?;
+        let line = preload::routes(args).map_err(|e| {
+            eprintln!("SPATE_ARGS: {e}");
+            libc::EINVAL
+        })?;
+        if out.is_null() || line.len() >= len {
+            return Err(libc::ERANGE);
+        }
+        // SAFETY: `line` and its NUL fit in `out`'s `len` bytes.
+        unsafe {
+            std::ptr::copy_nonoverlapping(line.as_ptr(), out.cast::<u8>(), line.len());
+            *out.add(line.len()) = 0;
+        }
+        Ok(line.len() as c_int)
+    })
+}
+
+/// Builds and starts the stack from flags `args` (as `SPATE_ARGS` has
+/// them): 0, or -1 with the errno.
+///
+/// # Safety
+/// `args` is NUL-terminated.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn spate_preload_start(args: *const c_char) -> c_int {
+    // SAFETY: per the contract.
+    call(|| preload::start_from(unsafe { text(args) }?).map(|()| 0))
+}
+
+/// [`preload::adopt`]: 0, or -1 with the errno.
+#[unsafe(no_mangle)]
+pub extern "C" fn spate_preload_adopt(fd: c_int, v6: c_int, nonblocking: c_int, cloexec: c_int) -> c_int {
+    call(|| preload::adopt(fd, v6 != 0, nonblocking != 0, cloexec != 0).map(|()| 0))
+}
+
+/// [`preload::alias`]: 0, or -1 with the errno.
+#[unsafe(no_mangle)]
+pub extern "C" fn spate_preload_alias(new: c_int, old: c_int) -> c_int {
+    call(|| preload::alias(new, old).map(|()| 0))
+}
+
+/// [`preload::forget`].
+#[unsafe(no_mangle)]
+pub extern "C" fn spate_preload_forget(fd: c_int) -> c_int {
+    call(|| {
+        preload::forget(fd);
+        Ok(0)
+    })
+}
