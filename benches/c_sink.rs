@@ -2,8 +2,10 @@
 //! payload byte of 64-byte datagrams to port 9, 32 at most per call, on
 //! the program's main thread while spate polls on lcore 1:
 //! `benches/c/sink.c` with `spate_recvmmsg` (mmsg) and with the zero-copy
-//! calls (zc), and this benchmark itself as a Rust program with
-//! `UdpSocket::recv_batch` (rust).
+//! calls (zc), this benchmark itself as a Rust program with
+//! `UdpSocket::recv_batch` (rust), and `benches/c/plain_sink.c`, the same
+//! work on the C library's `recvmmsg`, under libspate-preload (preload:
+//! what spate-run adds over the C API).
 //!
 //! - Instructions: each sink under `valgrind --tool=callgrind
 //!   --separate-threads=yes`, reading N and then 2N datagrams; the main
@@ -39,7 +41,7 @@ use spate_testkit::testpmd::{SPATE_MAC, txonly_source};
 use spate_testkit::unique_socket_path;
 use spate_testkit::wire_peer::udp_frame;
 
-const SINKS: [&str; 3] = ["rust", "mmsg", "zc"];
+const SINKS: [&str; 4] = ["rust", "mmsg", "zc", "preload"];
 /// The MAC of the first net_pcap port.
 const PCAP_MAC: &str = "02:70:63:61:70:00";
 
@@ -114,18 +116,41 @@ fn build_c_sink() -> PathBuf {
     spate_testkit::c_build::build_against(&prefix(), "/usr/bin/gcc", &src, &bin, &["-O2", "-g", "-Wall"], &[])
 }
 
-/// The program and arguments of sink `which` reading `n` datagrams.
-fn sink_command(which: &str, c_sink: &Path, n: u64, flags: &[String]) -> (PathBuf, Vec<String>) {
+/// benches/c/plain_sink.c, built with plain gcc (no spate in it).
+fn build_plain_sink() -> PathBuf {
+    let bin = std::env::temp_dir().join(format!("spate-plain-sink-{}", std::process::id()));
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("../benches/c/plain_sink.c");
+    let o = Command::new("/usr/bin/gcc").args(["-O2", "-g", "-Wall", "-o"]).arg(&bin).arg(&src).output().expect("gcc");
+    assert!(o.status.success(), "gcc plain_sink.c: {}", String::from_utf8_lossy(&o.stderr));
+    bin
+}
+
+/// The sinks' programs.
+struct Sinks {
+    c: PathBuf,
+    plain: PathBuf,
+}
+
+/// The program, arguments and environment of sink `which` reading `n`
+/// datagrams.
+fn sink_command(which: &str, sinks: &Sinks, n: u64, flags: &[String]) -> (PathBuf, Vec<String>, Vec<(String, String)>) {
     match which {
         "rust" => {
             let mut a = vec!["--rust-sink".to_string(), n.to_string()];
             a.extend(flags.iter().cloned());
-            (std::env::current_exe().expect("own path"), a)
+            (std::env::current_exe().expect("own path"), a, vec![])
+        }
+        "preload" => {
+            let env = vec![
+                ("LD_PRELOAD".to_string(), prefix().join("lib/libspate-preload.so").display().to_string()),
+                ("SPATE_ARGS".to_string(), spate_apps::run::join_words(flags)),
+            ];
+            (sinks.plain.clone(), vec![n.to_string()], env)
         }
         mode => {
             let mut a = vec![mode.to_string(), n.to_string()];
             a.extend(flags.iter().cloned());
-            (c_sink.to_path_buf(), a)
+            (sinks.c.clone(), a, vec![])
         }
     }
 }
@@ -173,13 +198,15 @@ fn calls_of(which: &str) -> &'static [&'static str] {
     match which {
         "rust" => &["*rust_receive*", "*rust_release*"],
         "mmsg" => &["spate_recvmmsg"],
+        // The preload's recvmmsg (the C library's is not called).
+        "preload" => &["recvmmsg"],
         _ => &["spate_recv_zc", "spate_release"],
     }
 }
 
 /// The instructions per datagram of the sink's receive calls (and all
 /// they call: the copy for recvmmsg, the mbufs' release) under callgrind.
-fn instructions(which: &str, c_sink: &Path, n: u64, keep: Option<&Path>) -> (f64, f64) {
+fn instructions(which: &str, sinks: &Sinks, n: u64, keep: Option<&Path>) -> (f64, f64) {
     // Without hugepages (valgrind cannot give the EAL the address space
     // it reserves for them), room for every datagram of a run.
     let config = std::env::temp_dir().join(format!("spate-c-sink-{}.toml", std::process::id()));
@@ -202,8 +229,9 @@ fn instructions(which: &str, c_sink: &Path, n: u64, keep: Option<&Path>) -> (f64
         ]
         .to_vec();
         let out = std::env::temp_dir().join(format!("spate-c-sink-cg-{}-{which}-{count}.out", std::process::id()));
-        let (prog, args) = sink_command(which, c_sink, count, &flags);
+        let (prog, args, env) = sink_command(which, sinks, count, &flags);
         let o = Command::new("valgrind")
+            .envs(env)
             .args([
                 "--tool=callgrind",
                 "--quiet",
@@ -248,7 +276,7 @@ fn instructions(which: &str, c_sink: &Path, n: u64, keep: Option<&Path>) -> (f64
 
 /// One native run of sink `which` from the txonly source: cycles per
 /// datagram of the reading thread.
-fn cycles(which: &str, c_sink: &Path, n: u64, tsc_ghz: f64) -> f64 {
+fn cycles(which: &str, sinks: &Sinks, n: u64, tsc_ghz: f64) -> f64 {
     let sock = unique_socket_path("spate-c-sink");
     let mut source = txonly_source(&sock, 64, Duration::from_secs(120), false);
     let flags: Vec<String> = [
@@ -262,8 +290,8 @@ fn cycles(which: &str, c_sink: &Path, n: u64, tsc_ghz: f64) -> f64 {
         "16383".into(),
     ]
     .to_vec();
-    let (prog, args) = sink_command(which, c_sink, n, &flags);
-    let o = Command::new(&prog).args(&args).output().expect("the sink");
+    let (prog, args, env) = sink_command(which, sinks, n, &flags);
+    let o = Command::new(&prog).args(&args).envs(env).output().expect("the sink");
     source.finish();
     let text = String::from_utf8_lossy(&o.stdout).into_owned();
     assert!(o.status.success(), "{which}: {text}{}", String::from_utf8_lossy(&o.stderr));
@@ -300,12 +328,12 @@ fn main() {
     let json = args.iter().position(|a| a == "--json").and_then(|i| args.get(i + 1)).cloned();
     let keep = args.iter().position(|a| a == "--keep-callgrind").and_then(|i| args.get(i + 1)).map(PathBuf::from);
     let only_instructions = args.iter().any(|a| a == "--instructions");
-    let c_sink = build_c_sink();
+    let sinks = Sinks { c: build_c_sink(), plain: build_plain_sink() };
     let n = if quick { 10_000 } else { 20_000 };
     println!("CPU: {}", spate_testkit::cpu_model());
     let mut ins = vec![];
     for s in SINKS {
-        ins.push(instructions(s, &c_sink, n, keep.as_deref()));
+        ins.push(instructions(s, &sinks, n, keep.as_deref()));
     }
     let (rounds, datagrams) = match (quick, only_instructions) {
         (_, true) => (0, 0),
@@ -316,15 +344,16 @@ fn main() {
     let mut cyc: Vec<Vec<f64>> = vec![vec![]; SINKS.len()];
     for _ in 0..rounds {
         for (i, s) in SINKS.iter().enumerate() {
-            cyc[i].push(cycles(s, &c_sink, datagrams, ghz));
+            cyc[i].push(cycles(s, &sinks, datagrams, ghz));
         }
     }
-    let _ = std::fs::remove_file(&c_sink);
+    let _ = std::fs::remove_file(&sinks.c);
+    let _ = std::fs::remove_file(&sinks.plain);
     println!(
         "Reading 64-byte datagrams on the program's thread, 32 per call at most: instructions per datagram of the \
          receive calls and the release of their mbufs (callgrind, inclusive, {n} and {} datagrams from an \
          in-process pcap source: recv_batch and DatagramBatch::clear; spate_recvmmsg with its copy; spate_recv_zc \
-         and spate_release); cycles per datagram of the whole reading thread (its CPU time at {ghz:.2} GHz, \
+         and spate_release; the preload's recvmmsg); cycles per datagram of the whole reading thread (its CPU time at {ghz:.2} GHz, \
          {datagrams} datagrams from testpmd txonly over vhost-user, median of {rounds} rounds)",
         2 * n
     );
@@ -337,6 +366,7 @@ fn main() {
         let name = match *s {
             "rust" => "Rust recv_batch",
             "mmsg" => "C spate_recvmmsg",
+            "preload" => "C recvmmsg under libspate-preload",
             _ => "C spate_recv_zc + spate_release",
         };
         println!(
@@ -348,6 +378,11 @@ fn main() {
         rows.push(serde_json::json!({"sink": s, "instructions": ins[i].0, "over_recv_batch": ins[i].0 - base,
             "per_call": ins[i].1, "cycles_median": med, "cycles_min": lo, "cycles_max": hi}));
     }
+    println!(
+        "libspate-preload over the C API (recvmmsg against spate_recvmmsg): {:+.1} instructions per datagram \
+         (at most +40)",
+        ins[3].0 - ins[1].0
+    );
     if let Some(path) = json {
         let body = serde_json::json!({"bench": "c_sink", "cpu": spate_testkit::cpu_model(), "rows": rows});
         std::fs::write(path, body.to_string()).expect("write JSON");

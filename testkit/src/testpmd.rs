@@ -197,6 +197,35 @@ pub fn txonly_source(sock: &Path, frame: usize, limit: Duration, interactive: bo
     txonly_source_on_queues(sock, frame, 1, limit, interactive)
 }
 
+/// A `dpdk-testpmd txonly` source of `frame`-byte UDP frames to
+/// 198.18.0.2:9 (spate's MAC) on a TAP device `iface` it creates in `ns`,
+/// sending from its start: frames the kernel of `ns` receives once the
+/// device has the address (a kernel receiver's source).
+pub fn txonly_tap_source(ns: &crate::Netns, iface: &str, frame: usize, limit: Duration) -> TestPmd {
+    let g = TestPmdBuilder::new("0,1", 1)
+        .in_netns(ns)
+        .vdev(&format!("net_tap0,iface={iface}"))
+        .args([
+            "--forward-mode=txonly".to_string(),
+            format!("--txpkts={frame}"),
+            format!("--eth-peer=0,{SPATE_MAC}"),
+            "--tx-ip=198.18.0.1,198.18.0.2".into(),
+            "--tx-udp=9,9".into(),
+            "--nb-cores=1".into(),
+            "--total-num-mbufs=8192".into(),
+            "--stats-period=1".into(),
+        ])
+        .limit(limit)
+        .spawn("tap-src")
+        .expect("testpmd on a TAP device");
+    // The device exists once testpmd says its port started.
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    while std::time::Instant::now() < deadline && !ns.exec(&["ip", "link", "show", iface]).status.success() {
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    g
+}
+
 /// [`txonly_source`] on a vhost-user port of `queues` queues, its one
 /// forwarding core sending on each; with more than one queue each frame
 /// from another source address (`--txonly-multi-flow`).

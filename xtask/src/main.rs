@@ -750,12 +750,13 @@ fn bench(args: &[String]) -> Result {
         ("async_sockets", vec![]),
         ("quic", vec![]),
         ("c_sink", vec![]),
+        ("preload", vec![]),
     ];
     for (name, extra) in all {
         if !named.is_empty() && !named.iter().any(|n| *n == name) {
             continue;
         }
-        if name == "c_sink" {
+        if name == "c_sink" || name == "preload" {
             // Its C sink is built against a release install of libspate.
             install(&["--prefix".into(), "target/c-api-release".into()])?;
         }

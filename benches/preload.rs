@@ -1,0 +1,289 @@
+//! An unmodified C program under spate-run against the same binary on the
+//! kernel's sockets, side by side in one run.
+//!
+//! - Datagrams per CPU-second: `benches/c/plain_sink.c` (socket, bind,
+//!   `recvmmsg`, 32 per call, every payload byte read) takes 64-byte
+//!   datagrams from `dpdk-testpmd txonly`. Under libspate-preload the
+//!   source is a vhost-user pair into `net_virtio_user` and the CPU is
+//!   the whole sink process's (its reading thread and spate's lcore,
+//!   `getrusage`); on the kernel the source writes a TAP device and the
+//!   CPU is the sink process's plus every CPU's softirq time (`/proc/stat`).
+//!   The kernel's receive work done inside testpmd's write is not counted,
+//!   which favours the kernel. Each side runs `--rounds` times (3), taking
+//!   turns; the medians and the ratio (target: at least 5x).
+//! - Latency: `benches/c/plain_echo.c`, a blocking `recvfrom`/`sendto`
+//!   echo, pinned to CPU 0, on a veth: under spate-run (net_pcap on the
+//!   veth, adaptive polling on lcore 1) and on the kernel's socket (the
+//!   veth end holding spate's address). The kernel peer in the other
+//!   namespace, pinned to CPU 1, sends one 64-byte datagram at a time and
+//!   times each round trip: p50, p99 and p99.9 of each run, 3 runs each
+//!   taking turns, the medians (target: spate's p99.9 no worse than the
+//!   kernel's). Then the echo under spate-run idles for 3 s: its CPU
+//!   share (target: under 1%).
+//!
+//! `cargo bench --bench preload -- [--quick]` (an install of libspate at
+//! `target/c-api-release`, `cargo xtask install --prefix
+//! target/c-api-release`, or `SPATE_C_PREFIX`).
+
+use std::net::UdpSocket;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use spate_testkit::testpmd::{SPATE_MAC, txonly_source, txonly_tap_source};
+use spate_testkit::{Netns, Proc, pin_to_cpu, spate_and_kernel, unique_socket_path};
+
+/// The release install the preload comes from.
+fn prefix() -> PathBuf {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
+    let p = std::env::var_os("SPATE_C_PREFIX").map(PathBuf::from).unwrap_or_else(|| root.join("target/c-api-release"));
+    assert!(
+        p.join("lib/libspate-preload.so").exists(),
+        "no release install at {}: cargo xtask install --prefix target/c-api-release",
+        p.display()
+    );
+    p
+}
+
+/// `benches/c/NAME.c` built with plain gcc.
+fn build(name: &str) -> PathBuf {
+    let bin = std::env::temp_dir().join(format!("spate-{name}-{}", std::process::id()));
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join(format!("../benches/c/{name}.c"));
+    let o = Command::new("/usr/bin/gcc").args(["-O2", "-g", "-Wall", "-o"]).arg(&bin).arg(&src).output().expect("gcc");
+    assert!(o.status.success(), "gcc {name}.c: {}", String::from_utf8_lossy(&o.stderr));
+    bin
+}
+
+/// A field `key=V` of the sink's result line.
+fn field(out: &str, key: &str) -> f64 {
+    let line = out.lines().find(|l| l.starts_with("sink datagrams=")).unwrap_or_else(|| panic!("no result: {out}"));
+    line.split_whitespace().find_map(|w| w.strip_prefix(key)).and_then(|v| v.parse().ok()).unwrap()
+}
+
+/// One sink run.
+struct Round {
+    datagrams: f64,
+    /// The CPU counted, in ns: the sink process's (every thread), plus for
+    /// the kernel every CPU's softirq time.
+    cpu_ns: f64,
+    /// For the kernel: the source's system time in the sink's window (its
+    /// TAP writes, inside which the kernel's receive path runs), in ns.
+    source_sys_ns: f64,
+    wall_ns: f64,
+}
+
+impl Round {
+    fn per_cpu_second(&self, with_source_sys: bool) -> f64 {
+        self.datagrams / ((self.cpu_ns + if with_source_sys { self.source_sys_ns } else { 0.0 }) / 1e9)
+    }
+}
+
+/// The system time of the `dpdk-testpmd` processes in namespace `ns`, in
+/// seconds.
+fn testpmd_sys(ns: &Netns) -> f64 {
+    let pids = Command::new("ip").args(["netns", "pids", ns.name()]).output().expect("ip netns pids");
+    String::from_utf8_lossy(&pids.stdout)
+        .split_whitespace()
+        .filter_map(|p| p.parse::<u32>().ok())
+        .filter(|p| std::fs::read_to_string(format!("/proc/{p}/comm")).is_ok_and(|c| c.trim() == "dpdk-testpmd"))
+        .map(|p| process_times(p).1)
+        .sum()
+}
+
+/// One sink run.
+fn sink_round(spate: bool, sink: &Path, n: u64) -> Round {
+    let mut source_sys = 0.0;
+    let out = if spate {
+        let sock = unique_socket_path("spate-preload-bench");
+        let mut source = txonly_source(&sock, 64, Duration::from_secs(120), false);
+        let args = format!(
+            "--vdev net_virtio_user0,path={},queues=1,queue_size=1024,mac={SPATE_MAC} --lcores 1 --poll adaptive --ip 198.18.0.2/24 \
+             --mbufs 16383",
+            sock.display()
+        );
+        let o = Command::new(sink)
+            .arg(n.to_string())
+            .env("LD_PRELOAD", prefix().join("lib/libspate-preload.so"))
+            .env("SPATE_ARGS", args)
+            .output()
+            .expect("the sink");
+        source.finish();
+        let text = String::from_utf8_lossy(&o.stdout).into_owned();
+        assert!(o.status.success(), "sink under the preload: {text}{}", String::from_utf8_lossy(&o.stderr));
+        text
+    } else {
+        let ns = Netns::new("pl-bench-tap");
+        let mut source = txonly_tap_source(&ns, "spt0", 64, Duration::from_secs(120));
+        ns.must(&["ip", "link", "set", "spt0", "address", SPATE_MAC]);
+        ns.must(&["ip", "addr", "add", "198.18.0.2/24", "dev", "spt0"]);
+        ns.must(&["ip", "link", "set", "spt0", "up"]);
+        let (s0, t0) = (testpmd_sys(&ns), Instant::now());
+        let o = Command::new("timeout")
+            .args(["120", "ip", "netns", "exec", ns.name()])
+            .arg(sink)
+            .arg(n.to_string())
+            .output()
+            .expect("the sink");
+        let (s1, secs) = (testpmd_sys(&ns), t0.elapsed().as_secs_f64());
+        source.finish();
+        let text = String::from_utf8_lossy(&o.stdout).into_owned();
+        assert!(o.status.success(), "sink on the kernel: {text}{}", String::from_utf8_lossy(&o.stderr));
+        // The source's system time over the sink's run, scaled to its
+        // window (first datagram to last).
+        source_sys = (s1 - s0) * 1e9 * (field(&text, "wall_ns=") / 1e9 / secs).min(1.0);
+        text
+    };
+    Round {
+        datagrams: field(&out, "datagrams="),
+        cpu_ns: field(&out, "process_ns=") + if spate { 0.0 } else { field(&out, "softirq_ns=") },
+        source_sys_ns: source_sys,
+        wall_ns: field(&out, "wall_ns="),
+    }
+}
+
+fn median(mut v: Vec<f64>) -> f64 {
+    v.sort_by(f64::total_cmp);
+    v[v.len() / 2]
+}
+
+/// The p50, p99 and p99.9 of `rounds` round trips of one 64-byte datagram
+/// from the kernel's namespace to 198.18.0.2:7, in microseconds.
+fn round_trips(kernel: &Netns, rounds: usize) -> [f64; 3] {
+    kernel.run(move || {
+        let _ = pin_to_cpu(1);
+        let s = UdpSocket::bind("198.18.0.1:0").unwrap();
+        s.set_read_timeout(Some(Duration::from_secs(2))).unwrap();
+        let payload = [7u8; 64];
+        let mut buf = [0u8; 128];
+        // Warm the path (ARP, caches) first.
+        for _ in 0..200 {
+            s.send_to(&payload, "198.18.0.2:7").unwrap();
+            let _ = s.recv_from(&mut buf);
+        }
+        let mut rtt = Vec::with_capacity(rounds);
+        for _ in 0..rounds {
+            let t = Instant::now();
+            s.send_to(&payload, "198.18.0.2:7").unwrap();
+            let (n, _) = s.recv_from(&mut buf).expect("the echo answers");
+            rtt.push(t.elapsed().as_secs_f64() * 1e6);
+            assert_eq!(n, 64);
+        }
+        rtt.sort_by(f64::total_cmp);
+        let at = |q: f64| rtt[((rtt.len() as f64 * q) as usize).min(rtt.len() - 1)];
+        [at(0.5), at(0.99), at(0.999)]
+    })
+}
+
+/// The echo, pinned to CPU 0, under spate-run or on the kernel, in
+/// `ns`; running once it said READY.
+fn start_echo(ns: &Netns, echo: &Path, spate: bool) -> Proc {
+    let mut args: Vec<String> = vec!["-c".into(), "0".into()];
+    if spate {
+        args.push(prefix().join("bin/spate-run").display().to_string());
+        args.extend(
+            ["--vdev", "net_af_packet0,iface=vA", "--lcores", "1", "--poll", "adaptive", "--mbufs", "4095", "--"]
+                .map(String::from),
+        );
+    } else {
+        ns.must(&["ip", "addr", "add", "198.18.0.2/24", "dev", "vA"]);
+    }
+    args.push(echo.display().to_string());
+    let mut p = ns.spawn("plain-echo", "/usr/bin/taskset", &args, Duration::from_secs(300)).unwrap();
+    assert!(p.wait_for_output("READY", Duration::from_secs(60)), "the echo:\n{}", p.output());
+    p
+}
+
+/// User and system time of process `pid` (every thread), in seconds.
+fn process_times(pid: u32) -> (f64, f64) {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+    let after = stat.rsplit(')').next().unwrap_or_default();
+    let f: Vec<&str> = after.split_whitespace().collect();
+    // utime and stime: fields 14 and 15, the 12th and 13th after the name
+    // (field 3, the state, first); in clock ticks, 100 a second on Linux.
+    let ticks = |i: usize| f.get(i).and_then(|v| v.parse::<f64>().ok()).unwrap_or(0.0) / 100.0;
+    (ticks(11), ticks(12))
+}
+
+/// CPU time of process `pid` (every thread), in seconds.
+fn process_cpu(pid: u32) -> f64 {
+    let (u, s) = process_times(pid);
+    u + s
+}
+
+fn main() {
+    let args: Vec<String> = std::env::args().collect();
+    let quick = args.iter().any(|a| a == "--quick");
+    let (n, rounds, trips) = if quick { (500_000, 3, 5_000) } else { (2_000_000, 3, 20_000) };
+    println!("CPU: {}", spate_testkit::cpu_model());
+    let sink = build("plain_sink");
+    let echo = build("plain_echo");
+
+    // Datagrams per CPU-second.
+    let (mut sp, mut ke) = (vec![], vec![]);
+    for _ in 0..rounds {
+        sp.push(sink_round(true, &sink, n));
+        ke.push(sink_round(false, &sink, n));
+    }
+    println!(
+        "plain_sink (recvmmsg, 64-byte datagrams from dpdk-testpmd txonly, {n} per round): datagrams per CPU-second"
+    );
+    println!("| sockets | CPU counted | per CPU-second, each round | median | datagrams/s (median) | CPUs (median) |");
+    println!("|---|---|---|---|---|---|");
+    let rows: [(&str, &str, &Vec<Round>, bool); 3] = [
+        ("spate (spate-run's preload)", "the sink process (reader and lcore)", &sp, false),
+        ("kernel", "the sink process and softirq", &ke, false),
+        ("kernel", "the sink process, softirq and the source's TAP writes (system time)", &ke, true),
+    ];
+    let mut medians = vec![];
+    for (name, counted, v, sys) in rows {
+        let each: Vec<String> = v.iter().map(|r| format!("{:.0}", r.per_cpu_second(sys))).collect();
+        let m = median(v.iter().map(|r| r.per_cpu_second(sys)).collect());
+        medians.push(m);
+        let cpus = median(v.iter().map(|r| (r.cpu_ns + if sys { r.source_sys_ns } else { 0.0 }) / r.wall_ns).collect());
+        println!(
+            "| {name} | {counted} | {} | {m:.0} | {:.0} | {cpus:.2} |",
+            each.join(", "),
+            median(v.iter().map(|r| r.datagrams / (r.wall_ns / 1e9)).collect()),
+        );
+    }
+    println!(
+        "spate over the kernel, datagrams per CPU-second (target: at least 5x): {:.1}x against the sink and softirq, \
+         {:.1}x with the receive path run in the source's writes",
+        medians[0] / medians[1],
+        medians[0] / medians[2]
+    );
+
+    // Latency, one datagram at a time.
+    let mut lat: [Vec<[f64; 3]>; 2] = [vec![], vec![]];
+    let mut idle = 0.0;
+    for run in 0..3 {
+        for (i, spate) in [true, false].into_iter().enumerate() {
+            let (ns, kernel) = spate_and_kernel("pl-echo");
+            let mut p = start_echo(&ns, &echo, spate);
+            lat[i].push(round_trips(&kernel, trips));
+            if spate && run == 0 {
+                let pid: u32 = p
+                    .output()
+                    .lines()
+                    .find_map(|l| l.strip_prefix("pid "))
+                    .and_then(|v| v.trim().parse().ok())
+                    .expect("the echo's pid");
+                let c0 = process_cpu(pid);
+                std::thread::sleep(Duration::from_secs(3));
+                idle = (process_cpu(pid) - c0) / 3.0 * 100.0;
+            }
+            p.stop();
+        }
+    }
+    println!("plain_echo, one 64-byte datagram at a time over a veth, {trips} round trips per run (microseconds)");
+    println!("| sockets | p50 | p99 | p99.9 | p99.9 of each run |");
+    println!("|---|---|---|---|---|");
+    for (i, name) in ["spate (spate-run, adaptive polling)", "kernel"].iter().enumerate() {
+        let col = |k: usize| median(lat[i].iter().map(|r| r[k]).collect());
+        let each: Vec<String> = lat[i].iter().map(|r| format!("{:.1}", r[2])).collect();
+        println!("| {name} | {:.1} | {:.1} | {:.1} | {} |", col(0), col(1), col(2), each.join(", "));
+    }
+    println!("the echo under spate-run, idle for 3 s: {idle:.2}% of a CPU (target: under 1%)");
+    let _ = std::fs::remove_file(&sink);
+    let _ = std::fs::remove_file(&echo);
+}
