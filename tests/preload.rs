@@ -124,6 +124,7 @@ if v6.getsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY) != 1:
     print("FAIL V6ONLY"); failures += 1
 if v4.getsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF) < 1 << 20:
     print("FAIL SO_RCVBUF", v4.getsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF)); failures += 1
+print("pid", os.getpid())
 print("READY", flush=True)
 quits = 0
 echoed = 0
@@ -147,6 +148,15 @@ fn python3_blocking_sockets_echo_every_size_over_ipv4_and_ipv6() {
     let (ns, kernel) = spate_and_kernel("plpy");
     let mut p = spate_run(&ns, "py-blocking", "/usr/bin/python3", &[&script("blocking.py", PY_BLOCKING)]);
     expect(&mut p, "READY");
+    // spate-stat sees the program's stack and its two sockets.
+    let out = p.output();
+    let pid = out.lines().find_map(|l| l.strip_prefix("pid ")).unwrap_or_else(|| panic!("{out}")).to_string();
+    let stat = std::process::Command::new("timeout")
+        .args(["20", install_prefix().join("bin/spate-stat").to_str().unwrap(), "--pid", &pid])
+        .output()
+        .expect("spate-stat");
+    let stat = String::from_utf8_lossy(&stat.stdout).into_owned();
+    assert!(stat.contains(&format!("pid {pid}")) && stat.contains("0.0.0.0:7") && stat.contains("[::]:7"), "{stat}");
     assert_eq!(echo_and_quit(&kernel), 2 * 209);
     let out = finish(p);
     assert!(out.contains("echoed 418"), "{out}");

@@ -122,10 +122,20 @@ pub fn routes_text(cfg: &StackConfig) -> String {
     if cfg.gateways.iter().any(IpAddr::is_ipv6) {
         words.push("gateway6".into());
     }
+    // A device's lock name is its DPDK name and, for the virtual devices
+    // that take one, the interface it drives: two programs on
+    // `net_pcap0,iface=vA` and `net_pcap0,iface=vB` share nothing.
     let lock: String = cfg
         .ports
         .iter()
-        .map(|p| p.device.split(',').next().unwrap_or(&p.device))
+        .map(|p| {
+            let mut parts = p.device.split(',');
+            let name = parts.next().unwrap_or_default();
+            match parts.find_map(|kv| kv.strip_prefix("iface=")) {
+                Some(iface) => format!("{name}.{iface}"),
+                None => name.to_string(),
+            }
+        })
         .collect::<Vec<_>>()
         .join("+")
         .chars()
@@ -213,7 +223,7 @@ mod tests {
         let parsed = RunArgs::try_parse_from(args).unwrap();
         let text = routes_text(&parsed.stack.to_config().unwrap());
         // libspate-preload's route.rs reads this very line in its own test.
-        assert_eq!(text, "net=198.18.0.2/24 gateway4 lock=net_pcap0");
+        assert_eq!(text, "net=198.18.0.2/24 gateway4 lock=net_pcap0.vA");
     }
 
     #[test]

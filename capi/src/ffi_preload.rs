@@ -71,11 +71,9 @@ pub extern "C" fn spate_preload_alias(new: c_int, old: c_int) -> c_int {
     call(|| preload::alias(new, old).map(|()| 0))
 }
 
-/// [`preload::forget`].
+/// [`preload::forget`]: 1 when `fd` was the socket's last name (it is
+/// closed), 0 when others go on, or -1 with `EBADF`.
 #[unsafe(no_mangle)]
 pub extern "C" fn spate_preload_forget(fd: c_int) -> c_int {
-    call(|| {
-        preload::forget(fd);
-        Ok(0)
-    })
+    call(|| preload::forget(fd).map(c_int::from))
 }

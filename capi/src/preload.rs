@@ -3,6 +3,9 @@
 //! tools' flags in one step, and a program's own UDP socket made a spate
 //! socket under the descriptor number the program holds.
 
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+
 use crate::global;
 use crate::socket::CSocket;
 
@@ -45,17 +48,60 @@ pub fn adopt(fd: i32, v6: bool, nonblocking: bool, cloexec: bool) -> Result<(), 
     Ok(())
 }
 
+/// Extra names of a socket (its duplicates), by the socket's address:
+/// a socket absent has one name, the number it was adopted under.
+static EXTRA_NAMES: Mutex<Option<HashMap<usize, u32>>> = Mutex::new(None);
+
+fn extra_names() -> std::sync::MutexGuard<'static, Option<HashMap<usize, u32>>> {
+    EXTRA_NAMES.lock().unwrap_or_else(|p| p.into_inner())
+}
+
 /// Enters number `new` (a duplicate of `old` the C library made) as a
 /// name of `old`'s socket; `EBADF` when `old` is no spate socket.
 pub fn alias(new: i32, old: i32) -> Result<(), i32> {
     let s = global::socket(old)?;
+    *extra_names().get_or_insert_with(HashMap::new).entry(Arc::as_ptr(&s) as usize).or_default() += 1;
     global::insert_at(new, s);
     Ok(())
 }
 
 /// Forgets number `fd` (the program closed it, or `dup2` put another
-/// file there) without waking the socket's waiters: its other names go
-/// on.
-pub fn forget(fd: i32) {
-    let _ = global::remove(fd);
+/// file there): the socket's other names go on, and only when it was
+/// the last does the socket close (its waiters woken, as `spate_close`).
+/// Whether it was the last; `EBADF` when `fd` is no spate socket.
+pub fn forget(fd: i32) -> Result<bool, i32> {
+    let s = global::remove(fd)?;
+    let last = drop_name(extra_names().get_or_insert_with(HashMap::new), Arc::as_ptr(&s) as usize);
+    if last {
+        s.ready.notify();
+    }
+    Ok(last)
+}
+
+/// One name of socket `key` gone: whether it was its last.
+fn drop_name(extra: &mut HashMap<usize, u32>, key: usize) -> bool {
+    match extra.get_mut(&key) {
+        Some(n) if *n > 1 => *n -= 1,
+        Some(_) => {
+            extra.remove(&key);
+        }
+        None => return true,
+    }
+    false
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_socket_closes_with_its_last_name() {
+        let mut extra = HashMap::new();
+        extra.insert(0x1000, 2);
+        // Three names (two duplicates) of one socket, closed in turn.
+        let gone: Vec<bool> = (0..3).map(|_| drop_name(&mut extra, 0x1000)).collect();
+        assert_eq!(gone, [false, false, true]);
+        assert!(extra.is_empty());
+        assert!(drop_name(&mut extra, 0x2000), "a socket never duplicated has one name");
+    }
 }

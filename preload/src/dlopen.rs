@@ -58,7 +58,6 @@ calls! {
     spate_shutdown: fn(c_int, c_int) -> c_int;
     spate_fcntl: fn(c_int, c_int, c_long) -> c_int;
     spate_ioctl: fn(c_int, c_ulong, *mut c_int) -> c_int;
-    spate_close: fn(c_int) -> c_int;
     spate_preload_routes: fn(*const c_char, *mut c_char, usize) -> c_int;
     spate_preload_start: fn(*const c_char) -> c_int;
     spate_preload_adopt: fn(c_int, c_int, c_int, c_int) -> c_int;
@@ -110,7 +109,8 @@ impl Libspate {
         }
     }
 
-    /// Forgets name `fd` of a spate socket.
+    /// Forgets name `fd` of a spate socket, closing the socket when it
+    /// was its last name.
     pub fn forget(&self, fd: c_int) {
         // SAFETY: no pointers.
         unsafe { (self.spate_preload_forget)(fd) };

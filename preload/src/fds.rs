@@ -32,7 +32,23 @@ static KINDS: [AtomicU8; FDS] = [const { AtomicU8::new(0) }; FDS];
 /// socket that takes its place: (level, name, value).
 pub type Options = Vec<(i32, i32, Vec<u8>)>;
 
-static OPTIONS: Mutex<Option<HashMap<i32, Options>>> = Mutex::new(None);
+/// What the program did to an [`Kind::Open`] socket that its spate socket
+/// must have too.
+#[derive(Debug, Default, PartialEq, Eq)]
+pub struct Pending {
+    /// Options set, in order, the last value of each.
+    pub options: Options,
+    /// The epoll instances it was added to: (epoll descriptor, events,
+    /// data), the last of each instance.
+    pub epolls: Vec<(i32, u32, u64)>,
+}
+
+static PENDING: Mutex<Option<HashMap<i32, Pending>>> = Mutex::new(None);
+
+fn pending<R>(fd: i32, f: impl FnOnce(&mut Pending) -> R) -> R {
+    let mut t = PENDING.lock().unwrap_or_else(|p| p.into_inner());
+    f(t.get_or_insert_with(HashMap::new).entry(fd).or_default())
+}
 
 /// What `fd` is.
 #[inline(always)]
@@ -48,9 +64,9 @@ pub fn kind(fd: i32) -> Kind {
 pub fn set(fd: i32, k: Kind) -> bool {
     match KINDS.get(fd as usize) {
         Some(slot) => {
-            slot.store(k as u8, Ordering::Release);
-            if k != Kind::Open {
-                forget_options(fd);
+            let was = slot.swap(k as u8, Ordering::AcqRel);
+            if was == Kind::Open as u8 && k != Kind::Open {
+                forget_pending(fd);
             }
             true
         }
@@ -60,20 +76,31 @@ pub fn set(fd: i32, k: Kind) -> bool {
 
 /// Remembers option (`level`, `name`) = `value` of open socket `fd`.
 pub fn remember_option(fd: i32, level: i32, name: i32, value: &[u8]) {
-    let mut t = OPTIONS.lock().unwrap_or_else(|p| p.into_inner());
-    let opts = t.get_or_insert_with(HashMap::new).entry(fd).or_default();
-    opts.retain(|(l, n, _)| (*l, *n) != (level, name));
-    opts.push((level, name, value.to_vec()));
+    pending(fd, |p| {
+        p.options.retain(|(l, n, _)| (*l, *n) != (level, name));
+        p.options.push((level, name, value.to_vec()));
+    })
 }
 
-/// Takes the options remembered for `fd`.
-pub fn take_options(fd: i32) -> Options {
-    let mut t = OPTIONS.lock().unwrap_or_else(|p| p.into_inner());
+/// Remembers that open socket `fd` is in epoll instance `epfd` with
+/// `events` and `data` (`None`: it was taken out).
+pub fn remember_epoll(fd: i32, epfd: i32, event: Option<(u32, u64)>) {
+    pending(fd, |p| {
+        p.epolls.retain(|(e, _, _)| *e != epfd);
+        if let Some((events, data)) = event {
+            p.epolls.push((epfd, events, data));
+        }
+    })
+}
+
+/// Takes what was remembered of `fd`.
+pub fn take_pending(fd: i32) -> Pending {
+    let mut t = PENDING.lock().unwrap_or_else(|p| p.into_inner());
     t.as_mut().and_then(|m| m.remove(&fd)).unwrap_or_default()
 }
 
-fn forget_options(fd: i32) {
-    let mut t = OPTIONS.lock().unwrap_or_else(|p| p.into_inner());
+fn forget_pending(fd: i32) {
+    let mut t = PENDING.lock().unwrap_or_else(|p| p.into_inner());
     if let Some(m) = t.as_mut() {
         m.remove(&fd);
     }
@@ -84,7 +111,7 @@ mod tests {
     use super::*;
 
     #[test]
-    fn kinds_and_options_follow_the_descriptor() {
+    fn kinds_and_what_was_done_to_an_open_socket_follow_the_descriptor() {
         let fd = 4321;
         assert_eq!(kind(fd), Kind::Kernel);
         assert!(set(fd, Kind::Open));
@@ -92,10 +119,18 @@ mod tests {
         remember_option(fd, 1, 2, &[1, 0, 0, 0]);
         remember_option(fd, 1, 2, &[0, 0, 0, 0]);
         remember_option(fd, 1, 15, &[1, 0, 0, 0]);
-        assert_eq!(take_options(fd), vec![(1, 2, vec![0, 0, 0, 0]), (1, 15, vec![1, 0, 0, 0])]);
+        remember_epoll(fd, 7, Some((1, 99)));
+        remember_epoll(fd, 8, Some((1, 5)));
+        remember_epoll(fd, 7, Some((5, 100)));
+        remember_epoll(fd, 8, None);
+        assert_eq!(
+            take_pending(fd),
+            Pending { options: vec![(1, 2, vec![0, 0, 0, 0]), (1, 15, vec![1, 0, 0, 0])], epolls: vec![(7, 5, 100)] }
+        );
         remember_option(fd, 1, 2, &[1, 0, 0, 0]);
+        remember_epoll(fd, 7, Some((1, 1)));
         assert!(set(fd, Kind::Spate));
-        assert!(take_options(fd).is_empty(), "a socket that moved keeps no options");
+        assert_eq!(take_pending(fd), Pending::default(), "a socket that moved keeps nothing");
         assert_eq!(kind(fd), Kind::Spate);
         assert!(!set(FDS as i32, Kind::Open));
         assert_eq!(kind(-1), Kind::Kernel);

@@ -70,10 +70,22 @@ fn take(fd: c_int) -> Result<bool, c_int> {
     }
     // SAFETY: no pointers.
     let (fl, fdfl) = unsafe { (real::fcntl(fd, libc::F_GETFL, 0), real::fcntl(fd, libc::F_GETFD, 0)) };
-    let options = fds::take_options(fd);
+    let pending = fds::take_pending(fd);
     lib().adopt(fd, domain == libc::AF_INET6, fl & libc::O_NONBLOCK != 0, fdfl & libc::FD_CLOEXEC != 0)?;
     fds::set(fd, Kind::Spate);
-    for (level, name, value) in options {
+    // The kernel socket left the epoll instances it was in as its number
+    // took the event descriptor: the number goes back into each.
+    for (epfd, events, data) in pending.epolls {
+        let mut ev = libc::epoll_event { events, u64: data };
+        // SAFETY: a local event.
+        if unsafe { real::epoll_ctl(epfd, libc::EPOLL_CTL_ADD, fd, &mut ev) } < 0 {
+            said_once(&format!(
+                "descriptor {fd} moved onto spate but could not go back into epoll instance {epfd}: {}",
+                std::io::Error::last_os_error()
+            ));
+        }
+    }
+    for (level, name, value) in pending.options {
         // SAFETY: the value's bytes and length.
         let r = unsafe { (lib().spate_setsockopt)(fd, level, name, value.as_ptr().cast(), value.len() as socklen_t) };
         if r < 0 {
@@ -331,7 +343,11 @@ unsafe fn spate_writev(fd: c_int, iov: *const iovec, n: c_int) -> ssize_t {
 }
 
 unsafe fn spate_ioctl(fd: c_int, request: c_ulong, arg: *mut c_void) -> c_int {
-    unsafe { (lib().spate_ioctl)(fd, request, arg.cast()) }
+    match request {
+        // The descriptor's own flag (close-on-exec), not the socket's.
+        libc::FIOCLEX | libc::FIONCLEX => unsafe { real::ioctl(fd, request, arg) },
+        _ => unsafe { (lib().spate_ioctl)(fd, request, arg.cast()) },
+    }
 }
 
 /// `setsockopt(2)`: on an open socket, the kernel's, remembered to be set
@@ -354,16 +370,15 @@ pub unsafe extern "C" fn setsockopt(fd: c_int, level: c_int, name: c_int, val: *
 }
 
 /// `close(2)`: the number is closed; a spate socket is closed on the
-/// stack when it was its last name (in a forked child, only the child's
-/// descriptor is closed).
+/// stack when it was its last name, and its other names go on untouched
+/// (in a forked child, only the child's descriptor is closed).
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn close(fd: c_int) -> c_int {
     match fds::kind(fd) {
         Kind::Kernel => unsafe { real::close(fd) },
         Kind::Spate if !state::forked() => {
             fds::set(fd, Kind::Kernel);
-            // SAFETY: no pointers.
-            unsafe { (lib().spate_close)(fd) };
+            lib().forget(fd);
             unsafe { real::close(fd) }
         }
         _ => {
@@ -371,6 +386,64 @@ pub unsafe extern "C" fn close(fd: c_int) -> c_int {
             unsafe { real::close(fd) }
         }
     }
+}
+
+/// `epoll_ctl(2)`, the C library's; for an open socket, remembered to
+/// be done again on its number should it move onto spate.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn epoll_ctl(epfd: c_int, op: c_int, fd: c_int, event: *mut libc::epoll_event) -> c_int {
+    // SAFETY: as epoll_ctl's contract.
+    let r = unsafe { real::epoll_ctl(epfd, op, fd, event) };
+    if r == 0 && fds::kind(fd) == Kind::Open {
+        // SAFETY: the kernel read the event for an ADD or a MOD.
+        let ev = match (op, unsafe { event.as_ref() }) {
+            (libc::EPOLL_CTL_ADD | libc::EPOLL_CTL_MOD, Some(e)) => Some((e.events, e.u64)),
+            _ => None,
+        };
+        fds::remember_epoll(fd, epfd, ev);
+    }
+    r
+}
+
+/// Numbers `first` to `last` are about to be closed without `close`
+/// (`close_range`, `closefrom`): the spate sockets' names among them
+/// are forgotten, and open sockets' marks cleared.
+fn closing(first: c_uint, last: c_uint) {
+    let last = last.min(fds::FDS as c_uint - 1);
+    for fd in first..=last {
+        let fd = fd as c_int;
+        match fds::kind(fd) {
+            Kind::Kernel => {}
+            Kind::Spate => {
+                fds::set(fd, Kind::Kernel);
+                if !state::forked() {
+                    lib().forget(fd);
+                }
+            }
+            Kind::Open => {
+                fds::set(fd, Kind::Kernel);
+            }
+        }
+    }
+}
+
+/// `close_range(2)`: as the C library's, the spate sockets among the
+/// numbers closed as `close` closes them (with `CLOSE_RANGE_CLOEXEC`
+/// nothing is closed now).
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn close_range(first: c_uint, last: c_uint, flags: c_int) -> c_int {
+    if flags & libc::CLOSE_RANGE_CLOEXEC as c_int == 0 && first <= last {
+        closing(first, last);
+    }
+    unsafe { real::close_range(first, last, flags) }
+}
+
+/// `closefrom(3)`: as the C library's, the spate sockets among the
+/// numbers closed as `close` closes them.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn closefrom(first: c_int) {
+    closing(first.max(0) as c_uint, c_uint::MAX);
+    unsafe { real::closefrom(first) }
 }
 
 /// A duplicate `new` (or the C library's error) of descriptor `fd`: the
@@ -383,17 +456,22 @@ fn duplicated(fd: c_int, new: c_int) -> c_int {
     }
     match fds::kind(fd) {
         Kind::Spate => {
-            if !state::forked() {
-                let _ = lib().alias(new, fd);
+            let forked = state::forked();
+            if !forked && let Err(e) = lib().alias(new, fd) {
+                // SAFETY: our own new number.
+                unsafe { real::close(new) };
+                return fail(e);
             }
             if !fds::set(new, Kind::Spate) {
                 said_once(&format!(
                     "descriptor {new} is past {}: a duplicate of a spate socket there is closed",
                     fds::FDS
                 ));
+                if !forked {
+                    lib().forget(new);
+                }
                 // SAFETY: our own new number.
                 unsafe { real::close(new) };
-                lib().forget(new);
                 return fail(libc::EMFILE);
             }
         }

@@ -81,6 +81,9 @@ real! {
     fn __recvfrom_chk(fd: c_int, buf: *mut c_void, len: size_t, buflen: size_t, flags: c_int, addr: *mut sockaddr, alen: *mut socklen_t) -> ssize_t;
     fn __read_chk(fd: c_int, buf: *mut c_void, len: size_t, buflen: size_t) -> ssize_t;
     fn __chk_fail() -> ();
+    fn epoll_ctl(epfd: c_int, op: c_int, fd: c_int, event: *mut libc::epoll_event) -> c_int;
+    fn close_range(first: c_uint, last: c_uint, flags: c_int) -> c_int;
+    fn closefrom(first: c_int) -> ();
 }
 
 /// Has `f` run in the child after every `fork`.
@@ -93,6 +96,13 @@ pub fn at_fork_child(f: extern "C" fn()) {
 pub fn try_flock(fd: c_int) -> bool {
     // SAFETY: flock takes no pointers.
     unsafe { libc::flock(fd, libc::LOCK_EX | libc::LOCK_NB) == 0 }
+}
+
+/// Closes `fd`, a descriptor the preload owns (async-signal-safe, for a
+/// fork handler).
+pub fn close_own(fd: c_int) {
+    // SAFETY: no pointers; the descriptor is the caller's own.
+    unsafe { libc::close(fd) };
 }
 
 /// The calling process's `errno`.

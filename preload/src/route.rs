@@ -105,8 +105,8 @@ mod tests {
         );
         assert!(!r.reaches(&a("127.0.0.1:9")) && !r.reaches(&a("8.8.8.8:53")) && !r.reaches(&a("[2001:db8::1]:53")));
         // The line spate_apps::run's own test has routes_text write.
-        let g = Routes::from_text("net=198.18.0.2/24 gateway4 lock=net_pcap0").unwrap();
-        assert_eq!(g.lock, "net_pcap0");
+        let g = Routes::from_text("net=198.18.0.2/24 gateway4 lock=net_pcap0.vA").unwrap();
+        assert_eq!(g.lock, "net_pcap0.vA");
         assert!(g.reaches(&a("8.8.8.8:53")) && !g.reaches(&a("127.0.0.1:53")) && !g.reaches(&a("[2001:db8::1]:53")));
         for bad in ["net=nonsense/24 lock=x", "net=10.0.0.1/33 lock=x", "net=10.0.0.1 lock=x", "gateway9 lock=x", ""] {
             assert!(Routes::from_text(bad).is_err(), "{bad}");

@@ -11,9 +11,9 @@
 //! drops the lock when the holder ends, however it ends (SIGKILL too).
 
 use std::io::Write;
-use std::os::fd::AsRawFd;
+use std::os::fd::{AsRawFd, IntoRawFd};
 use std::sync::OnceLock;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicI32, Ordering};
 
 use crate::dlopen;
 use crate::route::Routes;
@@ -81,8 +81,9 @@ pub fn stack_up() -> bool {
         };
         match lib.start(&std::env::var("SPATE_ARGS").unwrap_or_default()) {
             Ok(()) => {
-                // Held (and open) for the process's life.
-                std::mem::forget(lock);
+                // Held (and open) for the process's life; a forked child
+                // closes its copy (see `mark_forked`).
+                LOCK_FD.store(lock.into_raw_fd(), Ordering::Relaxed);
                 crate::libc_next::at_fork_child(mark_forked);
                 true
             }
@@ -97,8 +98,19 @@ pub fn stack_up() -> bool {
     })
 }
 
+/// The device lock's descriptor once the stack runs.
+static LOCK_FD: AtomicI32 = AtomicI32::new(-1);
+
+/// In a child forked after the stack started: it is marked, and its copy
+/// of the lock's descriptor closed, so that a child outliving its parent
+/// does not keep the device locked (the lock belongs to the open file,
+/// which the parent's copy holds while the parent lives).
 extern "C" fn mark_forked() {
     FORKED.store(true, Ordering::Relaxed);
+    let fd = LOCK_FD.swap(-1, Ordering::Relaxed);
+    if fd >= 0 {
+        crate::libc_next::close_own(fd);
+    }
 }
 
 /// Takes the lock of the devices named `name` (see the module's text);

@@ -83,24 +83,36 @@ static const char *what(int fd)
     return link;
 }
 
-static int udp_bound(int family, int port)
+/* A UDP socket of `family`, options set while it is the kernel's (set
+ * again on spate's as it moves). */
+static int udp_open(int family)
 {
     int fd = socket(family, SOCK_DGRAM | SOCK_CLOEXEC, 0);
     CHECK(fd >= 0, "socket");
-    /* Set while the socket is the kernel's; set again on spate's. */
     int rcvbuf = 1 << 20;
     CHECK(setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &rcvbuf, sizeof rcvbuf) == 0, "SO_RCVBUF");
-    int rc;
-    if (family == AF_INET) {
-        struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons(port)};
-        rc = bind(fd, (struct sockaddr *)&a, sizeof a);
-    } else {
+    if (family == AF_INET6) {
         int on = 1;
         CHECK(setsockopt(fd, IPPROTO_IPV6, IPV6_V6ONLY, &on, sizeof on) == 0, "IPV6_V6ONLY");
-        struct sockaddr_in6 a = {.sin6_family = AF_INET6, .sin6_port = htons(port), .sin6_addr = in6addr_any};
-        rc = bind(fd, (struct sockaddr *)&a, sizeof a);
     }
-    if (rc < 0) {
+    return fd;
+}
+
+/* Binds `fd` to the wildcard's `port`; -1 with errno when it cannot. */
+static int udp_bind(int fd, int family, int port)
+{
+    if (family == AF_INET) {
+        struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons(port)};
+        return bind(fd, (struct sockaddr *)&a, sizeof a);
+    }
+    struct sockaddr_in6 a = {.sin6_family = AF_INET6, .sin6_port = htons(port), .sin6_addr = in6addr_any};
+    return bind(fd, (struct sockaddr *)&a, sizeof a);
+}
+
+static int udp_bound(int family, int port)
+{
+    int fd = udp_open(family);
+    if (udp_bind(fd, family, port) < 0) {
         perror("bind");
         exit(2);
     }
@@ -138,7 +150,14 @@ static int echo_batch(int fd, int out)
 
 static int mode_epoll(void)
 {
-    int u4 = udp_bound(AF_INET, 7), u6 = udp_bound(AF_INET6, 7);
+    int ep = epoll_create1(EPOLL_CLOEXEC);
+    struct epoll_event ev;
+    /* The IPv6 socket goes into the epoll set before it is bound (while
+     * it is the kernel's); it stays there as it moves onto spate. */
+    int u4 = udp_bound(AF_INET, 7), u6 = udp_open(AF_INET6);
+    ev = (struct epoll_event){.events = EPOLLIN | EPOLLET | EPOLLONESHOT, .data.fd = u6};
+    CHECK(epoll_ctl(ep, EPOLL_CTL_ADD, u6, &ev) == 0, "epoll add v6");
+    CHECK(udp_bind(u6, AF_INET6, 7) == 0, "bind v6");
     CHECK(!strcmp(what(u4), "eventfd") && !strcmp(what(u6), "eventfd"), "the sockets are spate's: %s %s", what(u4),
           what(u6));
     int out4 = dup(u4);
@@ -160,11 +179,8 @@ static int mode_epoll(void)
     CHECK(bind(lo, (struct sockaddr *)&loa, sizeof loa) == 0 && !strcmp(what(lo), "socket"), "loopback UDP: %s",
           what(lo));
 
-    int ep = epoll_create1(EPOLL_CLOEXEC);
-    struct epoll_event ev = {.events = EPOLLIN, .data.fd = u4};
+    ev = (struct epoll_event){.events = EPOLLIN, .data.fd = u4};
     CHECK(epoll_ctl(ep, EPOLL_CTL_ADD, u4, &ev) == 0, "epoll add v4");
-    ev = (struct epoll_event){.events = EPOLLIN | EPOLLET | EPOLLONESHOT, .data.fd = u6};
-    CHECK(epoll_ctl(ep, EPOLL_CTL_ADD, u6, &ev) == 0, "epoll add v6");
     ev = (struct epoll_event){.events = EPOLLIN, .data.fd = p[0]};
     CHECK(epoll_ctl(ep, EPOLL_CTL_ADD, p[0], &ev) == 0, "epoll add pipe");
     ev = (struct epoll_event){.events = EPOLLIN, .data.fd = srv};
@@ -209,14 +225,34 @@ static int mode_epoll(void)
     char back[8];
     CHECK(read(cli, back, sizeof back) == 4 && !memcmp(back, "tcp!", 4), "tcp echoed");
     CHECK(piped == 1 && tcp == 1, "pipe %ld tcp %ld", piped, tcp);
-    /* The dup outlives the original. */
+    /* The dup outlives the original, and closing one name wakes
+     * nobody waiting on the other: with nothing to read, it is not
+     * readable. */
     CHECK(close(u4) == 0, "close");
     int checks = 0;
     EXPECT(close(u4), EBADF);
     CHECK(!strcmp(what(out4), "eventfd"), "the dup is open");
+    int queued = -1;
+    CHECK(ioctl(out4, FIONREAD, &queued) == 0 && queued == 0, "FIONREAD on the dup: %d", queued);
+    struct pollfd pf = {.fd = out4, .events = POLLIN};
+    CHECK(poll(&pf, 1, 0) == 0, "the dup is readable (revents %d) after its other name closed", pf.revents);
     struct sockaddr_in peer = {.sin_family = AF_INET, .sin_port = htons(9)};
     inet_pton(AF_INET, "198.18.0.1", &peer.sin_addr);
     CHECK(sendto(out4, "dup", 3, 0, (struct sockaddr *)&peer, sizeof peer) == 3, "send through the dup");
+    /* close_range and closefrom close spate sockets as close does: the
+     * port is free on the stack again. */
+    int cr = udp_bound(AF_INET, 4242);
+    CHECK(close_range(cr, cr, 0) == 0, "close_range");
+    int cr2 = udp_open(AF_INET);
+    CHECK(udp_bind(cr2, AF_INET, 4242) == 0 && !strcmp(what(cr2), "eventfd"), "bind after close_range");
+    close(cr2);
+    int cf = udp_bound(AF_INET, 4243);
+    CHECK(dup2(cf, 900) == 900 && close(cf) == 0, "dup2 to 900");
+    closefrom(900);
+    EXPECT(close(900), EBADF);
+    int cf2 = udp_open(AF_INET);
+    CHECK(udp_bind(cf2, AF_INET, 4243) == 0 && !strcmp(what(cf2), "eventfd"), "bind after closefrom");
+    close(cf2);
     printf("echoed v4 %ld v6 %ld\n", v4, v6);
     printf("failures %d\n", failures);
     return failures ? 1 : 0;
