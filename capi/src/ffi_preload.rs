@@ -77,3 +77,36 @@ pub extern "C" fn spate_preload_alias(new: c_int, old: c_int) -> c_int {
 pub extern "C" fn spate_preload_forget(fd: c_int) -> c_int {
     call(|| preload::forget(fd).map(c_int::from))
 }
+
+/// [`preload::wait`] with `timeout_ns` (negative: none) and the flag at
+/// `also` (a byte the preload sets atomically): 0 to look again, 1 when
+/// a blocking receive would return at once (shut down, stopped), or -1
+/// with the errno.
+///
+/// # Safety
+/// `also` points to a byte that lives while the call does and is only
+/// accessed atomically.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn spate_preload_wait(fd: c_int, timeout_ns: i64, also: *const u8) -> c_int {
+    call(|| {
+        if also.is_null() {
+            return Err(libc::EFAULT);
+        }
+        // SAFETY: per the contract; AtomicBool has u8's size and layout.
+        let also = unsafe { &*also.cast::<std::sync::atomic::AtomicBool>() };
+        let timeout = u64::try_from(timeout_ns).ok().map(std::time::Duration::from_nanos);
+        preload::wait(fd, timeout, also).map(c_int::from)
+    })
+}
+
+/// [`preload::wake`]: 0, or -1 with `EBADF`.
+#[unsafe(no_mangle)]
+pub extern "C" fn spate_preload_wake(fd: c_int) -> c_int {
+    call(|| preload::wake(fd).map(|()| 0))
+}
+
+/// [`preload::settle`]: 0, or -1 with `EBADF`.
+#[unsafe(no_mangle)]
+pub extern "C" fn spate_preload_settle(fd: c_int) -> c_int {
+    call(|| preload::settle(fd).map(|()| 0))
+}

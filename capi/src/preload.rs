@@ -4,6 +4,7 @@
 //! socket under the descriptor number the program holds.
 
 use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 
 use crate::global;
@@ -76,6 +77,32 @@ pub fn forget(fd: i32) -> Result<bool, i32> {
         s.ready.notify();
     }
     Ok(last)
+}
+
+/// Sleeps once as a blocking receive on `fd` does between attempts,
+/// for at most `timeout`, ending early once `also` is set (the preload's
+/// mark that the kernel socket beside it has something): `Ok` to look
+/// again (`true`: the socket is shut down for reading or the stack
+/// stopped, so a blocking receive returns at once), else `EAGAIN` (the
+/// time passed), `EINTR` or `EBADF`.
+pub fn wait(fd: i32, timeout: Option<std::time::Duration>, also: &AtomicBool) -> Result<bool, i32> {
+    let s = global::socket(fd)?;
+    s.wait_also(timeout, || also.load(Ordering::SeqCst))?;
+    Ok(s.shut_rd.load(Ordering::SeqCst) || global::is_down())
+}
+
+/// Makes socket `fd` readable and wakes its sleeping threads (the kernel
+/// socket beside it has something).
+pub fn wake(fd: i32) -> Result<(), i32> {
+    global::socket(fd)?.ready.notify();
+    Ok(())
+}
+
+/// Resets socket `fd`'s descriptor when spate has nothing for it (the
+/// kernel socket beside it was just emptied).
+pub fn settle(fd: i32) -> Result<(), i32> {
+    global::socket(fd)?.settle();
+    Ok(())
 }
 
 /// One name of socket `key` gone: whether it was its last.

@@ -246,6 +246,26 @@ impl CSocket {
         deadline_after(self.rcvtimeo.load(Ordering::Relaxed))
     }
 
+    /// Sleeps once as a blocking receive does between attempts, also
+    /// ending (at once, or when its readiness is notified) once `also`
+    /// says so: libspate-preload's receive on a socket with a kernel
+    /// socket beside it, whose arrivals set `also` and notify.
+    pub fn wait_also(&self, timeout: Option<Duration>, also: impl Fn() -> bool) -> CResult<()> {
+        self.ready.sleep(
+            || self.bound.get(),
+            || also() || self.shut_rd.load(Ordering::SeqCst) || global::is_down(),
+            timeout,
+        )
+    }
+
+    /// Resets the descriptor when the socket has nothing to report (as a
+    /// receive does after it takes the last datagram).
+    pub fn settle(&self) {
+        if let Some(sock) = self.bound.get() {
+            self.ready.settle(sock);
+        }
+    }
+
     /// Waits until a receive may find something; `EAGAIN` past
     /// `deadline`, `EINTR` when a signal interrupts.
     fn wait(&self, deadline: Option<Instant>) -> CResult<()> {

@@ -9,6 +9,7 @@
 
 use std::ffi::{CString, c_char};
 use std::sync::OnceLock;
+use std::sync::atomic::AtomicBool;
 
 use libc::{c_int, c_long, c_uint, c_ulong, c_void, mmsghdr, msghdr, size_t, sockaddr, socklen_t, ssize_t, timespec};
 
@@ -63,6 +64,9 @@ calls! {
     spate_preload_adopt: fn(c_int, c_int, c_int, c_int) -> c_int;
     spate_preload_alias: fn(c_int, c_int) -> c_int;
     spate_preload_forget: fn(c_int) -> c_int;
+    spate_preload_wait: fn(c_int, i64, *const u8) -> c_int;
+    spate_preload_wake: fn(c_int) -> c_int;
+    spate_preload_settle: fn(c_int) -> c_int;
 }
 
 impl Libspate {
@@ -110,10 +114,38 @@ impl Libspate {
     }
 
     /// Forgets name `fd` of a spate socket, closing the socket when it
-    /// was its last name.
-    pub fn forget(&self, fd: c_int) {
+    /// was its last name; whether it was.
+    pub fn forget(&self, fd: c_int) -> bool {
         // SAFETY: no pointers.
-        unsafe { (self.spate_preload_forget)(fd) };
+        unsafe { (self.spate_preload_forget)(fd) == 1 }
+    }
+
+    /// Sleeps once as a blocking receive on `fd` does, for at most
+    /// `timeout`, ending early once `also` is set; `Ok` to look again
+    /// (`true`: a blocking receive returns at once, the socket shut down
+    /// or the stack stopped), or the errno (`EAGAIN` when the time
+    /// passed, `EINTR`).
+    pub fn wait(&self, fd: c_int, timeout: Option<std::time::Duration>, also: &AtomicBool) -> Result<bool, c_int> {
+        let ns = timeout.map_or(-1, |t| t.as_nanos().min(i64::MAX as u128) as i64);
+        // SAFETY: the flag lives while the call does; libspate reads it
+        // atomically.
+        match unsafe { (self.spate_preload_wait)(fd, ns, also.as_ptr().cast::<u8>().cast_const()) } {
+            0 => Ok(false),
+            1 => Ok(true),
+            _ => Err(crate::libc_next::errno()),
+        }
+    }
+
+    /// Resets socket `fd`'s descriptor when spate has nothing for it.
+    pub fn settle(&self, fd: c_int) {
+        // SAFETY: no pointers.
+        unsafe { (self.spate_preload_settle)(fd) };
+    }
+
+    /// Makes socket `fd` readable and wakes its sleeping threads.
+    pub fn wake(&self, fd: c_int) {
+        // SAFETY: no pointers.
+        unsafe { (self.spate_preload_wake)(fd) };
     }
 }
 

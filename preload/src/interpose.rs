@@ -8,11 +8,13 @@
 
 use std::net::{Ipv4Addr, Ipv6Addr, SocketAddr, SocketAddrV4, SocketAddrV6};
 use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
 
 use libc::{
     c_int, c_long, c_uint, c_ulong, c_void, iovec, mmsghdr, msghdr, size_t, sockaddr, socklen_t, ssize_t, timespec,
 };
 
+use crate::companion;
 use crate::dlopen::loaded as lib;
 use crate::fds::{self, Kind};
 use crate::libc_next as real;
@@ -71,6 +73,12 @@ fn take(fd: c_int) -> Result<bool, c_int> {
     // SAFETY: no pointers.
     let (fl, fdfl) = unsafe { (real::fcntl(fd, libc::F_GETFL, 0), real::fcntl(fd, libc::F_GETFD, 0)) };
     let pending = fds::take_pending(fd);
+    // The kernel socket may live on (beside spate's, module companion):
+    // out of the program's epoll sets under this number first.
+    for &(epfd, _, _) in &pending.epolls {
+        // SAFETY: no event for a delete.
+        unsafe { real::epoll_ctl(epfd, libc::EPOLL_CTL_DEL, fd, std::ptr::null_mut()) };
+    }
     lib().adopt(fd, domain == libc::AF_INET6, fl & libc::O_NONBLOCK != 0, fdfl & libc::FD_CLOEXEC != 0)?;
     fds::set(fd, Kind::Spate);
     // The kernel socket left the epoll instances it was in as its number
@@ -122,6 +130,19 @@ macro_rules! spate_or_down {
     };
 }
 
+/// The kernel socket beside spate socket `fd` when a send to `to` must
+/// leave through it: spate's routes do not reach the destination
+/// (loopback, where only the kernel goes). A batch (`sendmmsg`) goes the
+/// way of its first message.
+#[inline(always)]
+fn kernel_side(fd: c_int, to: impl FnOnce() -> Option<SocketAddr>) -> Option<c_int> {
+    let k = companion::of(fd)?;
+    match (to(), state::routes()) {
+        (Some(a), Some(r)) if !r.reaches(&a) => Some(k),
+        _ => None,
+    }
+}
+
 /// Whether an open socket should move onto spate for destination `to`:
 /// spate carries it and a stack runs; the socket is taken then.
 fn take_for(fd: c_int, to: Option<SocketAddr>) -> Result<bool, c_int> {
@@ -165,17 +186,79 @@ pub unsafe extern "C" fn bind(fd: c_int, addr: *const sockaddr, len: socklen_t) 
         Kind::Open => {
             // SAFETY: as bind's contract.
             let to = unsafe { addr_of(addr, len) };
-            let spate = match (to, state::routes()) {
-                (Some(a), Some(r)) if r.binds(&a) => take(fd),
-                _ => Ok(false),
+            let (spate, kernel) = match (to, state::routes()) {
+                (Some(a), Some(r)) if r.binds(&a) => {
+                    // A wildcard keeps the kernel socket it was beside
+                    // spate's (module companion).
+                    let kernel = a.ip().is_unspecified().then(|| real::dup_private(fd).ok()).flatten();
+                    (take(fd), kernel)
+                }
+                _ => (Ok(false), None),
             };
-            match spate {
+            let r = match spate {
                 Ok(true) => unsafe { (lib().spate_bind)(fd, addr, len) },
                 Ok(false) => kernel_after(fd, unsafe { real::bind(fd, addr, len) }),
                 Err(e) => fail(e),
+            };
+            if let Some(k) = kernel {
+                if r == 0 && spate == Ok(true) {
+                    beside(fd, k, to);
+                } else {
+                    real::close_own(k);
+                }
             }
+            r
         }
         Kind::Kernel => unsafe { real::bind(fd, addr, len) },
+    }
+}
+
+/// Binds kernel socket `k` (what spate socket `fd` was) to the port
+/// spate gave `fd` on the wildcard `to`, and keeps it beside `fd`; when
+/// the kernel has the port taken, says so once and closes `k` (the
+/// socket gets spate's traffic only).
+fn beside(fd: c_int, k: c_int, to: Option<SocketAddr>) {
+    let mut ss: libc::sockaddr_storage = unsafe { std::mem::zeroed() };
+    let mut len = std::mem::size_of::<libc::sockaddr_storage>() as socklen_t;
+    // SAFETY: a sockaddr_storage and its length, locals.
+    let named = unsafe { (lib().spate_getsockname)(fd, (&mut ss as *mut libc::sockaddr_storage).cast(), &mut len) };
+    let port = match (named, unsafe { addr_of((&ss as *const libc::sockaddr_storage).cast(), len) }) {
+        (0, Some(a)) => a.port(),
+        _ => {
+            real::close_own(k);
+            return;
+        }
+    };
+    let r = match to {
+        Some(SocketAddr::V4(_)) => {
+            let a = libc::sockaddr_in {
+                sin_family: libc::AF_INET as libc::sa_family_t,
+                sin_port: port.to_be(),
+                sin_addr: libc::in_addr { s_addr: 0 },
+                sin_zero: [0; 8],
+            };
+            // SAFETY: a local sockaddr_in and its length.
+            unsafe { real::bind(k, (&a as *const libc::sockaddr_in).cast(), std::mem::size_of_val(&a) as socklen_t) }
+        }
+        Some(SocketAddr::V6(v6)) => {
+            // SAFETY: all-zero is the wildcard sockaddr_in6.
+            let mut a: libc::sockaddr_in6 = unsafe { std::mem::zeroed() };
+            a.sin6_family = libc::AF_INET6 as libc::sa_family_t;
+            a.sin6_port = port.to_be();
+            a.sin6_scope_id = v6.scope_id();
+            // SAFETY: a local sockaddr_in6 and its length.
+            unsafe { real::bind(k, (&a as *const libc::sockaddr_in6).cast(), std::mem::size_of_val(&a) as socklen_t) }
+        }
+        None => -1,
+    };
+    if r != 0 {
+        said_once(&format!(
+            "UDP port {port} is taken in the kernel: socket {fd} gets what comes through spate only ({})",
+            std::io::Error::last_os_error()
+        ));
+        real::close_own(k);
+    } else if !companion::attach(fd, k) {
+        real::close_own(k);
     }
 }
 
@@ -206,7 +289,10 @@ pub unsafe extern "C" fn sendto(
     alen: socklen_t,
 ) -> ssize_t {
     match fds::kind(fd) {
-        Kind::Spate => spate_or_down!(unsafe { (lib().spate_sendto)(fd, buf, n, flags, addr, alen) }),
+        Kind::Spate => match kernel_side(fd, || unsafe { addr_of(addr, alen) }) {
+            Some(k) => unsafe { real::sendto(k, buf, n, flags, addr, alen) },
+            None => spate_or_down!(unsafe { (lib().spate_sendto)(fd, buf, n, flags, addr, alen) }),
+        },
         Kind::Open => match take_for(fd, unsafe { addr_of(addr, alen) }) {
             Ok(true) => unsafe { (lib().spate_sendto)(fd, buf, n, flags, addr, alen) },
             Ok(false) if addr.is_null() => unsafe { real::sendto(fd, buf, n, flags, addr, alen) },
@@ -221,7 +307,12 @@ pub unsafe extern "C" fn sendto(
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn sendmsg(fd: c_int, msg: *const msghdr, flags: c_int) -> ssize_t {
     match fds::kind(fd) {
-        Kind::Spate => spate_or_down!(unsafe { (lib().spate_sendmsg)(fd, msg, flags) }),
+        Kind::Spate => {
+            match kernel_side(fd, || unsafe { msg.as_ref().and_then(|m| addr_of(m.msg_name.cast(), m.msg_namelen)) }) {
+                Some(k) => unsafe { real::sendmsg(k, msg, flags) },
+                None => spate_or_down!(unsafe { (lib().spate_sendmsg)(fd, msg, flags) }),
+            }
+        }
         Kind::Open => {
             // SAFETY: `msg` is NULL or a valid msghdr, per the contract.
             let to = unsafe { msg.as_ref().and_then(|m| addr_of(m.msg_name.cast(), m.msg_namelen)) };
@@ -240,7 +331,13 @@ pub unsafe extern "C" fn sendmsg(fd: c_int, msg: *const msghdr, flags: c_int) ->
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn sendmmsg(fd: c_int, msgs: *mut mmsghdr, vlen: c_uint, flags: c_int) -> c_int {
     match fds::kind(fd) {
-        Kind::Spate => spate_or_down!(unsafe { (lib().spate_sendmmsg)(fd, msgs, vlen, flags) }),
+        Kind::Spate => match kernel_side(fd, || match vlen {
+            0 => None,
+            _ => unsafe { msgs.as_ref().and_then(|m| addr_of(m.msg_hdr.msg_name.cast(), m.msg_hdr.msg_namelen)) },
+        }) {
+            Some(k) => unsafe { real::sendmmsg(k, msgs, vlen, flags) },
+            None => spate_or_down!(unsafe { (lib().spate_sendmmsg)(fd, msgs, vlen, flags) }),
+        },
         Kind::Open => {
             // SAFETY: `msgs` is NULL or `vlen` valid mmsghdrs, per the contract.
             let to = match vlen {
@@ -278,16 +375,6 @@ macro_rules! either {
 either! {
     /// `send(2)`.
     fn send(fd: c_int, buf: *const c_void, n: size_t, flags: c_int) -> ssize_t => lib().spate_send;
-    /// `recv(2)`.
-    fn recv(fd: c_int, buf: *mut c_void, n: size_t, flags: c_int) -> ssize_t => lib().spate_recv;
-    /// `recvfrom(2)`.
-    fn recvfrom(fd: c_int, buf: *mut c_void, n: size_t, flags: c_int, addr: *mut sockaddr, alen: *mut socklen_t) -> ssize_t
-        => lib().spate_recvfrom;
-    /// `recvmsg(2)`.
-    fn recvmsg(fd: c_int, msg: *mut msghdr, flags: c_int) -> ssize_t => lib().spate_recvmsg;
-    /// `recvmmsg(2)`.
-    fn recvmmsg(fd: c_int, msgs: *mut mmsghdr, vlen: c_uint, flags: c_int, timeout: *mut timespec) -> c_int
-        => lib().spate_recvmmsg;
     /// `getsockname(2)`.
     fn getsockname(fd: c_int, addr: *mut sockaddr, alen: *mut socklen_t) -> c_int => lib().spate_getsockname;
     /// `getpeername(2)`.
@@ -297,20 +384,206 @@ either! {
         => lib().spate_getsockopt;
     /// `shutdown(2)`.
     fn shutdown(fd: c_int, how: c_int) -> c_int => lib().spate_shutdown;
-    /// `read(2)`: on a spate socket, `recv` without flags.
-    fn read(fd: c_int, buf: *mut c_void, n: size_t) -> ssize_t => spate_read;
     /// `write(2)`: on a spate socket, `send` without flags.
     fn write(fd: c_int, buf: *const c_void, n: size_t) -> ssize_t => spate_write;
-    /// `readv(2)`: on a spate socket, `recvmsg` of the vector.
-    fn readv(fd: c_int, iov: *const iovec, n: c_int) -> ssize_t => spate_readv;
     /// `writev(2)`: on a spate socket, `sendmsg` of the vector.
     fn writev(fd: c_int, iov: *const iovec, n: c_int) -> ssize_t => spate_writev;
     /// `ioctl(2)`: `FIONREAD` and `FIONBIO` on a spate socket.
     fn ioctl(fd: c_int, request: c_ulong, arg: *mut c_void) -> c_int => spate_ioctl;
 }
 
-unsafe fn spate_read(fd: c_int, buf: *mut c_void, n: size_t) -> ssize_t {
-    unsafe { (lib().spate_recv)(fd, buf, n, 0) }
+/// A receive on spate socket `fd` with `flags`: `spate` (the C API's
+/// call with the flags it is given) alone, or, when the socket has a
+/// kernel socket beside it ([`companion`]), `kernel` (the C library's
+/// call on that socket with the flags it is given) too, waiting for
+/// either as the call's flags, the socket's mode and its `SO_RCVTIMEO`
+/// say.
+#[inline(always)]
+fn receive<T: Copy + PartialOrd + From<i8>>(
+    fd: c_int,
+    flags: c_int,
+    spate: impl Fn(c_int) -> T,
+    kernel: impl Fn(c_int, c_int) -> T,
+) -> T {
+    if state::forked() {
+        return fail(libc::ENETDOWN);
+    }
+    match companion::of(fd) {
+        None => spate(flags),
+        Some(k) => receive_both(fd, k, flags, spate, kernel),
+    }
+}
+
+#[cold]
+fn receive_both<T: Copy + PartialOrd + From<i8>>(
+    fd: c_int,
+    k: c_int,
+    flags: c_int,
+    spate: impl Fn(c_int) -> T,
+    kernel: impl Fn(c_int, c_int) -> T,
+) -> T {
+    let ready = companion::ready(k);
+    let mut deadline: Option<Option<Instant>> = None;
+    loop {
+        if ready.load(Ordering::SeqCst) {
+            let r = kernel(k, flags | libc::MSG_DONTWAIT);
+            if r >= T::from(0) {
+                if !real::readable(k) {
+                    // The kernel's side emptied: the socket is readable
+                    // only if spate's is, unless something came since.
+                    companion::rearm(k);
+                    lib().settle(fd);
+                    if ready.load(Ordering::SeqCst) {
+                        lib().wake(fd);
+                    }
+                }
+                return r;
+            }
+            if real::errno() != libc::EAGAIN {
+                return r;
+            }
+            companion::rearm(k);
+        }
+        let r = spate(flags | libc::MSG_DONTWAIT);
+        if r >= T::from(0) || real::errno() != libc::EAGAIN {
+            return r;
+        }
+        // Marked before its wake: a mark set while spate's queue was
+        // looked at is seen here.
+        if ready.load(Ordering::SeqCst) {
+            continue;
+        }
+        // SAFETY: no pointers.
+        let nonblocking = unsafe { (lib().spate_fcntl)(fd, libc::F_GETFL, 0) } & libc::O_NONBLOCK != 0;
+        if flags & libc::MSG_DONTWAIT != 0 || nonblocking {
+            return fail(libc::EAGAIN);
+        }
+        let deadline = *deadline.get_or_insert_with(|| rcvtimeo(fd).map(|t| Instant::now() + t));
+        let left = match deadline.map(|d| d.checked_duration_since(Instant::now())) {
+            None => None,
+            Some(Some(t)) if !t.is_zero() => Some(t),
+            Some(_) => return fail(libc::EAGAIN),
+        };
+        match lib().wait(fd, left, ready) {
+            Ok(false) => {}
+            // Shut down for reading or stopped: spate's blocking call
+            // says what, at once.
+            Ok(true) => return spate(flags),
+            Err(e) => return fail(e),
+        }
+    }
+}
+
+/// Socket `fd`'s `SO_RCVTIMEO`, if it has one.
+fn rcvtimeo(fd: c_int) -> Option<Duration> {
+    let mut tv = libc::timeval { tv_sec: 0, tv_usec: 0 };
+    let mut len = std::mem::size_of::<libc::timeval>() as socklen_t;
+    // SAFETY: a timeval and its length, locals.
+    let r = unsafe {
+        (lib().spate_getsockopt)(
+            fd,
+            libc::SOL_SOCKET,
+            libc::SO_RCVTIMEO,
+            (&mut tv as *mut libc::timeval).cast(),
+            &mut len,
+        )
+    };
+    let t = Duration::from_secs(tv.tv_sec.max(0) as u64) + Duration::from_micros(tv.tv_usec.max(0) as u64);
+    (r == 0 && !t.is_zero()).then_some(t)
+}
+
+/// `recv(2)`.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn recv(fd: c_int, buf: *mut c_void, n: size_t, flags: c_int) -> ssize_t {
+    match fds::kind(fd) {
+        // SAFETY: the C call's contract is the program's, for both.
+        Kind::Spate => receive(
+            fd,
+            flags,
+            |f| unsafe { (lib().spate_recv)(fd, buf, n, f) },
+            |k, f| unsafe { real::recv(k, buf, n, f) },
+        ),
+        _ => unsafe { real::recv(fd, buf, n, flags) },
+    }
+}
+
+/// `recvfrom(2)`.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn recvfrom(
+    fd: c_int,
+    buf: *mut c_void,
+    n: size_t,
+    flags: c_int,
+    addr: *mut sockaddr,
+    alen: *mut socklen_t,
+) -> ssize_t {
+    match fds::kind(fd) {
+        // SAFETY: the C call's contract is the program's, for both.
+        Kind::Spate => receive(
+            fd,
+            flags,
+            |f| unsafe { (lib().spate_recvfrom)(fd, buf, n, f, addr, alen) },
+            |k, f| unsafe { real::recvfrom(k, buf, n, f, addr, alen) },
+        ),
+        _ => unsafe { real::recvfrom(fd, buf, n, flags, addr, alen) },
+    }
+}
+
+/// `recvmsg(2)`.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn recvmsg(fd: c_int, msg: *mut msghdr, flags: c_int) -> ssize_t {
+    match fds::kind(fd) {
+        // SAFETY: the C call's contract is the program's, for both.
+        Kind::Spate => receive(
+            fd,
+            flags,
+            |f| unsafe { (lib().spate_recvmsg)(fd, msg, f) },
+            |k, f| unsafe { real::recvmsg(k, msg, f) },
+        ),
+        _ => unsafe { real::recvmsg(fd, msg, flags) },
+    }
+}
+
+/// `recvmmsg(2)`.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn recvmmsg(
+    fd: c_int,
+    msgs: *mut mmsghdr,
+    vlen: c_uint,
+    flags: c_int,
+    timeout: *mut timespec,
+) -> c_int {
+    match fds::kind(fd) {
+        // SAFETY: the C call's contract is the program's, for both.
+        Kind::Spate => receive(
+            fd,
+            flags,
+            |f| unsafe { (lib().spate_recvmmsg)(fd, msgs, vlen, f, timeout) },
+            |k, f| unsafe { real::recvmmsg(k, msgs, vlen, f, timeout) },
+        ),
+        _ => unsafe { real::recvmmsg(fd, msgs, vlen, flags, timeout) },
+    }
+}
+
+/// `read(2)`: on a spate socket, `recv` without flags.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn read(fd: c_int, buf: *mut c_void, n: size_t) -> ssize_t {
+    match fds::kind(fd) {
+        Kind::Spate => unsafe { recv(fd, buf, n, 0) },
+        _ => unsafe { real::read(fd, buf, n) },
+    }
+}
+
+/// `readv(2)`: on a spate socket, `recvmsg` of the vector.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn readv(fd: c_int, iov: *const iovec, n: c_int) -> ssize_t {
+    match fds::kind(fd) {
+        Kind::Spate => match vector_msg(iov, n) {
+            Ok(mut m) => unsafe { recvmsg(fd, &mut m, 0) },
+            Err(e) => fail(e),
+        },
+        _ => unsafe { real::readv(fd, iov, n) },
+    }
 }
 
 unsafe fn spate_write(fd: c_int, buf: *const c_void, n: size_t) -> ssize_t {
@@ -328,13 +601,6 @@ fn vector_msg(iov: *const iovec, n: c_int) -> Result<msghdr, c_int> {
     Ok(m)
 }
 
-unsafe fn spate_readv(fd: c_int, iov: *const iovec, n: c_int) -> ssize_t {
-    match vector_msg(iov, n) {
-        Ok(mut m) => unsafe { (lib().spate_recvmsg)(fd, &mut m, 0) },
-        Err(e) => fail(e),
-    }
-}
-
 unsafe fn spate_writev(fd: c_int, iov: *const iovec, n: c_int) -> ssize_t {
     match vector_msg(iov, n) {
         Ok(m) => unsafe { (lib().spate_sendmsg)(fd, &m, 0) },
@@ -346,6 +612,14 @@ unsafe fn spate_ioctl(fd: c_int, request: c_ulong, arg: *mut c_void) -> c_int {
     match request {
         // The descriptor's own flag (close-on-exec), not the socket's.
         libc::FIOCLEX | libc::FIONCLEX => unsafe { real::ioctl(fd, request, arg) },
+        libc::FIONREAD => {
+            let r = unsafe { (lib().spate_ioctl)(fd, request, arg.cast()) };
+            // Nothing on spate's side: what the kernel's side has.
+            match companion::of(fd) {
+                Some(k) if r == 0 && unsafe { *arg.cast::<c_int>() } == 0 => unsafe { real::ioctl(k, request, arg) },
+                _ => r,
+            }
+        }
         _ => unsafe { (lib().spate_ioctl)(fd, request, arg.cast()) },
     }
 }
@@ -378,7 +652,7 @@ pub unsafe extern "C" fn close(fd: c_int) -> c_int {
         Kind::Kernel => unsafe { real::close(fd) },
         Kind::Spate if !state::forked() => {
             fds::set(fd, Kind::Kernel);
-            lib().forget(fd);
+            companion::name_gone(fd, lib().forget(fd));
             unsafe { real::close(fd) }
         }
         _ => {
@@ -417,7 +691,7 @@ fn closing(first: c_uint, last: c_uint) {
             Kind::Spate => {
                 fds::set(fd, Kind::Kernel);
                 if !state::forked() {
-                    lib().forget(fd);
+                    companion::name_gone(fd, lib().forget(fd));
                 }
             }
             Kind::Open => {
@@ -462,13 +736,16 @@ fn duplicated(fd: c_int, new: c_int) -> c_int {
                 unsafe { real::close(new) };
                 return fail(e);
             }
+            if !forked {
+                companion::duplicated(fd, new);
+            }
             if !fds::set(new, Kind::Spate) {
                 said_once(&format!(
                     "descriptor {new} is past {}: a duplicate of a spate socket there is closed",
                     fds::FDS
                 ));
                 if !forked {
-                    lib().forget(new);
+                    companion::name_gone(new, lib().forget(new));
                 }
                 // SAFETY: our own new number.
                 unsafe { real::close(new) };
@@ -492,7 +769,7 @@ fn replaced(fd: c_int, to: c_int) {
     if fd != to && fds::kind(to) == Kind::Spate {
         fds::set(to, Kind::Kernel);
         if !state::forked() {
-            lib().forget(to);
+            companion::name_gone(to, lib().forget(to));
         }
     }
 }
@@ -554,7 +831,7 @@ pub unsafe extern "C" fn __recv_chk(fd: c_int, buf: *mut c_void, n: size_t, bufl
     match fds::kind(fd) {
         Kind::Spate => {
             overflow_check(n, buflen);
-            spate_or_down!(unsafe { (lib().spate_recv)(fd, buf, n, flags) })
+            unsafe { recv(fd, buf, n, flags) }
         }
         _ => unsafe { real::__recv_chk(fd, buf, n, buflen, flags) },
     }
@@ -574,7 +851,7 @@ pub unsafe extern "C" fn __recvfrom_chk(
     match fds::kind(fd) {
         Kind::Spate => {
             overflow_check(n, buflen);
-            spate_or_down!(unsafe { (lib().spate_recvfrom)(fd, buf, n, flags, addr, alen) })
+            unsafe { recvfrom(fd, buf, n, flags, addr, alen) }
         }
         _ => unsafe { real::__recvfrom_chk(fd, buf, n, buflen, flags, addr, alen) },
     }
@@ -586,7 +863,7 @@ pub unsafe extern "C" fn __read_chk(fd: c_int, buf: *mut c_void, n: size_t, bufl
     match fds::kind(fd) {
         Kind::Spate => {
             overflow_check(n, buflen);
-            spate_or_down!(unsafe { (lib().spate_recv)(fd, buf, n, 0) })
+            unsafe { recv(fd, buf, n, 0) }
         }
         _ => unsafe { real::__read_chk(fd, buf, n, buflen) },
     }

@@ -11,11 +11,13 @@
 //! The modules: `interpose` (the calls the program makes), `dlopen`
 //! (libspate, loaded on demand), `libc_next`
 //! (the C library's own calls, and the other C calls the preload makes),
-//! `fds` (what each descriptor is), `route` (which sockets spate
+//! `fds` (what each descriptor is), `companion` (the kernel socket
+//! beside a spate socket bound to a wildcard), `route` (which sockets spate
 //! carries, from the flags), `state` (the stack: started on first use,
 //! one per device, and not in a forked child).
 #![deny(unsafe_code)]
 
+mod companion;
 mod dlopen;
 pub mod fds;
 mod interpose;

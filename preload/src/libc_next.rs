@@ -105,6 +105,64 @@ pub fn close_own(fd: c_int) {
     unsafe { libc::close(fd) };
 }
 
+/// A new epoll instance (close-on-exec), or the errno.
+pub fn epoll_new() -> Result<c_int, c_int> {
+    // SAFETY: no pointers.
+    let ep = unsafe { libc::epoll_create1(libc::EPOLL_CLOEXEC) };
+    if ep < 0 { Err(errno()) } else { Ok(ep) }
+}
+
+/// Adds `fd` to epoll instance `ep` (`add`) or arms it again, readable
+/// once (`EPOLLONESHOT`) with `data`; the errno if it cannot.
+pub fn epoll_once(ep: c_int, fd: c_int, data: u64, add: bool) -> Result<(), c_int> {
+    let mut ev = libc::epoll_event { events: (libc::EPOLLIN | libc::EPOLLONESHOT) as u32, u64: data };
+    let op = if add { libc::EPOLL_CTL_ADD } else { libc::EPOLL_CTL_MOD };
+    // SAFETY: a local event.
+    match unsafe { epoll_ctl(ep, op, fd, &mut ev) } {
+        0 => Ok(()),
+        _ => Err(errno()),
+    }
+}
+
+/// Waits on epoll instance `ep` without timeout; the data of the
+/// descriptors ready, or the errno.
+pub fn epoll_wait_all(ep: c_int, out: &mut [libc::epoll_event]) -> Result<usize, c_int> {
+    // SAFETY: `out` has room for its length of events.
+    let n = unsafe { libc::epoll_wait(ep, out.as_mut_ptr(), out.len().min(c_int::MAX as usize) as c_int, -1) };
+    if n < 0 { Err(errno()) } else { Ok(n as usize) }
+}
+
+/// Runs `f` with every signal blocked in the calling thread (a thread
+/// it spawns inherits the mask), then restores the thread's mask.
+pub fn with_signals_blocked<R>(f: impl FnOnce() -> R) -> R {
+    // SAFETY: sigset_t is plain data; all-zero is a valid start for
+    // sigfillset, and both sets are locals.
+    let mut all: libc::sigset_t = unsafe { std::mem::zeroed() };
+    let mut old: libc::sigset_t = unsafe { std::mem::zeroed() };
+    unsafe {
+        libc::sigfillset(&mut all);
+        libc::pthread_sigmask(libc::SIG_SETMASK, &all, &mut old);
+    }
+    let r = f();
+    // SAFETY: the mask saved above.
+    unsafe { libc::pthread_sigmask(libc::SIG_SETMASK, &old, std::ptr::null_mut()) };
+    r
+}
+
+/// A duplicate of `fd` under a new number (close-on-exec), or the errno.
+pub fn dup_private(fd: c_int) -> Result<c_int, c_int> {
+    // SAFETY: no pointers.
+    let r = unsafe { fcntl(fd, libc::F_DUPFD_CLOEXEC, 0) };
+    if r < 0 { Err(errno()) } else { Ok(r) }
+}
+
+/// Whether `fd` is readable now (`poll` without waiting).
+pub fn readable(fd: c_int) -> bool {
+    let mut p = libc::pollfd { fd, events: libc::POLLIN, revents: 0 };
+    // SAFETY: one local pollfd.
+    unsafe { libc::poll(&mut p, 1, 0) > 0 }
+}
+
 /// The calling process's `errno`.
 pub fn errno() -> c_int {
     std::io::Error::last_os_error().raw_os_error().unwrap_or(0)

@@ -186,6 +186,13 @@ static int mode_epoll(void)
     ev = (struct epoll_event){.events = EPOLLIN, .data.fd = srv};
     CHECK(epoll_ctl(ep, EPOLL_CTL_ADD, srv, &ev) == 0, "epoll add tcp");
     CHECK(write(p[1], "p", 1) == 1 && write(cli, "tcp!", 4) == 4, "pipe and tcp writes");
+    /* Through the kernel to the wildcard socket (loopback): it reaches
+     * the program in the same epoll loop, and the echo comes back through
+     * the kernel. */
+    socklen_t lol = sizeof loa;
+    CHECK(getsockname(lo, (struct sockaddr *)&loa, &lol) == 0, "loopback getsockname");
+    struct sockaddr_in to7 = {.sin_family = AF_INET, .sin_port = htons(7), .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+    CHECK(sendto(lo, "kernel", 6, 0, (struct sockaddr *)&to7, sizeof to7) == 6, "send to 127.0.0.1:7");
     printf("READY\n");
     fflush(stdout);
     long v4 = 0, v6 = 0, piped = 0, tcp = 0;
@@ -224,6 +231,13 @@ static int mode_epoll(void)
     }
     char back[8];
     CHECK(read(cli, back, sizeof back) == 4 && !memcmp(back, "tcp!", 4), "tcp echoed");
+    struct timeval tv = {.tv_sec = 10};
+    CHECK(setsockopt(lo, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv) == 0, "SO_RCVTIMEO");
+    struct sockaddr_in from;
+    socklen_t froml = sizeof from;
+    CHECK(recvfrom(lo, back, sizeof back, 0, (struct sockaddr *)&from, &froml) == 6 && !memcmp(back, "kernel", 6) &&
+              from.sin_port == htons(7) && from.sin_addr.s_addr == htonl(INADDR_LOOPBACK),
+          "the echo through the kernel");
     CHECK(piped == 1 && tcp == 1, "pipe %ld tcp %ld", piped, tcp);
     /* The dup outlives the original, and closing one name wakes
      * nobody waiting on the other: with nothing to read, it is not
