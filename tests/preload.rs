@@ -124,6 +124,14 @@ if v6.getsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY) != 1:
     print("FAIL V6ONLY"); failures += 1
 if v4.getsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF) < 1 << 20:
     print("FAIL SO_RCVBUF", v4.getsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF)); failures += 1
+# A child started with subprocess (vfork, then close_range over every
+# descriptor but stdio in the child, sharing the parent's memory) leaves
+# the parent's spate sockets as they were.
+import subprocess
+subprocess.run(["/bin/true"], check=True)
+for name, s in (("v4", v4), ("v6", v6)):
+    if kind(s) != "eventfd":
+        print("FAIL %s after subprocess is %s" % (name, kind(s))); failures += 1
 print("pid", os.getpid())
 print("READY", flush=True)
 quits = 0

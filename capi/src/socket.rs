@@ -261,6 +261,10 @@ impl CSocket {
     /// Resets the descriptor when the socket has nothing to report (as a
     /// receive does after it takes the last datagram).
     pub fn settle(&self) {
+        // Shut down for reading or stopped, the descriptor stays readable.
+        if self.shut_rd.load(Ordering::SeqCst) || global::is_down() {
+            return;
+        }
         if let Some(sock) = self.bound.get() {
             self.ready.settle(sock);
         }

@@ -79,8 +79,18 @@ fn take(fd: c_int) -> Result<bool, c_int> {
         // SAFETY: no event for a delete.
         unsafe { real::epoll_ctl(epfd, libc::EPOLL_CTL_DEL, fd, std::ptr::null_mut()) };
     }
-    lib().adopt(fd, domain == libc::AF_INET6, fl & libc::O_NONBLOCK != 0, fdfl & libc::FD_CLOEXEC != 0)?;
+    if let Err(e) = lib().adopt(fd, domain == libc::AF_INET6, fl & libc::O_NONBLOCK != 0, fdfl & libc::FD_CLOEXEC != 0)
+    {
+        // Still the kernel's socket: back into its epoll sets.
+        for &(epfd, events, data) in &pending.epolls {
+            let mut ev = libc::epoll_event { events, u64: data };
+            // SAFETY: a local event.
+            unsafe { real::epoll_ctl(epfd, libc::EPOLL_CTL_ADD, fd, &mut ev) };
+        }
+        return Err(e);
+    }
     fds::set(fd, Kind::Spate);
+    companion::none(fd);
     // The kernel socket left the epoll instances it was in as its number
     // took the event descriptor: the number goes back into each.
     for (epfd, events, data) in pending.epolls {
@@ -137,6 +147,9 @@ macro_rules! spate_or_down {
 #[inline(always)]
 fn kernel_side(fd: c_int, to: impl FnOnce() -> Option<SocketAddr>) -> Option<c_int> {
     let k = companion::of(fd)?;
+    if state::forked() {
+        return None;
+    }
     match (to(), state::routes()) {
         (Some(a), Some(r)) if !r.reaches(&a) => Some(k),
         _ => None,
@@ -190,7 +203,7 @@ pub unsafe extern "C" fn bind(fd: c_int, addr: *const sockaddr, len: socklen_t) 
                 (Some(a), Some(r)) if r.binds(&a) => {
                     // A wildcard keeps the kernel socket it was beside
                     // spate's (module companion).
-                    let kernel = a.ip().is_unspecified().then(|| real::dup_private(fd).ok()).flatten();
+                    let kernel = a.ip().is_unspecified().then(|| companion::keep(fd)).flatten();
                     (take(fd), kernel)
                 }
                 _ => (Ok(false), None),
@@ -252,10 +265,13 @@ fn beside(fd: c_int, k: c_int, to: Option<SocketAddr>) {
         None => -1,
     };
     if r != 0 {
-        said_once(&format!(
-            "UDP port {port} is taken in the kernel: socket {fd} gets what comes through spate only ({})",
-            std::io::Error::last_os_error()
-        ));
+        static SAID: AtomicBool = AtomicBool::new(false);
+        if !SAID.swap(true, Ordering::Relaxed) {
+            state::say(&format!(
+                "UDP port {port} is taken in the kernel: socket {fd} gets what comes through spate only ({})",
+                std::io::Error::last_os_error()
+            ));
+        }
         real::close_own(k);
     } else if !companion::attach(fd, k) {
         real::close_own(k);
@@ -267,7 +283,14 @@ fn beside(fd: c_int, k: c_int, to: Option<SocketAddr>) {
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn connect(fd: c_int, addr: *const sockaddr, len: socklen_t) -> c_int {
     match fds::kind(fd) {
-        Kind::Spate => spate_or_down!(unsafe { (lib().spate_connect)(fd, addr, len) }),
+        Kind::Spate => {
+            let r = spate_or_down!(unsafe { (lib().spate_connect)(fd, addr, len) });
+            if r == 0 {
+                // Connected, it hears its peer only: no kernel's side.
+                companion::detach(fd);
+            }
+            r
+        }
         Kind::Open => match take_for(fd, unsafe { addr_of(addr, len) }) {
             Ok(true) => unsafe { (lib().spate_connect)(fd, addr, len) },
             Ok(false) => kernel_after(fd, unsafe { real::connect(fd, addr, len) }),
@@ -409,8 +432,9 @@ fn receive<T: Copy + PartialOrd + From<i8>>(
         return fail(libc::ENETDOWN);
     }
     match companion::of(fd) {
-        None => spate(flags),
-        Some(k) => receive_both(fd, k, flags, spate, kernel),
+        // Linux never waits for the error queue; spate's is empty.
+        Some(k) if flags & libc::MSG_ERRQUEUE == 0 => receive_both(fd, k, flags, spate, kernel),
+        _ => spate(flags),
     }
 }
 
@@ -433,9 +457,12 @@ fn receive_both<T: Copy + PartialOrd + From<i8>>(
                     // only if spate's is, unless something came since.
                     companion::rearm(k);
                     lib().settle(fd);
-                    if ready.load(Ordering::SeqCst) {
-                        lib().wake(fd);
-                    }
+                }
+                // More on the kernel's side, or it came since: the
+                // socket stays readable (a receive of spate's may have
+                // reset it after the watcher's wake).
+                if ready.load(Ordering::SeqCst) {
+                    lib().wake(fd);
                 }
                 return r;
             }
@@ -446,6 +473,11 @@ fn receive_both<T: Copy + PartialOrd + From<i8>>(
         }
         let r = spate(flags | libc::MSG_DONTWAIT);
         if r >= T::from(0) || real::errno() != libc::EAGAIN {
+            // spate's receive may have reset the descriptor after the
+            // watcher's wake: readable again while the mark is set.
+            if ready.load(Ordering::SeqCst) {
+                lib().wake(fd);
+            }
             return r;
         }
         // Marked before its wake: a mark set while spate's queue was
@@ -454,8 +486,11 @@ fn receive_both<T: Copy + PartialOrd + From<i8>>(
             continue;
         }
         // SAFETY: no pointers.
-        let nonblocking = unsafe { (lib().spate_fcntl)(fd, libc::F_GETFL, 0) } & libc::O_NONBLOCK != 0;
-        if flags & libc::MSG_DONTWAIT != 0 || nonblocking {
+        let mode = unsafe { (lib().spate_fcntl)(fd, libc::F_GETFL, 0) };
+        if mode < 0 {
+            return fail(real::errno());
+        }
+        if flags & libc::MSG_DONTWAIT != 0 || mode & libc::O_NONBLOCK != 0 {
             return fail(libc::EAGAIN);
         }
         let deadline = *deadline.get_or_insert_with(|| rcvtimeo(fd).map(|t| Instant::now() + t));
@@ -612,14 +647,14 @@ unsafe fn spate_ioctl(fd: c_int, request: c_ulong, arg: *mut c_void) -> c_int {
     match request {
         // The descriptor's own flag (close-on-exec), not the socket's.
         libc::FIOCLEX | libc::FIONCLEX => unsafe { real::ioctl(fd, request, arg) },
-        libc::FIONREAD => {
-            let r = unsafe { (lib().spate_ioctl)(fd, request, arg.cast()) };
-            // Nothing on spate's side: what the kernel's side has.
-            match companion::of(fd) {
-                Some(k) if r == 0 && unsafe { *arg.cast::<c_int>() } == 0 => unsafe { real::ioctl(k, request, arg) },
-                _ => r,
-            }
-        }
+        libc::FIONREAD => match companion::of(fd) {
+            // The next receive takes the kernel's side first while it is
+            // marked: its datagram is the one to tell.
+            Some(k) if companion::ready(k).load(Ordering::SeqCst) && real::readable(k) => unsafe {
+                real::ioctl(k, request, arg)
+            },
+            _ => unsafe { (lib().spate_ioctl)(fd, request, arg.cast()) },
+        },
         _ => unsafe { (lib().spate_ioctl)(fd, request, arg.cast()) },
     }
 }
@@ -629,7 +664,17 @@ unsafe fn spate_ioctl(fd: c_int, request: c_ulong, arg: *mut c_void) -> c_int {
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn setsockopt(fd: c_int, level: c_int, name: c_int, val: *const c_void, len: socklen_t) -> c_int {
     match fds::kind(fd) {
-        Kind::Spate => spate_or_down!(unsafe { (lib().spate_setsockopt)(fd, level, name, val, len) }),
+        Kind::Spate => {
+            let r = spate_or_down!(unsafe { (lib().spate_setsockopt)(fd, level, name, val, len) });
+            if r == 0
+                && let Some(k) = companion::of(fd)
+            {
+                // The kernel's side too (control messages, TOS...), as
+                // far as the kernel takes it.
+                unsafe { real::setsockopt(k, level, name, val, len) };
+            }
+            r
+        }
         Kind::Open => {
             let r = unsafe { real::setsockopt(fd, level, name, val, len) };
             if r == 0 && !val.is_null() {
@@ -649,7 +694,14 @@ pub unsafe extern "C" fn setsockopt(fd: c_int, level: c_int, name: c_int, val: *
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn close(fd: c_int) -> c_int {
     match fds::kind(fd) {
-        Kind::Kernel => unsafe { real::close(fd) },
+        Kind::Kernel => {
+            if companion::is_kernel_side(fd) && !state::shares_memory() {
+                companion::forget_kernel(fd);
+            }
+            unsafe { real::close(fd) }
+        }
+        // A vfork child's writes are its parent's.
+        _ if state::shares_memory() => unsafe { real::close(fd) },
         Kind::Spate if !state::forked() => {
             fds::set(fd, Kind::Kernel);
             companion::name_gone(fd, lib().forget(fd));
@@ -683,11 +735,18 @@ pub unsafe extern "C" fn epoll_ctl(epfd: c_int, op: c_int, fd: c_int, event: *mu
 /// (`close_range`, `closefrom`): the spate sockets' names among them
 /// are forgotten, and open sockets' marks cleared.
 fn closing(first: c_uint, last: c_uint) {
+    if state::shares_memory() {
+        return;
+    }
     let last = last.min(fds::FDS as c_uint - 1);
     for fd in first..=last {
         let fd = fd as c_int;
         match fds::kind(fd) {
-            Kind::Kernel => {}
+            Kind::Kernel => {
+                if companion::is_kernel_side(fd) {
+                    companion::forget_kernel(fd);
+                }
+            }
             Kind::Spate => {
                 fds::set(fd, Kind::Kernel);
                 if !state::forked() {
@@ -728,6 +787,9 @@ fn duplicated(fd: c_int, new: c_int) -> c_int {
     if new < 0 {
         return new;
     }
+    if fds::kind(fd) != Kind::Kernel && state::shares_memory() {
+        return new;
+    }
     match fds::kind(fd) {
         Kind::Spate => {
             let forked = state::forked();
@@ -766,7 +828,13 @@ fn duplicated(fd: c_int, new: c_int) -> c_int {
 /// Number `to` is about to hold another file (`dup2`, `dup3`): a spate
 /// socket's name there is forgotten.
 fn replaced(fd: c_int, to: c_int) {
-    if fd != to && fds::kind(to) == Kind::Spate {
+    if fd == to || (fds::kind(to) == Kind::Kernel && !companion::is_kernel_side(to)) || state::shares_memory() {
+        return;
+    }
+    if companion::is_kernel_side(to) {
+        companion::forget_kernel(to);
+    }
+    if fds::kind(to) == Kind::Spate {
         fds::set(to, Kind::Kernel);
         if !state::forked() {
             companion::name_gone(to, lib().forget(to));

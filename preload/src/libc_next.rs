@@ -149,11 +149,41 @@ pub fn with_signals_blocked<R>(f: impl FnOnce() -> R) -> R {
     r
 }
 
-/// A duplicate of `fd` under a new number (close-on-exec), or the errno.
-pub fn dup_private(fd: c_int) -> Result<c_int, c_int> {
+/// A duplicate of `fd` under the lowest free number from `low`
+/// (close-on-exec), or the errno.
+pub fn dup_from(fd: c_int, low: c_int) -> Result<c_int, c_int> {
     // SAFETY: no pointers.
-    let r = unsafe { fcntl(fd, libc::F_DUPFD_CLOEXEC, 0) };
+    let r = unsafe { fcntl(fd, libc::F_DUPFD_CLOEXEC, low as c_long) };
     if r < 0 { Err(errno()) } else { Ok(r) }
+}
+
+/// The process's soft limit of descriptors (`RLIMIT_NOFILE`).
+pub fn open_limit() -> u64 {
+    let mut r = libc::rlimit { rlim_cur: 0, rlim_max: 0 };
+    // SAFETY: a local rlimit.
+    match unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut r) } {
+        0 => r.rlim_cur,
+        _ => 1024,
+    }
+}
+
+/// Reads and drops what socket `fd`'s error queue holds (at most 64).
+pub fn drain_errors(fd: c_int) {
+    let mut buf = [0u8; 256];
+    for _ in 0..64 {
+        let mut iov = iovec { iov_base: buf.as_mut_ptr().cast(), iov_len: buf.len() };
+        let mut control = [0u8; 256];
+        // SAFETY: all-zero is a valid msghdr; its buffers are locals.
+        let mut m: msghdr = unsafe { std::mem::zeroed() };
+        m.msg_iov = &mut iov;
+        m.msg_iovlen = 1;
+        m.msg_control = control.as_mut_ptr().cast();
+        m.msg_controllen = control.len();
+        // SAFETY: the message's buffers live through the call.
+        if unsafe { recvmsg(fd, &mut m, libc::MSG_ERRQUEUE | libc::MSG_DONTWAIT) } < 0 {
+            return;
+        }
+    }
 }
 
 /// Whether `fd` is readable now (`poll` without waiting).

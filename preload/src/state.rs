@@ -62,6 +62,20 @@ pub fn forked() -> bool {
     FORKED.load(Ordering::Relaxed)
 }
 
+/// The process that started the stack (0: none started).
+static OWNER: AtomicI32 = AtomicI32::new(0);
+
+/// Whether this is a child that shares the stack's process's memory
+/// (`vfork`, `clone(CLONE_VM)`: no fork handler ran, and what it writes
+/// is the parent's): the calls that change the tables (`close`,
+/// `close_range`, `closefrom`, `dup2`...) then only pass through to the
+/// C library. A system call (the C library keeps no pid), made only on
+/// those calls.
+pub fn shares_memory() -> bool {
+    let owner = OWNER.load(Ordering::Relaxed);
+    owner != 0 && !forked() && owner != std::process::id() as i32
+}
+
 /// Builds and starts the stack on first use; whether it runs. A stack
 /// that cannot start is said once, and every socket stays the kernel's.
 pub fn stack_up() -> bool {
@@ -84,6 +98,7 @@ pub fn stack_up() -> bool {
                 // Held (and open) for the process's life; a forked child
                 // closes its copy (see `mark_forked`).
                 LOCK_FD.store(lock.into_raw_fd(), Ordering::Relaxed);
+                OWNER.store(std::process::id() as i32, Ordering::Relaxed);
                 crate::libc_next::at_fork_child(mark_forked);
                 true
             }
@@ -111,6 +126,8 @@ extern "C" fn mark_forked() {
     if fd >= 0 {
         crate::libc_next::close_own(fd);
     }
+    // Nor the kernel sockets beside the parent's wildcard sockets.
+    crate::companion::close_all_in_child();
 }
 
 /// Takes the lock of the devices named `name` (see the module's text);
