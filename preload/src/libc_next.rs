@@ -92,10 +92,34 @@ pub fn at_fork_child(f: extern "C" fn()) {
     unsafe { libc::pthread_atfork(None, None, Some(f)) };
 }
 
-/// An exclusive `flock` on `fd` without waiting; whether it was taken.
-pub fn try_flock(fd: c_int) -> bool {
-    // SAFETY: flock takes no pointers.
-    unsafe { libc::flock(fd, libc::LOCK_EX | libc::LOCK_NB) == 0 }
+/// A datagram UNIX socket (close-on-exec) bound to abstract name
+/// `name` of the network namespace: its descriptor, or the errno
+/// (`EADDRINUSE` while another socket has the name).
+pub fn abstract_bind(name: &str) -> Result<c_int, c_int> {
+    // SAFETY: all-zero is a valid sockaddr_un.
+    let mut a: libc::sockaddr_un = unsafe { std::mem::zeroed() };
+    a.sun_family = libc::AF_UNIX as libc::sa_family_t;
+    let bytes = name.as_bytes();
+    if bytes.len() + 1 > a.sun_path.len() {
+        return Err(libc::ENAMETOOLONG);
+    }
+    // The first byte stays 0: an abstract name.
+    for (d, s) in a.sun_path[1..].iter_mut().zip(bytes) {
+        *d = *s as libc::c_char;
+    }
+    let len = (std::mem::size_of::<libc::sa_family_t>() + 1 + bytes.len()) as socklen_t;
+    // SAFETY: no pointers.
+    let fd = unsafe { socket(libc::AF_UNIX, libc::SOCK_DGRAM | libc::SOCK_CLOEXEC, 0) };
+    if fd < 0 {
+        return Err(errno());
+    }
+    // SAFETY: a local sockaddr_un and the length of its used part.
+    if unsafe { bind(fd, (&a as *const libc::sockaddr_un).cast(), len) } < 0 {
+        let e = errno();
+        close_own(fd);
+        return Err(e);
+    }
+    Ok(fd)
 }
 
 /// Closes `fd`, a descriptor the preload owns (async-signal-safe, for a

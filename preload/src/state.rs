@@ -2,16 +2,15 @@
 //! once; the stack itself, built and started on the first socket spate
 //! must carry; and whether this process may use it.
 //!
-//! One stack per device: the process that starts it holds an exclusive
-//! `flock` on `/run/spate/preload-NETNS-DEVICES.lock` (NETNS the network
-//! namespace's inode) for as long as it lives.
-//! A program started with the preload inherited (an `exec` from a
-//! process that runs a stack, another `spate-run` on the same device)
-//! finds the lock held and leaves its sockets to the kernel; the kernel
-//! drops the lock when the holder ends, however it ends (SIGKILL too).
+//! One stack per device: the process that starts it holds the abstract
+//! UNIX socket `@spate-preload-DEVICES` of its network namespace bound
+//! for as long as it lives. A program started with the preload inherited
+//! (a fork and `exec` from a process that runs a stack, another
+//! `spate-run` on the same device) finds the name taken and leaves its
+//! sockets to the kernel; the kernel frees the name when the holder
+//! ends, however it ends (SIGKILL too), and no file is left behind.
 
 use std::io::Write;
-use std::os::fd::{AsRawFd, IntoRawFd};
 use std::sync::OnceLock;
 use std::sync::atomic::{AtomicBool, AtomicI32, Ordering};
 
@@ -90,14 +89,19 @@ pub fn stack_up() -> bool {
             Ok(l) => l,
             Err(e) => {
                 say(&format!("{e}; the program's sockets stay the kernel's"));
+                crate::libc_next::close_own(lock);
                 return false;
             }
         };
-        match lib.start(&std::env::var("SPATE_ARGS").unwrap_or_default()) {
+        let started = lib.start(&std::env::var("SPATE_ARGS").unwrap_or_default());
+        if started.is_err() {
+            crate::libc_next::close_own(lock);
+        }
+        match started {
             Ok(()) => {
                 // Held (and open) for the process's life; a forked child
                 // closes its copy (see `mark_forked`).
-                LOCK_FD.store(lock.into_raw_fd(), Ordering::Relaxed);
+                LOCK_FD.store(lock, Ordering::Relaxed);
                 OWNER.store(std::process::id() as i32, Ordering::Relaxed);
                 crate::libc_next::at_fork_child(mark_forked);
                 true
@@ -118,7 +122,7 @@ static LOCK_FD: AtomicI32 = AtomicI32::new(-1);
 
 /// In a child forked after the stack started: it is marked, and its copy
 /// of the lock's descriptor closed, so that a child outliving its parent
-/// does not keep the device locked (the lock belongs to the open file,
+/// does not keep the device locked (the name is the socket's,
 /// which the parent's copy holds while the parent lives).
 extern "C" fn mark_forked() {
     FORKED.store(true, Ordering::Relaxed);
@@ -131,29 +135,23 @@ extern "C" fn mark_forked() {
 }
 
 /// Takes the lock of the devices named `name` (see the module's text);
-/// `None`, said, when another process holds it.
-fn device_lock(name: &str) -> Option<std::fs::File> {
-    // A device's name is the network namespace's: two namespaces (two
-    // containers sharing /run) each have their own `net_af_packet0`.
-    let netns: String = std::fs::read_link("/proc/self/ns/net")
-        .map(|l| l.to_string_lossy().chars().filter(char::is_ascii_digit).collect())
-        .unwrap_or_default();
-    let dir = std::path::Path::new("/run/spate");
-    let _ = std::fs::create_dir_all(dir);
-    let path = dir.join(format!("preload-{netns}-{name}.lock"));
-    let file = match std::fs::OpenOptions::new().create(true).truncate(false).write(true).open(&path) {
-        Ok(f) => f,
-        Err(e) => {
-            say(&format!("{}: {e}; the program's sockets stay the kernel's", path.display()));
-            return None;
+/// its descriptor, or `None`, said, when another process holds it.
+fn device_lock(name: &str) -> Option<i32> {
+    // An abstract UNIX socket's name is the network namespace's own: two
+    // namespaces each have their own `net_af_packet0`, and no file is
+    // left behind however the holder ends.
+    let addr = format!("spate-preload-{name}");
+    match crate::libc_next::abstract_bind(&addr) {
+        Ok(fd) => Some(fd),
+        Err(libc::EADDRINUSE) => {
+            say(&format!(
+                "another process runs a stack on {name} (@{addr} is bound); this one's sockets stay the kernel's"
+            ));
+            None
         }
-    };
-    if !crate::libc_next::try_flock(file.as_raw_fd()) {
-        say(&format!(
-            "another process runs a stack on {name} ({} is held); this one's sockets stay the kernel's",
-            path.display()
-        ));
-        return None;
+        Err(e) => {
+            say(&format!("@{addr}: errno {e}; the program's sockets stay the kernel's"));
+            None
+        }
     }
-    Some(file)
 }
