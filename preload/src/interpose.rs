@@ -54,6 +54,42 @@ unsafe fn addr_of(p: *const sockaddr, len: socklen_t) -> Option<SocketAddr> {
     }
 }
 
+/// The destination of message `msg`, if it names one.
+///
+/// # Safety
+/// `msg` is NULL or a valid msghdr.
+unsafe fn msg_to(msg: *const msghdr) -> Option<SocketAddr> {
+    // SAFETY: per the contract.
+    unsafe { msg.as_ref().and_then(|m| addr_of(m.msg_name.cast(), m.msg_namelen)) }
+}
+
+/// The destination of the first of `vlen` messages at `msgs`, if it
+/// names one.
+///
+/// # Safety
+/// `msgs` is NULL or `vlen` valid mmsghdrs.
+unsafe fn mmsg_to(msgs: *const mmsghdr, vlen: c_uint) -> Option<SocketAddr> {
+    match vlen {
+        0 => None,
+        // SAFETY: per the contract.
+        _ => unsafe { msgs.as_ref().and_then(|m| msg_to(&m.msg_hdr)) },
+    }
+}
+
+/// Adds `fd` to each epoll instance of `epolls` (epoll descriptor,
+/// events, data); each that fails, with its errno.
+fn into_epolls(fd: c_int, epolls: &[(i32, u32, u64)]) -> Vec<(i32, c_int)> {
+    let mut failed = Vec::new();
+    for &(epfd, events, data) in epolls {
+        let mut ev = libc::epoll_event { events, u64: data };
+        // SAFETY: a local event.
+        if unsafe { real::epoll_ctl(epfd, libc::EPOLL_CTL_ADD, fd, &mut ev) } < 0 {
+            failed.push((epfd, real::errno()));
+        }
+    }
+    failed
+}
+
 /// Makes open socket `fd` spate's, under its number, with the options
 /// the program set on it; `Ok(false)` when no stack runs (it stays the
 /// kernel's).
@@ -82,26 +118,18 @@ fn take(fd: c_int) -> Result<bool, c_int> {
     if let Err(e) = lib().adopt(fd, domain == libc::AF_INET6, fl & libc::O_NONBLOCK != 0, fdfl & libc::FD_CLOEXEC != 0)
     {
         // Still the kernel's socket: back into its epoll sets.
-        for &(epfd, events, data) in &pending.epolls {
-            let mut ev = libc::epoll_event { events, u64: data };
-            // SAFETY: a local event.
-            unsafe { real::epoll_ctl(epfd, libc::EPOLL_CTL_ADD, fd, &mut ev) };
-        }
+        into_epolls(fd, &pending.epolls);
         return Err(e);
     }
     fds::set(fd, Kind::Spate);
     companion::none(fd);
     // The kernel socket left the epoll instances it was in as its number
     // took the event descriptor: the number goes back into each.
-    for (epfd, events, data) in pending.epolls {
-        let mut ev = libc::epoll_event { events, u64: data };
-        // SAFETY: a local event.
-        if unsafe { real::epoll_ctl(epfd, libc::EPOLL_CTL_ADD, fd, &mut ev) } < 0 {
-            said_once(&format!(
-                "descriptor {fd} moved onto spate but could not go back into epoll instance {epfd}: {}",
-                std::io::Error::last_os_error()
-            ));
-        }
+    for (epfd, e) in into_epolls(fd, &pending.epolls) {
+        said_once(&format!(
+            "descriptor {fd} moved onto spate but could not go back into epoll instance {epfd}: {}",
+            std::io::Error::from_raw_os_error(e)
+        ));
     }
     for (level, name, value) in pending.options {
         // SAFETY: the value's bytes and length.
@@ -330,15 +358,13 @@ pub unsafe extern "C" fn sendto(
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn sendmsg(fd: c_int, msg: *const msghdr, flags: c_int) -> ssize_t {
     match fds::kind(fd) {
-        Kind::Spate => {
-            match kernel_side(fd, || unsafe { msg.as_ref().and_then(|m| addr_of(m.msg_name.cast(), m.msg_namelen)) }) {
-                Some(k) => unsafe { real::sendmsg(k, msg, flags) },
-                None => spate_or_down!(unsafe { (lib().spate_sendmsg)(fd, msg, flags) }),
-            }
-        }
+        // SAFETY (both): `msg` is NULL or a valid msghdr, per the contract.
+        Kind::Spate => match kernel_side(fd, || unsafe { msg_to(msg) }) {
+            Some(k) => unsafe { real::sendmsg(k, msg, flags) },
+            None => spate_or_down!(unsafe { (lib().spate_sendmsg)(fd, msg, flags) }),
+        },
         Kind::Open => {
-            // SAFETY: `msg` is NULL or a valid msghdr, per the contract.
-            let to = unsafe { msg.as_ref().and_then(|m| addr_of(m.msg_name.cast(), m.msg_namelen)) };
+            let to = unsafe { msg_to(msg) };
             match take_for(fd, to) {
                 Ok(true) => unsafe { (lib().spate_sendmsg)(fd, msg, flags) },
                 Ok(false) if to.is_none() => unsafe { real::sendmsg(fd, msg, flags) },
@@ -354,19 +380,14 @@ pub unsafe extern "C" fn sendmsg(fd: c_int, msg: *const msghdr, flags: c_int) ->
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn sendmmsg(fd: c_int, msgs: *mut mmsghdr, vlen: c_uint, flags: c_int) -> c_int {
     match fds::kind(fd) {
-        Kind::Spate => match kernel_side(fd, || match vlen {
-            0 => None,
-            _ => unsafe { msgs.as_ref().and_then(|m| addr_of(m.msg_hdr.msg_name.cast(), m.msg_hdr.msg_namelen)) },
-        }) {
+        // SAFETY (both): `msgs` is NULL or `vlen` valid mmsghdrs, per the
+        // contract.
+        Kind::Spate => match kernel_side(fd, || unsafe { mmsg_to(msgs, vlen) }) {
             Some(k) => unsafe { real::sendmmsg(k, msgs, vlen, flags) },
             None => spate_or_down!(unsafe { (lib().spate_sendmmsg)(fd, msgs, vlen, flags) }),
         },
         Kind::Open => {
-            // SAFETY: `msgs` is NULL or `vlen` valid mmsghdrs, per the contract.
-            let to = match vlen {
-                0 => None,
-                _ => unsafe { msgs.as_ref().and_then(|m| addr_of(m.msg_hdr.msg_name.cast(), m.msg_hdr.msg_namelen)) },
-            };
+            let to = unsafe { mmsg_to(msgs, vlen) };
             match take_for(fd, to) {
                 Ok(true) => unsafe { (lib().spate_sendmmsg)(fd, msgs, vlen, flags) },
                 Ok(false) if to.is_none() => unsafe { real::sendmmsg(fd, msgs, vlen, flags) },
@@ -438,7 +459,8 @@ fn receive<T: Copy + PartialOrd + From<i8>>(
     }
 }
 
-#[cold]
+/// [`receive`] on a socket with a kernel socket beside it: every
+/// receive on a wildcard-bound socket, servers' usual case, so not cold.
 fn receive_both<T: Copy + PartialOrd + From<i8>>(
     fd: c_int,
     k: c_int,
@@ -527,77 +549,41 @@ fn rcvtimeo(fd: c_int) -> Option<Duration> {
     (r == 0 && !t.is_zero()).then_some(t)
 }
 
-/// `recv(2)`.
-#[unsafe(no_mangle)]
-pub unsafe extern "C" fn recv(fd: c_int, buf: *mut c_void, n: size_t, flags: c_int) -> ssize_t {
-    match fds::kind(fd) {
-        // SAFETY: the C call's contract is the program's, for both.
-        Kind::Spate => receive(
-            fd,
-            flags,
-            |f| unsafe { (lib().spate_recv)(fd, buf, n, f) },
-            |k, f| unsafe { real::recv(k, buf, n, f) },
-        ),
-        _ => unsafe { real::recv(fd, buf, n, flags) },
-    }
+/// Receives that go to spate for a spate socket (with its kernel
+/// socket beside it, see [`receive`]) and to the C library for any other
+/// descriptor: `$spate` is the C API's call, `$flags` the argument that
+/// holds the flags.
+macro_rules! receiving {
+    ($($(#[$doc:meta])* fn $name:ident($fd:ident: c_int $(, $arg:ident: $ty:ty)*) -> $ret:ty
+        => $spate:ident, $flags:ident;)*) => {$(
+        $(#[$doc])*
+        #[unsafe(no_mangle)]
+        pub unsafe extern "C" fn $name($fd: c_int $(, $arg: $ty)*) -> $ret {
+            match fds::kind($fd) {
+                // SAFETY: the C call's contract is the program's, for both.
+                Kind::Spate => receive(
+                    $fd,
+                    $flags,
+                    |$flags| unsafe { (lib().$spate)($fd $(, $arg)*) },
+                    |k, $flags| unsafe { real::$name(k $(, $arg)*) },
+                ),
+                _ => unsafe { real::$name($fd $(, $arg)*) },
+            }
+        }
+    )*};
 }
 
-/// `recvfrom(2)`.
-#[unsafe(no_mangle)]
-pub unsafe extern "C" fn recvfrom(
-    fd: c_int,
-    buf: *mut c_void,
-    n: size_t,
-    flags: c_int,
-    addr: *mut sockaddr,
-    alen: *mut socklen_t,
-) -> ssize_t {
-    match fds::kind(fd) {
-        // SAFETY: the C call's contract is the program's, for both.
-        Kind::Spate => receive(
-            fd,
-            flags,
-            |f| unsafe { (lib().spate_recvfrom)(fd, buf, n, f, addr, alen) },
-            |k, f| unsafe { real::recvfrom(k, buf, n, f, addr, alen) },
-        ),
-        _ => unsafe { real::recvfrom(fd, buf, n, flags, addr, alen) },
-    }
-}
-
-/// `recvmsg(2)`.
-#[unsafe(no_mangle)]
-pub unsafe extern "C" fn recvmsg(fd: c_int, msg: *mut msghdr, flags: c_int) -> ssize_t {
-    match fds::kind(fd) {
-        // SAFETY: the C call's contract is the program's, for both.
-        Kind::Spate => receive(
-            fd,
-            flags,
-            |f| unsafe { (lib().spate_recvmsg)(fd, msg, f) },
-            |k, f| unsafe { real::recvmsg(k, msg, f) },
-        ),
-        _ => unsafe { real::recvmsg(fd, msg, flags) },
-    }
-}
-
-/// `recvmmsg(2)`.
-#[unsafe(no_mangle)]
-pub unsafe extern "C" fn recvmmsg(
-    fd: c_int,
-    msgs: *mut mmsghdr,
-    vlen: c_uint,
-    flags: c_int,
-    timeout: *mut timespec,
-) -> c_int {
-    match fds::kind(fd) {
-        // SAFETY: the C call's contract is the program's, for both.
-        Kind::Spate => receive(
-            fd,
-            flags,
-            |f| unsafe { (lib().spate_recvmmsg)(fd, msgs, vlen, f, timeout) },
-            |k, f| unsafe { real::recvmmsg(k, msgs, vlen, f, timeout) },
-        ),
-        _ => unsafe { real::recvmmsg(fd, msgs, vlen, flags, timeout) },
-    }
+receiving! {
+    /// `recv(2)`.
+    fn recv(fd: c_int, buf: *mut c_void, n: size_t, flags: c_int) -> ssize_t => spate_recv, flags;
+    /// `recvfrom(2)`.
+    fn recvfrom(fd: c_int, buf: *mut c_void, n: size_t, flags: c_int, addr: *mut sockaddr, alen: *mut socklen_t)
+        -> ssize_t => spate_recvfrom, flags;
+    /// `recvmsg(2)`.
+    fn recvmsg(fd: c_int, msg: *mut msghdr, flags: c_int) -> ssize_t => spate_recvmsg, flags;
+    /// `recvmmsg(2)`.
+    fn recvmmsg(fd: c_int, msgs: *mut mmsghdr, vlen: c_uint, flags: c_int, timeout: *mut timespec) -> c_int
+        => spate_recvmmsg, flags;
 }
 
 /// `read(2)`: on a spate socket, `recv` without flags.
