@@ -581,9 +581,55 @@ receiving! {
         -> ssize_t => spate_recvfrom, flags;
     /// `recvmsg(2)`.
     fn recvmsg(fd: c_int, msg: *mut msghdr, flags: c_int) -> ssize_t => spate_recvmsg, flags;
-    /// `recvmmsg(2)`.
-    fn recvmmsg(fd: c_int, msgs: *mut mmsghdr, vlen: c_uint, flags: c_int, timeout: *mut timespec) -> c_int
-        => spate_recvmmsg, flags;
+}
+
+/// `recvmmsg(2)`. A blocking call without `MSG_WAITFORONE` goes on until
+/// `vlen` messages are filled, as Linux's and `spate_recvmmsg` do, also
+/// when the socket has a kernel socket beside it (each [`receive`] of it
+/// takes from one side, without waiting once it has something); the
+/// timeout is looked at after each receive, as Linux's.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn recvmmsg(
+    fd: c_int,
+    msgs: *mut mmsghdr,
+    vlen: c_uint,
+    flags: c_int,
+    timeout: *mut timespec,
+) -> c_int {
+    if fds::kind(fd) != Kind::Spate {
+        return unsafe { real::recvmmsg(fd, msgs, vlen, flags, timeout) };
+    }
+    // SAFETY (both): the C call's contract is the program's, for the
+    // messages from `at` on.
+    let one = |at: c_uint| {
+        let (m, v) = (unsafe { msgs.add(at as usize) }, vlen - at);
+        receive(
+            fd,
+            flags,
+            |f| unsafe { (lib().spate_recvmmsg)(fd, m, v, f, timeout) },
+            |k, f| unsafe { real::recvmmsg(k, m, v, f, timeout) },
+        )
+    };
+    let first = one(0);
+    if first <= 0 || companion::of(fd).is_none() || flags & (libc::MSG_WAITFORONE | libc::MSG_DONTWAIT) != 0 {
+        return first;
+    }
+    // SAFETY: NULL or a valid timespec, per the contract (spate's call
+    // above has checked it).
+    let deadline = unsafe { timeout.as_ref() }.and_then(|t| {
+        Instant::now().checked_add(Duration::new(t.tv_sec.max(0) as u64, t.tv_nsec.clamp(0, 999_999_999) as u32))
+    });
+    let vlen = vlen.min(libc::UIO_MAXIOV as c_uint);
+    let mut got = first as c_uint;
+    while got < vlen && deadline.is_none_or(|d| Instant::now() < d) {
+        match one(got) {
+            // An error after some messages: what was received (a
+            // non-blocking socket's EAGAIN ends it here).
+            r if r <= 0 => break,
+            r => got += r as c_uint,
+        }
+    }
+    got as c_int
 }
 
 /// `read(2)`: on a spate socket, `recv` without flags.

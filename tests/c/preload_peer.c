@@ -146,6 +146,16 @@ static int echo_batch(int fd, int out)
     return n;
 }
 
+/* Sends "two" to 127.0.0.1:7 from socket *arg after 200 ms. */
+static void *send_later(void *arg)
+{
+    int fd = *(int *)arg;
+    sleep_ms(200);
+    struct sockaddr_in to = {.sin_family = AF_INET, .sin_port = htons(7), .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+    CHECK(sendto(fd, "two", 3, 0, (struct sockaddr *)&to, sizeof to) == 3, "second to 127.0.0.1:7");
+    return NULL;
+}
+
 /* ---- epoll: spate, pipe and TCP descriptors in one set ---- */
 
 static int mode_epoll(void)
@@ -253,6 +263,23 @@ static int mode_epoll(void)
     struct sockaddr_in peer = {.sin_family = AF_INET, .sin_port = htons(9)};
     inet_pton(AF_INET, "198.18.0.1", &peer.sin_addr);
     CHECK(sendto(out4, "dup", 3, 0, (struct sockaddr *)&peer, sizeof peer) == 3, "send through the dup");
+    /* A blocking recvmmsg without MSG_WAITFORONE fills every message, as
+     * Linux's: one datagram through the kernel now, the second 200 ms
+     * later from another thread, both in one call. */
+    struct timeval ten = {.tv_sec = 10};
+    CHECK(setsockopt(out4, SOL_SOCKET, SO_RCVTIMEO, &ten, sizeof ten) == 0, "SO_RCVTIMEO on the dup");
+    CHECK(sendto(lo, "one", 3, 0, (struct sockaddr *)&to7, sizeof to7) == 3, "first to 127.0.0.1:7");
+    pthread_t later;
+    CHECK(pthread_create(&later, NULL, send_later, &lo) == 0, "pthread_create");
+    char two[2][8];
+    struct iovec tiov[2] = {{.iov_base = two[0], .iov_len = 8}, {.iov_base = two[1], .iov_len = 8}};
+    struct mmsghdr tm[2] = {{.msg_hdr = {.msg_iov = &tiov[0], .msg_iovlen = 1}},
+                            {.msg_hdr = {.msg_iov = &tiov[1], .msg_iovlen = 1}}};
+    int got = recvmmsg(out4, tm, 2, 0, NULL);
+    CHECK(got == 2 && tm[0].msg_len == 3 && !memcmp(two[0], "one", 3) && tm[1].msg_len == 3 &&
+              !memcmp(two[1], "two", 3),
+          "blocking recvmmsg of 2: %d", got);
+    pthread_join(later, NULL);
     /* close_range and closefrom close spate sockets as close does: the
      * port is free on the stack again. */
     int cr = udp_bound(AF_INET, 4242);
