@@ -10,7 +10,7 @@ use std::net::IpAddr;
 
 use spate_dpdk::{Burst, Mbuf};
 
-use super::rx::UdpInFrame;
+use super::offsets::UdpInFrame;
 use crate::datagram::{Datagram, header_span};
 use crate::wire::udp;
 

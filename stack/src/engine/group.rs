@@ -13,7 +13,7 @@
 use spate_dpdk::Mbuf;
 
 use super::Worker;
-use super::rx::UdpInFrame;
+use super::offsets::UdpInFrame;
 use crate::datagram::{Datagram, header_span};
 use crate::iface::Interface;
 use crate::lookup::{Family, FlowKey};

@@ -42,6 +42,7 @@ mod group;
 mod icmp;
 mod mcast;
 mod memo;
+mod offsets;
 mod poll;
 mod rx;
 mod sleep;

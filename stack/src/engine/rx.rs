@@ -6,6 +6,7 @@ use spate_dpdk::{Mbuf, RxChecksum};
 
 use super::Worker;
 use super::gro::Flow;
+use super::offsets::{Handed, UdpInFrame};
 use crate::datagram::{Datagram, header_span};
 use crate::frag::reassembly;
 use crate::iface::Interface;
@@ -36,23 +37,6 @@ const UDP6: UdpCounters = UdpCounters {
     csum_errors: Counter::Udp6InCsumErrors,
     ignored_multi: Counter::Udp6IgnoredMulti,
 };
-
-/// Where a UDP datagram sits in its frame.
-#[derive(Debug, Clone, Copy)]
-pub(crate) struct UdpInFrame {
-    /// Offset of the IP header.
-    pub l3: usize,
-    /// Offset of the UDP header.
-    pub l4: usize,
-    /// End of the IP packet.
-    pub end: usize,
-    /// Source address.
-    pub src: IpAddr,
-    /// Destination address.
-    pub dst: IpAddr,
-    /// Sent to a broadcast or multicast address.
-    pub group: bool,
-}
 
 /// Where the fast path finds an untagged IPv4 frame's headers.
 const FAST_L3: usize = ethernet::HEADER_LEN;
@@ -638,13 +622,13 @@ impl Worker<'_> {
     }
 
     /// A reassembled datagram another lcore handed over (its offsets in
-    /// the hash field, as [`Worker::hand_datagram`] packed them).
+    /// the hash field, as [`Worker::hand_datagram`] packed them: [`Handed`]).
     pub(super) fn rx_handed_datagram(&mut self, net: &Net, mut m: Mbuf) -> Option<Counter> {
         // The offsets, not a flow hash: taken out, so that a reuseport
         // group does not pick a member by them (the length in them would
         // spread one flow over the members).
-        let packed = m.take_rss_hash().unwrap_or(0);
-        let (l3, l4, len) = ((packed >> 27) as usize, (packed >> 16 & 0x7ff) as usize, (packed & 0xffff) as usize);
+        let Handed { l3, l4, len } = Handed::decode(m.take_rss_hash().unwrap_or(0));
+        let len = len as usize;
         let iface = &net.ifaces[self.shared.iface_of_port(m.port()) as usize];
         let data = m.data();
         let (src, dst): (IpAddr, IpAddr) = match data.get(l3).map(|v| v >> 4) {

@@ -23,6 +23,7 @@
 use spate_dpdk::{Burst, Mbuf};
 
 use super::Worker;
+use super::offsets::Handed;
 use crate::iface::Interface;
 use crate::rss::flow_input;
 use crate::shared::flow_owners::Seen;
@@ -148,9 +149,8 @@ impl Worker<'_> {
 
     /// Hands a reassembled datagram of interface `iface` to the lcore
     /// owning its flow, when that is another; gives it back otherwise. Its
-    /// offsets travel in the mbuf's hash field: IP header (5 bits) | UDP
-    /// header (11) | length of the UDP datagram (16); one whose headers lie
-    /// further in stays here. So does a tunnel's inner datagram: the
+    /// offsets travel in the mbuf's hash field ([`Handed`]); one whose
+    /// headers lie further in stays here. So does a tunnel's inner datagram: the
     /// receiving lcore knows its interface only from the mbuf's port, the
     /// outer one, and inner flows are not steered (their outer packets
     /// are).
@@ -165,9 +165,10 @@ impl Worker<'_> {
         let me = self.idx;
         let Some(s) = self.steer.as_mut() else { return Some(m) };
         let how = self.shared.port_steered(m.port());
-        if iface.tunnel.is_some() || how == PortSteering::None || l3 >= 32 || l4 >= 2048 || len > 0xffff {
+        let packed = Handed { l3, l4, len }.encode();
+        let Some(packed) = packed.filter(|_| iface.tunnel.is_none() && how != PortSteering::None) else {
             return Some(m);
-        }
+        };
         let mut key = [0u8; 36];
         let n = {
             let data = m.data();
@@ -194,7 +195,7 @@ impl Worker<'_> {
         if owner == me {
             return Some(m);
         }
-        m.set_rss_hash((l3 as u32) << 27 | (l4 as u32) << 16 | len);
+        m.set_rss_hash(packed);
         let _ = s.datagrams.out[owner].push(m);
         let shared = self.shared;
         let (sent, dropped) = s.datagrams.flush(|d| shared.wake(d));

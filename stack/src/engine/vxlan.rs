@@ -22,7 +22,7 @@ use std::net::{IpAddr, SocketAddr};
 use spate_dpdk::Mbuf;
 
 use super::Worker;
-use super::rx::UdpInFrame;
+use super::offsets::UdpInFrame;
 use crate::hdr::{UdpHeaders, push_udp_ip};
 use crate::iface::Tunnel;
 use crate::shared::TxPacket;
