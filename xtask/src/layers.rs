@@ -10,6 +10,13 @@
 //! layer, so a module must name the module it means. So is
 //! `super::super::`, which could climb out of a module unseen: a path
 //! that leaves a module starts with `crate::`.
+//!
+//! Files are checked too: every `crate::`, `super::` and `self::` path is
+//! followed to the file that defines the module it ends in (`super::gro::
+//! Flow` from `engine/rx.rs` is `engine/gro.rs`, `super::Worker` is
+//! `engine/mod.rs`), and no files may import each other in a circle. A
+//! `super::` inside an inline module (`mod tests { use super::*; }`)
+//! stays in its file.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::Path;
@@ -303,7 +310,162 @@ pub fn check(layers: &[Layer], files: &BTreeMap<String, String>) -> Vec<String> 
         }
     }
     problems.extend(circles(&edges));
+    problems.extend(circles(&file_edges(files)));
     problems
+}
+
+/// A file's module path: `engine/rx.rs` is `[engine, rx]`, `engine/mod.rs`
+/// is `[engine]`, `lib.rs` is `[]`.
+fn module_path(relative: &str) -> Vec<String> {
+    let mut parts: Vec<String> = relative.split('/').map(str::to_string).collect();
+    let last = parts.pop().unwrap_or_default();
+    if last != "mod.rs" && last != "lib.rs" {
+        parts.push(last.strip_suffix(".rs").unwrap_or(&last).to_string());
+    }
+    parts
+}
+
+/// The file defining module `path`, if `files` has one.
+fn file_of(files: &BTreeMap<String, String>, path: &[String]) -> Option<String> {
+    if path.is_empty() {
+        return files.contains_key("lib.rs").then(|| "lib.rs".to_string());
+    }
+    let base = path.join("/");
+    [format!("{base}.rs"), format!("{base}/mod.rs")].into_iter().find(|f| files.contains_key(f))
+}
+
+/// Every path of a use tree starting at `rest` (just after its first
+/// `::`): `a::b` gives `[a, b]`, `{a::b, c}` gives `[a, b]` and `[c]`.
+fn use_tree(rest: &str) -> Vec<Vec<String>> {
+    fn parse(s: &[char], i: &mut usize, prefix: &[String], out: &mut Vec<Vec<String>>) {
+        let mut path = prefix.to_vec();
+        loop {
+            while *i < s.len() && s[*i].is_whitespace() {
+                *i += 1;
+            }
+            if s.get(*i) == Some(&'{') {
+                *i += 1;
+                loop {
+                    parse(s, i, &path, out);
+                    while *i < s.len() && s[*i].is_whitespace() {
+                        *i += 1;
+                    }
+                    match s.get(*i) {
+                        Some(',') => *i += 1,
+                        Some('}') => {
+                            *i += 1;
+                            return;
+                        }
+                        _ => return,
+                    }
+                    while *i < s.len() && s[*i].is_whitespace() {
+                        *i += 1;
+                    }
+                    if s.get(*i) == Some(&'}') {
+                        *i += 1;
+                        return;
+                    }
+                }
+            }
+            let word: String = s[*i..].iter().take_while(|c| c.is_alphanumeric() || **c == '_').collect();
+            *i += word.chars().count();
+            if !word.is_empty() && word != "self" {
+                path.push(word);
+            }
+            if s.get(*i) == Some(&':') && s.get(*i + 1) == Some(&':') {
+                *i += 2;
+                continue;
+            }
+            out.push(path);
+            return;
+        }
+    }
+    let chars: Vec<char> = rest.chars().take(2_000).collect();
+    let mut out = Vec::new();
+    parse(&chars, &mut 0, &[], &mut out);
+    out
+}
+
+/// Where each file's `crate::`, `super::` and `self::` paths lead, file
+/// to file (a file's paths to itself left out), with where each is.
+fn file_edges(files: &BTreeMap<String, String>) -> BTreeMap<String, BTreeMap<String, String>> {
+    let mut edges: BTreeMap<String, BTreeMap<String, String>> = BTreeMap::new();
+    for (path, src) in files {
+        let here = module_path(path);
+        let code = strip(src);
+        let b = code.as_bytes();
+        // Inline modules open here: the brace depth each one's body is at.
+        let (mut depth, mut inline): (usize, Vec<usize>) = (0, Vec::new());
+        let mut i = 0;
+        while i < b.len() {
+            match b[i] {
+                b'{' => {
+                    depth += 1;
+                    i += 1;
+                    continue;
+                }
+                b'}' => {
+                    if inline.last() == Some(&depth) {
+                        inline.pop();
+                    }
+                    depth = depth.saturating_sub(1);
+                    i += 1;
+                    continue;
+                }
+                _ => {}
+            }
+            let boundary = !ident_byte(i.checked_sub(1).map(|j| b[j])) && (i == 0 || b[i - 1] != b':');
+            if boundary && b[i..].starts_with(b"mod ") {
+                let rest = code[i + 4..].trim_start();
+                let name_len = rest.chars().take_while(|c| c.is_alphanumeric() || *c == '_').count();
+                if rest[name_len..].trim_start().starts_with('{') {
+                    inline.push(depth + 1);
+                }
+            }
+            let prefix =
+                ["crate::", "super::", "self::"].into_iter().find(|p| boundary && b[i..].starts_with(p.as_bytes()));
+            let Some(prefix) = prefix else {
+                i += 1;
+                continue;
+            };
+            let line = code[..i].matches('\n').count() + 1;
+            let mut base: Vec<String> = match prefix {
+                "crate::" => Vec::new(),
+                _ => here.clone(),
+            };
+            let mut rest = &code[i + prefix.len()..];
+            if prefix == "super::" {
+                // Climbing out of inline modules first, then out of files.
+                let mut ups: usize = 1;
+                while let Some(r) = rest.strip_prefix("super::") {
+                    ups += 1;
+                    rest = r;
+                }
+                let out_of_file = ups.saturating_sub(inline.len());
+                if out_of_file == 0 {
+                    i += prefix.len();
+                    continue;
+                }
+                base.truncate(base.len().saturating_sub(out_of_file));
+            }
+            for tail in use_tree(rest) {
+                let mut full = base.clone();
+                let mut target = file_of(files, &full);
+                for seg in tail {
+                    full.push(seg);
+                    match file_of(files, &full) {
+                        Some(f) => target = Some(f),
+                        None => break,
+                    }
+                }
+                if let Some(t) = target.filter(|t| t != path) {
+                    edges.entry(path.clone()).or_default().entry(t).or_insert_with(|| format!("{path}:{line}"));
+                }
+            }
+            i += prefix.len();
+        }
+    }
+    edges
 }
 
 /// Every circle among the modules, once each (as the path from its least
@@ -423,8 +585,10 @@ mod tests {
     fn a_circle_fails() {
         let t = tree(&[("wire/mod.rs", "use crate::stats::X;"), ("stats.rs", "use crate::wire::Y;")]);
         let p = check(&table(), &t);
-        assert_eq!(p.len(), 1, "{p:?}");
+        // The modules' circle, and the files' it is made of.
+        assert_eq!(p.len(), 2, "{p:?}");
         assert!(p[0].starts_with("circle: stats -> wire -> stats"), "{p:?}");
+        assert!(p[1].starts_with("circle: stats.rs -> wire/mod.rs -> stats.rs"), "{p:?}");
     }
 
     #[test]
@@ -455,6 +619,32 @@ mod tests {
         let p = check(&table(), &t);
         assert_eq!(p.iter().filter(|l| l.contains("a glob of the crate root")).count(), 2, "{p:?}");
         assert!(p.iter().any(|l| l.starts_with("engine/rx.rs:2: super::super::")), "{p:?}");
+    }
+
+    #[test]
+    fn a_file_circle_through_super_fails() {
+        let t = tree(&[
+            ("engine/mod.rs", "mod gro;\nmod rx;\npub struct Worker;"),
+            ("engine/gro.rs", "use super::rx::UdpInFrame;\nuse super::Worker;"),
+            ("engine/rx.rs", "use super::{Worker, gro::Flow};\n#[cfg(test)]\nmod tests {\n    use super::*;\n}"),
+        ]);
+        let p = check(&table(), &t);
+        assert_eq!(p.len(), 1, "{p:?}");
+        assert!(p[0].starts_with("circle: engine/gro.rs -> engine/rx.rs -> engine/gro.rs"), "{p:?}");
+    }
+
+    #[test]
+    fn file_paths_resolve_to_the_defining_file() {
+        let t = tree(&[
+            ("engine/mod.rs", "mod rx;\nuse self::rx::X;\nfn f() { crate::wire::ipv4::Packet::new(); }"),
+            ("engine/rx.rs", "use super::Worker;\nmod inner {\n    use super::super::Worker;\n}"),
+            ("wire/ipv4.rs", ""),
+        ]);
+        let e = file_edges(&t);
+        assert_eq!(e["engine/mod.rs"].keys().collect::<Vec<_>>(), ["engine/rx.rs", "wire/ipv4.rs"]);
+        assert_eq!(e["engine/rx.rs"].keys().collect::<Vec<_>>(), ["engine/mod.rs"]);
+        // engine/mod.rs and engine/rx.rs import each other through self:: and super::.
+        assert!(check(&table(), &t).iter().any(|l| l.starts_with("circle: engine/mod.rs -> engine/rx.rs")));
     }
 
     #[test]

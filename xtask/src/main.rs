@@ -494,8 +494,9 @@ fn test(args: &[String]) -> Result {
 }
 
 /// stack/src against stack/layers.toml (see `layers`), then the negative
-/// control: the same tree with an upward import and a circle planted must
-/// fail, so the check is known to be able to.
+/// controls: the same tree with an upward import, a circle of modules and
+/// a circle of files (through `super::`) planted must fail, so the check
+/// is known to be able to.
 fn layer_check() -> Result {
     let table_path = root().join("stack/layers.toml");
     let table = std::fs::read_to_string(&table_path).map_err(|e| format!("{}: {e}", table_path.display()))?;
@@ -528,7 +529,17 @@ fn layer_check() -> Result {
             "layer check: the negative control (hdr and iface importing each other) was not caught: {circle:?}"
         ));
     }
-    eprintln!("layer check: negative controls caught (an upward import, a circle)");
+    let mut t = tree.clone();
+    t.get_mut("engine/gro.rs")
+        .ok_or("layer check: negative control: no engine/gro.rs")?
+        .push_str("\n#[allow(unused_imports)]\nuse super::rx as _planted;\n");
+    let files = layers::check(&table, &t);
+    if !files.iter().any(|p| p.starts_with("circle: engine/gro.rs -> engine/rx.rs -> engine/gro.rs")) {
+        return Err(format!(
+            "layer check: the negative control (engine/gro.rs importing engine/rx.rs through super::) was not caught: {files:?}"
+        ));
+    }
+    eprintln!("layer check: negative controls caught (an upward import, a circle of modules, a circle of files)");
     Ok(())
 }
 
