@@ -14,6 +14,9 @@
 #[cfg(test)]
 use std::net::{Ipv4Addr, Ipv6Addr};
 
+use crate::wire::ethernet::{self, ethertype};
+use crate::wire::{ip_proto, ipv4, ipv6};
+
 #[cfg(test)]
 /// The key of Microsoft's RSS verification suite, which many NICs and
 /// DPDK drivers use as their default.
@@ -209,37 +212,65 @@ impl FlowHash {
 /// no flow's (ARP, ICMP, other protocols, IPv6 with extension headers
 /// before UDP): they stay where they arrive.
 pub fn flow_input(frame: &[u8], key: &mut [u8; 36]) -> Option<(usize, bool)> {
-    let ethertype = u16::from_be_bytes(frame.get(12..14)?.try_into().ok()?);
-    let (ethertype, l3) = if ethertype == 0x8100 {
-        (u16::from_be_bytes(frame.get(16..18)?.try_into().ok()?), 18)
-    } else {
-        (ethertype, 14)
-    };
-    let ip = frame.get(l3..)?;
-    match ethertype {
-        0x0800 if ip.len() >= 20 => {
-            let ihl = (ip[0] & 0x0f) as usize * 4;
-            key[..8].copy_from_slice(&ip[12..20]);
-            if u16::from_be_bytes([ip[6], ip[7]]) & 0x3fff != 0 {
-                key[8..10].copy_from_slice(&ip[4..6]);
-                key[10] = ip[9];
+    let frame = ethernet::Frame::new_checked(frame).ok()?;
+    let ip = frame.payload();
+    match frame.ethertype() {
+        ethertype::IPV4 if ip.len() >= ipv4::HEADER_LEN => {
+            let p = ipv4::Packet::new_unchecked(ip);
+            if p.is_fragment() {
+                key[..4].copy_from_slice(&p.src().octets());
+                key[4..8].copy_from_slice(&p.dst().octets());
+                key[8..10].copy_from_slice(&p.ident().to_be_bytes());
+                key[10] = p.protocol();
                 return Some((11, true));
             }
-            if ip[9] != 17 || ihl < 20 {
+            let ihl = p.header_len();
+            if p.protocol() != ip_proto::UDP || ihl < ipv4::HEADER_LEN {
                 return None;
             }
-            key[8..12].copy_from_slice(ip.get(ihl..ihl + 4)?);
-            Some((12, false))
+            datagram_input(ip, ip.get(ihl..)?, key).map(|n| (n, false))
         }
-        0x86dd if ip.len() >= 48 => {
-            key[..32].copy_from_slice(&ip[8..40]);
-            let fragment = match ip[6] {
-                17 => false,
-                44 => true,
-                _ => return None,
-            };
-            key[32..36].copy_from_slice(&ip[if fragment { 44..48 } else { 40..44 }]);
-            Some((36, fragment))
+        ethertype::IPV6 if ip.len() >= ipv6::HEADER_LEN + 8 => {
+            let p = ipv6::Packet::new_unchecked(ip);
+            match p.next_header() {
+                ip_proto::UDP => datagram_input(ip, &ip[ipv6::HEADER_LEN..], key).map(|n| (n, false)),
+                ip_proto::FRAGMENT => {
+                    key[..16].copy_from_slice(&p.src().octets());
+                    key[16..32].copy_from_slice(&p.dst().octets());
+                    // The fragment header's identification, after its
+                    // next header, reserved byte and offset.
+                    key[32..36].copy_from_slice(&ip[ipv6::HEADER_LEN + 4..ipv6::HEADER_LEN + 8]);
+                    Some((36, true))
+                }
+                _ => None,
+            }
+        }
+        _ => None,
+    }
+}
+
+/// Writes a whole UDP datagram's flow input into `key`: the addresses of
+/// its IP header `ip` and the ports that start its UDP header `udp`.
+/// Returns how many bytes (12 for IPv4, 36 for IPv6); `None` when a header
+/// is short or `ip` is neither version.
+#[inline]
+pub fn datagram_input(ip: &[u8], udp: &[u8], key: &mut [u8; 36]) -> Option<usize> {
+    // The source and destination ports, the UDP header's first four bytes.
+    let ports = udp.get(..4)?;
+    match ip.first()? >> 4 {
+        4 if ip.len() >= ipv4::HEADER_LEN => {
+            let p = ipv4::Packet::new_unchecked(ip);
+            key[..4].copy_from_slice(&p.src().octets());
+            key[4..8].copy_from_slice(&p.dst().octets());
+            key[8..12].copy_from_slice(ports);
+            Some(12)
+        }
+        6 if ip.len() >= ipv6::HEADER_LEN => {
+            let p = ipv6::Packet::new_unchecked(ip);
+            key[..16].copy_from_slice(&p.src().octets());
+            key[16..32].copy_from_slice(&p.dst().octets());
+            key[32..36].copy_from_slice(ports);
+            Some(36)
         }
         _ => None,
     }
@@ -296,6 +327,24 @@ mod tests {
             }
         }
         assert_eq!(t.hash(&input), want);
+    }
+
+    #[test]
+    fn a_datagrams_input_is_its_frames() {
+        use crate::wire::fixtures::{UDP4, UDP6, hex};
+        // The kernel's frames: what flow_input reads from a whole frame,
+        // datagram_input reads from its IP and UDP headers (the hand-off of
+        // reassembled datagrams), byte for byte.
+        for (frame, l4, n) in [(hex(UDP4), 34, 12), (hex(UDP6), 54, 36)] {
+            let (mut a, mut b) = ([0u8; MAX_INPUT], [0u8; MAX_INPUT]);
+            assert_eq!(flow_input(&frame, &mut a), Some((n, false)));
+            assert_eq!(datagram_input(&frame[14..l4], &frame[l4..], &mut b), Some(n));
+            assert_eq!(a, b);
+            // The ports 40000 and 7 end it.
+            assert_eq!(a[n - 4..n], [0x9c, 0x40, 0x00, 0x07]);
+        }
+        assert_eq!(datagram_input(&[0x45; 20], &[0; 3], &mut [0u8; MAX_INPUT]), None, "short UDP header");
+        assert_eq!(datagram_input(&[0x55; 20], &[0; 8], &mut [0u8; MAX_INPUT]), None, "no IP version");
     }
 
     #[test]

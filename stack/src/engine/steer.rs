@@ -25,7 +25,7 @@ use spate_dpdk::{Burst, Mbuf};
 use super::Worker;
 use super::offsets::Handed;
 use crate::iface::Interface;
-use crate::rss::flow_input;
+use crate::rss::{datagram_input, flow_input};
 use crate::shared::flow_owners::Seen;
 use crate::shared::{BURST, Lanes, PortSteering, Steering};
 use crate::stats::Counter;
@@ -170,15 +170,8 @@ impl Worker<'_> {
             return Some(m);
         };
         let mut key = [0u8; 36];
-        let n = {
-            let data = m.data();
-            let mut put = |at: usize, from: Option<&[u8]>| from.map(|b| key[at..at + b.len()].copy_from_slice(b));
-            match data.get(l3).map(|v| v >> 4) {
-                Some(4) => put(0, data.get(l3 + 12..l3 + 20)).and(put(8, data.get(l4..l4 + 4))).map(|()| 12),
-                Some(6) => put(0, data.get(l3 + 8..l3 + 40)).and(put(32, data.get(l4..l4 + 4))).map(|()| 36),
-                _ => None,
-            }
-        };
+        let data = m.data();
+        let n = datagram_input(data.get(l3..l4).unwrap_or(&[]), data.get(l4..).unwrap_or(&[]), &mut key);
         let Some(n) = n else { return Some(m) };
         let owner = match how {
             // The lcore the flow's whole datagrams arrive on, if any did.
