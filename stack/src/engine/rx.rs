@@ -309,7 +309,7 @@ impl Worker<'_> {
         let padding = data.len() - total;
         // A group the interface is in (the sockets' own filters apply at
         // delivery), or every host's.
-        let query = protocol == crate::mcast::report::IGMP;
+        let query = protocol == ip_proto::IGMP;
         let group = dst.is_multicast() && self.joined(iface.index, dst.into(), src.into(), query);
         let broadcast = group || (!iface.has_ipv4(dst) && iface.is_ipv4_broadcast(dst));
         if !broadcast && !iface.has_ipv4(dst) {
@@ -354,7 +354,7 @@ impl Worker<'_> {
                 self.inc(Counter::IpInDelivers);
                 Some(self.rx_icmpv4(iface, m, l4, src, dst, broadcast))
             }
-            crate::mcast::report::IGMP => {
+            ip_proto::IGMP => {
                 self.inc(Counter::IpInDelivers);
                 self.rx_igmp(iface.index, &m.data()[l4..l2 + total]);
                 Some(Counter::RxIgmp)
@@ -630,15 +630,15 @@ impl Worker<'_> {
         let Handed { l3, l4, len } = Handed::decode(m.take_rss_hash().unwrap_or(0));
         let len = len as usize;
         let iface = &net.ifaces[self.shared.iface_of_port(m.port()) as usize];
-        let data = m.data();
-        let (src, dst): (IpAddr, IpAddr) = match data.get(l3).map(|v| v >> 4) {
-            Some(4) if data.len() >= l3 + 20 => {
-                let a = |at: usize| Ipv4Addr::new(data[at], data[at + 1], data[at + 2], data[at + 3]);
-                (a(l3 + 12).into(), a(l3 + 16).into())
+        let ip = m.data().get(l3..l4).unwrap_or(&[]);
+        let (src, dst): (IpAddr, IpAddr) = match ip.first().map(|v| v >> 4) {
+            Some(4) if ip.len() >= ipv4::HEADER_LEN => {
+                let p = ipv4::Packet::new_unchecked(ip);
+                (p.src().into(), p.dst().into())
             }
-            Some(6) if data.len() >= l3 + 40 => {
-                let a = |at: usize| Ipv6Addr::from(<[u8; 16]>::try_from(&data[at..at + 16]).expect("16 bytes"));
-                (a(l3 + 8).into(), a(l3 + 24).into())
+            Some(6) if ip.len() >= ipv6::HEADER_LEN => {
+                let p = ipv6::Packet::new_unchecked(ip);
+                (p.src().into(), p.dst().into())
             }
             _ => return Some(Counter::RxUdpErrors),
         };
@@ -659,8 +659,10 @@ impl Worker<'_> {
             self.inc(c.in_errors);
             return Some(Counter::RxUdpErrors);
         };
-        let (src_port, dst_port) = (crate::wire::get_u16(hdr, 0), crate::wire::get_u16(hdr, 2));
-        let (udp_len, field) = (crate::wire::get_u16(hdr, 4) as usize, crate::wire::get_u16(hdr, 6));
+        // The header alone (the datagram runs on in the next segments).
+        let hdr = udp::Packet::new_unchecked(hdr);
+        let (src_port, dst_port) = (hdr.src_port(), hdr.dst_port());
+        let (udp_len, field) = (hdr.len() as usize, hdr.checksum());
         if udp_len != at.end - at.l4 || udp_len < udp::HEADER_LEN {
             self.inc(c.in_errors);
             return Some(Counter::RxUdpErrors);

@@ -27,8 +27,7 @@ use crate::hdr::{UdpHeaders, push_udp_ip};
 use crate::iface::Tunnel;
 use crate::shared::TxPacket;
 use crate::stats::Counter;
-use crate::wire::vxlan::{FLAG_VNI, HEADER_LEN};
-use crate::wire::{ethernet, udp};
+use crate::wire::{ethernet, udp, vxlan};
 
 impl Worker<'_> {
     /// A datagram that came in on interface `iface` for a tunnel endpoint
@@ -38,12 +37,13 @@ impl Worker<'_> {
     /// would otherwise put frames on the inner interface.
     pub(super) fn rx_vxlan(&mut self, iface: u16, port: u16, mut m: Mbuf, at: UdpInFrame) -> Option<Counter> {
         let start = at.l4 + udp::HEADER_LEN;
-        let inner_at = start + HEADER_LEN;
-        let data = m.data();
-        if at.end < inner_at + ethernet::HEADER_LEN || data[start] & FLAG_VNI == 0 {
+        let inner_at = start + vxlan::HEADER_LEN;
+        let header = m.data().get(start..at.end).map(vxlan::Packet::new_checked);
+        let Some(Ok(header)) = header else { return Some(Counter::RxVxlanErrors) };
+        let Ok(vxlan::Repr { vni }) = vxlan::Repr::parse(&header) else { return Some(Counter::RxVxlanErrors) };
+        if header.payload().len() < ethernet::HEADER_LEN {
             return Some(Counter::RxVxlanErrors);
         }
-        let vni = u32::from_be_bytes([0, data[start + 4], data[start + 5], data[start + 6]]);
         let Some((inner, t)) = self
             .shared
             .links
@@ -72,11 +72,12 @@ impl Worker<'_> {
     /// Sends frame `m` of inner interface `ifc` to its tunnel's remote.
     pub(super) fn vxlan_encap(&mut self, t: Tunnel, mut m: Mbuf) {
         let sport = source_port(m.data());
-        let Ok(h) = m.prepend(HEADER_LEN) else {
+        let header = vxlan::Repr { vni: t.vni };
+        let Ok(h) = m.prepend(header.buffer_len()) else {
             self.inc(Counter::TxNoMbuf);
             return;
         };
-        h.copy_from_slice(&[FLAG_VNI, 0, 0, 0, (t.vni >> 16) as u8, (t.vni >> 8) as u8, t.vni as u8, 0]);
+        header.emit(h);
         let v4 = t.local.is_ipv4();
         let ident = match (t.local, t.remote.ip()) {
             (IpAddr::V4(s), IpAddr::V4(d)) => self.shared.ip_id.reserve(s, d, crate::wire::ip_proto::UDP, 1),

@@ -8,6 +8,8 @@ use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 use super::{Mode, SourceFilter};
 use crate::wire::MacAddr;
 use crate::wire::checksum::{checksum, fold, pseudo_header_v6, sum};
+use crate::wire::igmp::{self, msg_type};
+use crate::wire::ip_proto;
 
 /// Where IGMPv3 reports go (all IGMPv3-capable routers).
 pub const IGMPV3_ROUTERS: Ipv4Addr = Ipv4Addr::new(224, 0, 0, 22);
@@ -19,8 +21,6 @@ pub const ALL_ROUTERS: Ipv4Addr = Ipv4Addr::new(224, 0, 0, 2);
 pub const ALL_ROUTERS_V6: Ipv6Addr = Ipv6Addr::new(0xff02, 0, 0, 0, 0, 0, 0, 2);
 /// Where MLDv2 reports go.
 pub const MLDV2_ROUTERS: Ipv6Addr = Ipv6Addr::new(0xff02, 0, 0, 0, 0, 0, 0, 0x16);
-/// IP protocol number of IGMP.
-pub const IGMP: u8 = 2;
 
 /// The MAC a multicast group's frames go to (RFC 1112: 01:00:5e and the
 /// group's low 23 bits; RFC 2464: 33:33 and its low 32 bits).
@@ -82,7 +82,7 @@ fn report_message(msg_type: u8, records: &[(IpAddr, SourceFilter)], current: boo
 /// An IGMPv3 report of `records` (IPv4 groups and their filters), from
 /// `src` (the interface's address, or 0.0.0.0): the whole IPv4 packet.
 pub fn igmpv3_report(src: Ipv4Addr, records: &[(IpAddr, SourceFilter)], current: bool) -> Vec<u8> {
-    ipv4_packet(src, IGMPV3_ROUTERS, report_message(0x22, records, current))
+    ipv4_packet(src, IGMPV3_ROUTERS, report_message(msg_type::V3_REPORT, records, current))
 }
 
 /// An MLDv2 report of `records` (IPv6 groups) from `src` (the
@@ -97,13 +97,14 @@ pub fn mldv2_report(src: Ipv6Addr, records: &[(IpAddr, SourceFilter)], current: 
 /// IGMPv2 leave (RFC 2236 section 2: 8 bytes, sent to the group, a leave
 /// to every router, 224.0.0.2). The whole IPv4 packet.
 pub fn igmp_older(src: Ipv4Addr, version: u8, group: Ipv4Addr, leave: bool) -> Vec<u8> {
-    let (msg_type, dst) = match (version, leave) {
-        (_, true) => (0x17, ALL_ROUTERS),
-        (1, false) => (0x12, group),
-        _ => (0x16, group),
+    let (kind, dst) = match (version, leave) {
+        (_, true) => (msg_type::V2_LEAVE, ALL_ROUTERS),
+        (1, false) => (msg_type::V1_REPORT, group),
+        _ => (msg_type::V2_REPORT, group),
     };
-    let o = group.octets();
-    ipv4_packet(src, dst, vec![msg_type, 0, 0, 0, o[0], o[1], o[2], o[3]])
+    let mut msg = vec![0; igmp::HEADER_LEN];
+    igmp::emit_v2(&mut msg, kind, group);
+    ipv4_packet(src, dst, msg)
 }
 
 /// An MLDv1 report about `group` from `src`, or with `done` a done
@@ -119,13 +120,15 @@ pub fn mldv1(src: Ipv6Addr, group: Ipv6Addr, done: bool) -> Vec<u8> {
 /// `igmp`, checksummed, in an IPv4 packet from `src` to `dst` with the
 /// Router Alert option (RFC 2113) and TTL 1, as RFC 3376 and RFC 2236 ask.
 fn ipv4_packet(src: Ipv4Addr, dst: Ipv4Addr, mut igmp: Vec<u8>) -> Vec<u8> {
+    // Summed over a zero field (igmp::emit_v2 wrote one already).
+    igmp[2..4].fill(0);
     let c = checksum(&igmp);
     igmp[2..4].copy_from_slice(&c.to_be_bytes());
     let total = 24 + igmp.len();
     let mut ip = vec![0x46, 0xc0];
     ip.extend_from_slice(&(total as u16).to_be_bytes());
     // No ID needed: DF, never fragmented.
-    ip.extend_from_slice(&[0, 0, 0x40, 0, 1, IGMP, 0, 0]);
+    ip.extend_from_slice(&[0, 0, 0x40, 0, 1, ip_proto::IGMP, 0, 0]);
     ip.extend_from_slice(&src.octets());
     ip.extend_from_slice(&dst.octets());
     ip.extend_from_slice(&[0x94, 0x04, 0, 0]);
@@ -181,17 +184,20 @@ fn decode_code(code: u32, mant_bits: u32) -> u32 {
 /// An IGMP message (the IPv4 payload): a membership query, checksum
 /// checked; anything else `None`.
 pub fn igmp_query(msg: &[u8]) -> Option<Query> {
+    let p = igmp::Packet::new_checked(msg).ok()?;
     // 8 bytes (IGMPv1/v2) or 12 and more (IGMPv3): others are ignored.
-    if msg.len() < 8 || (9..12).contains(&msg.len()) || msg[0] != 0x11 || checksum(msg) != 0 {
+    let v3 = p.len() >= igmp::V3_QUERY_LEN;
+    if (p.len() != igmp::HEADER_LEN && !v3) || p.msg_type() != msg_type::QUERY || !p.verify_checksum() {
         return None;
     }
-    let group = Ipv4Addr::new(msg[4], msg[5], msg[6], msg[7]);
+    let group = p.group();
     let group = (!group.is_unspecified()).then_some(IpAddr::V4(group));
     // Max Resp Code in tenths of a second; IGMPv1's is 0 (10 s).
-    let (tenths, version) = match msg.len() {
-        8 if msg[1] == 0 => (100, 1),
-        8 => (msg[1] as u32, 2),
-        _ => (decode_code(msg[1] as u32, 4), 3),
+    let code = p.max_resp_code() as u32;
+    let (tenths, version) = match (v3, code) {
+        (false, 0) => (100, 1),
+        (false, _) => (code, 2),
+        (true, _) => (decode_code(code, 4), 3),
     };
     Some(Query { group, max_delay_ms: tenths * 100, version })
 }
@@ -223,7 +229,7 @@ mod tests {
         assert_eq!(p.len(), 24 + 8 + 8 + 4);
         assert_eq!(checksum(&p[..24]), 0, "IPv4 header checksum");
         assert_eq!(checksum(&p[24..]), 0, "IGMP checksum");
-        assert_eq!((p[8], p[9], &p[16..20]), (1, IGMP, &[224, 0, 0, 22][..]));
+        assert_eq!((p[8], p[9], &p[16..20]), (1, ip_proto::IGMP, &[224, 0, 0, 22][..]));
         // TO_IN with one source, 239.1.2.3.
         assert_eq!(&p[32..44], &[3, 0, 0, 1, 239, 1, 2, 3, 198, 18, 0, 1]);
         let v6 = mldv2_report(Ipv6Addr::UNSPECIFIED, &[("ff0e::1".parse().unwrap(), SourceFilter::any())], true);

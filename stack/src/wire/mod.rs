@@ -11,6 +11,7 @@ pub mod checksum;
 pub mod ethernet;
 pub mod icmpv4;
 pub mod icmpv6;
+pub mod igmp;
 pub mod ipv4;
 pub mod ipv6;
 pub mod udp;
@@ -49,6 +50,8 @@ pub mod ip_proto {
     pub const HOP_BY_HOP: u8 = 0;
     /// ICMP.
     pub const ICMP: u8 = 1;
+    /// IGMP.
+    pub const IGMP: u8 = 2;
     /// UDP.
     pub const UDP: u8 = 17;
     /// IPv6 routing header.
