@@ -23,6 +23,7 @@
 
 mod addr;
 mod app_thread;
+mod buf;
 mod capture;
 pub mod config;
 mod datagram;
@@ -64,6 +65,7 @@ pub use time::Instant;
 #[cfg(feature = "internals")]
 #[doc(hidden)]
 pub mod internals {
+    pub use crate::buf::{MemBuf, PacketBuf};
     pub use crate::ip_id::{BUCKETS, FRESH, IDLE_STEP_MAX, IpIdGen, LEASE};
     pub use crate::lookup::{Binding, Family, FlowKey, SocketTable};
     pub use crate::rx_queue::{Refusal, RxQueue, Truesize, Wait};

@@ -1,0 +1,182 @@
+//! The buffer the datapath's stages work on: [`PacketBuf`], which DPDK's
+//! [`Mbuf`] implements (generic code over it is monomorphized: over `Mbuf`
+//! it compiles to what it was written against `Mbuf`), and [`MemBuf`], a
+//! buffer in memory with the same headroom rules, so a stage can be
+//! unit-tested without an EAL.
+
+use spate_dpdk::Mbuf;
+
+/// A buffer had no room (headroom, or bytes) for what was asked.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct NoRoom;
+
+/// What the datapath's stages ask of a packet buffer: its segments' bytes,
+/// room in front, the offload flags. It grows as stages move onto it (the
+/// header writing of [`crate::hdr`] is the first).
+pub trait PacketBuf {
+    /// Bytes in all segments.
+    fn pkt_len(&self) -> usize;
+    /// Each segment's bytes, in order.
+    fn segments(&self) -> impl Iterator<Item = &[u8]>;
+    /// Grows the packet by `len` bytes in front (from the headroom) and
+    /// returns them; fails when the headroom is short.
+    fn prepend(&mut self, len: usize) -> Result<&mut [u8], NoRoom>;
+    /// The offload flags (`spate_dpdk::mbuf::tx_flags` and the receive
+    /// flags).
+    fn ol_flags(&self) -> u64;
+    /// Sets the offload flags.
+    fn set_ol_flags(&mut self, flags: u64);
+    /// The header lengths a transmit offload needs.
+    fn set_tx_offload(&mut self, l2_len: u8, l3_len: u16, l4_len: u8, flags: u64);
+}
+
+impl PacketBuf for Mbuf {
+    #[inline(always)]
+    fn pkt_len(&self) -> usize {
+        Mbuf::pkt_len(self)
+    }
+
+    #[inline(always)]
+    fn segments(&self) -> impl Iterator<Item = &[u8]> {
+        self.segment_data()
+    }
+
+    #[inline(always)]
+    fn prepend(&mut self, len: usize) -> Result<&mut [u8], NoRoom> {
+        Mbuf::prepend(self, len).map_err(|_| NoRoom)
+    }
+
+    #[inline(always)]
+    fn ol_flags(&self) -> u64 {
+        Mbuf::ol_flags(self)
+    }
+
+    #[inline(always)]
+    fn set_ol_flags(&mut self, flags: u64) {
+        Mbuf::set_ol_flags(self, flags)
+    }
+
+    #[inline(always)]
+    fn set_tx_offload(&mut self, l2_len: u8, l3_len: u16, l4_len: u8, flags: u64) {
+        Mbuf::set_tx_offload(self, l2_len, l3_len, l4_len, flags)
+    }
+}
+
+/// A packet buffer in memory: one segment with headroom in front (as an
+/// mbuf's, 128 bytes unless told), more segments chained behind it, and
+/// the offload fields a port would read.
+#[cfg(any(test, feature = "internals"))]
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct MemBuf {
+    room: Vec<u8>,
+    start: usize,
+    /// Segments after the first.
+    pub chained: Vec<Vec<u8>>,
+    /// Offload flags.
+    pub ol_flags: u64,
+    /// The header lengths of a transmit offload request.
+    pub tx_offload: (u8, u16, u8),
+}
+
+#[cfg(any(test, feature = "internals"))]
+impl MemBuf {
+    /// DPDK's default headroom (`RTE_PKTMBUF_HEADROOM`).
+    pub const HEADROOM: usize = 128;
+
+    /// A buffer holding `bytes` behind the default headroom.
+    pub fn new(bytes: &[u8]) -> MemBuf {
+        MemBuf::with_headroom(bytes, Self::HEADROOM)
+    }
+
+    /// A buffer holding `bytes` behind `headroom` bytes of room.
+    pub fn with_headroom(bytes: &[u8], headroom: usize) -> MemBuf {
+        let mut room = vec![0; headroom];
+        room.extend_from_slice(bytes);
+        MemBuf { room, start: headroom, chained: Vec::new(), ol_flags: 0, tx_offload: (0, 0, 0) }
+    }
+
+    /// The first segment's bytes.
+    pub fn data(&self) -> &[u8] {
+        &self.room[self.start..]
+    }
+
+    /// Every segment's bytes, joined.
+    pub fn to_vec(&self) -> Vec<u8> {
+        self.segments().flatten().copied().collect()
+    }
+
+    /// Cuts `len` bytes off the front of the first segment.
+    pub fn adj(&mut self, len: usize) -> Result<(), NoRoom> {
+        if len > self.data().len() {
+            return Err(NoRoom);
+        }
+        self.start += len;
+        Ok(())
+    }
+
+    /// Cuts `len` bytes off the end.
+    pub fn trim(&mut self, mut len: usize) -> Result<(), NoRoom> {
+        if len > self.pkt_len() {
+            return Err(NoRoom);
+        }
+        while let Some(last) = self.chained.last_mut() {
+            if last.len() > len {
+                last.truncate(last.len() - len);
+                return Ok(());
+            }
+            len -= last.len();
+            self.chained.pop();
+        }
+        let end = self.room.len() - len;
+        self.room.truncate(end);
+        Ok(())
+    }
+}
+
+#[cfg(any(test, feature = "internals"))]
+impl PacketBuf for MemBuf {
+    fn pkt_len(&self) -> usize {
+        self.data().len() + self.chained.iter().map(Vec::len).sum::<usize>()
+    }
+
+    fn segments(&self) -> impl Iterator<Item = &[u8]> {
+        std::iter::once(self.data()).chain(self.chained.iter().map(Vec::as_slice))
+    }
+
+    fn prepend(&mut self, len: usize) -> Result<&mut [u8], NoRoom> {
+        self.start = self.start.checked_sub(len).ok_or(NoRoom)?;
+        Ok(&mut self.room[self.start..self.start + len])
+    }
+
+    fn ol_flags(&self) -> u64 {
+        self.ol_flags
+    }
+
+    fn set_ol_flags(&mut self, flags: u64) {
+        self.ol_flags = flags;
+    }
+
+    fn set_tx_offload(&mut self, l2_len: u8, l3_len: u16, l4_len: u8, flags: u64) {
+        self.tx_offload = (l2_len, l3_len, l4_len);
+        self.ol_flags |= flags;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn mem_buf_keeps_the_headroom_rules() {
+        let mut b = MemBuf::with_headroom(b"payload", 4);
+        assert_eq!(b.prepend(4).unwrap(), &mut [0u8; 4][..]);
+        assert!(b.prepend(1).is_err(), "the headroom is used up");
+        b.adj(4).unwrap();
+        b.chained.push(b"-more".to_vec());
+        assert_eq!(b.pkt_len(), 12);
+        b.trim(7).unwrap();
+        assert_eq!(b.to_vec(), b"paylo");
+        assert!(b.trim(6).is_err());
+        assert!(b.adj(6).is_err());
+    }
+}
