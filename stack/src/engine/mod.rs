@@ -1,24 +1,29 @@
 //! The engine: what a polling lcore runs. [`Worker`] is one lcore's
-//! state; the receive stages run over each burst in the design's order:
+//! state; the receive stages run over each burst in the order the code
+//! runs them:
 //!
 //! 1. burst RX ([`poll`]): a burst from each RX queue, prefetched, steered
 //!    to its flow's lcore in software where the port cannot ([`steer`]);
-//! 2. classification and validation ([`rx`]): Ethernet, ARP, IPv4, IPv6,
-//!    fragments (reassembled here, before the lookup), ICMP ([`icmp`]),
-//!    UDP; every frame ends in exactly one `Rx` counter;
-//! 3. the GRO stage ([`gro`]), only while a tunnel or a GRO socket exists
+//! 2. classification and validation ([`rx`]): the fast path first (IPv4
+//!    or IPv6 UDP to a bound socket, nothing else), then the full path:
+//!    Ethernet, ARP, IPv4, IPv6, fragments (reassembled here, before the
+//!    lookup), ICMP ([`icmp`]), IGMP and MLD ([`mcast`]), UDP; every frame
+//!    ends in exactly one `Rx` counter; where the UDP datagram lies is an
+//!    [`offsets::UdpInFrame`];
+//! 3. the socket lookup (in [`rx`]: the lcore's snapshot of the socket
+//!    table, the reuseport group's member picked by the flow's hash; a
+//!    group address's sockets in [`group`]);
+//! 4. the GRO stage ([`gro`]), only while a tunnel or a GRO socket exists
 //!    (one load per burst decides, and the receive path is built twice, so
 //!    without them it is the code it was before the stage existed); it
-//!    hands a tunnel's datagrams to decapsulation ([`vxlan`]), coalesces
-//!    trains for GRO sockets and passes the rest on. Linux looks the
-//!    socket up inside its GRO stage; spate's stage takes the answer of
-//!    the one lookup each datagram gets;
-//! 4. the socket lookup (in [`rx`]: the lcore's snapshot of the socket
-//!    table, the reuseport group's member picked by the flow's hash);
-//! 5. queueing ([`deliver`]): each socket's datagrams of the burst under
-//!    one lock, the sockets named for the application's `ready` list; the
-//!    iteration's last burst after the callback, which may take its
-//!    sockets' datagrams first, without the queue.
+//!    takes the lookup's answer, hands a tunnel's datagrams to
+//!    decapsulation ([`vxlan`]), coalesces trains for GRO sockets and
+//!    passes the rest on. Linux looks the socket up inside its GRO stage;
+//!    spate's stage takes the answer of the one lookup each datagram gets;
+//! 5. staging and queueing ([`deliver`]): each socket's datagrams of the
+//!    burst under one lock, the sockets named for the application's
+//!    `ready` list; the iteration's last burst after the callback, which
+//!    may take its sockets' datagrams first, without the queue.
 //!
 //! Transmit ([`tx`]) resolves neighbours through the lcore's [`memo`] and
 //! the shared table and sends bursts. The engine reaches the sockets only
