@@ -169,7 +169,7 @@ fn spate_forward(spec: &str, pool: Arc<Mempool>, warmup: u64, seconds: u64) -> S
                 busy += lcore::tsc() - start;
             }
             iter = iter.wrapping_add(1);
-            if iter % 1024 == 0 && lcore::tsc() >= end {
+            if iter.is_multiple_of(1024) && lcore::tsc() >= end {
                 return (pkts, busy, dropped);
             }
         }

@@ -829,7 +829,7 @@ fn line_move_once(a: usize, b: usize) -> Option<f64> {
         let mut spins = 0u64;
         while line.0.load(Ordering::Acquire) != want {
             spins += 1;
-            if spins % (1 << 20) == 0 && std::time::Instant::now() > deadline {
+            if spins.is_multiple_of(1 << 20) && std::time::Instant::now() > deadline {
                 return false;
             }
             std::hint::spin_loop();

@@ -78,7 +78,7 @@ fn take_turns(
         let mut spins = 0u32;
         while current.load(Ordering::Acquire) != k {
             spins += 1;
-            if spins % 256 == 0 {
+            if spins.is_multiple_of(256) {
                 std::thread::yield_now();
                 assert!(Instant::now() < deadline, "the schedule stalled at turn {k}");
             }

@@ -332,7 +332,7 @@ fn seeds_test_kernel_to_spate_through_a_relay() {
     assert_eq!(corrupted, 0, "no datagram arrives corrupted\n{out}");
     assert!(b_a.reordered > 0, "the relay reordered frames");
     assert!(
-        lost_frames >= timeouts && (lost_frames - timeouts) % 2 == 0,
+        lost_frames >= timeouts && (lost_frames - timeouts).is_multiple_of(2),
         "{lost_frames} lost, {timeouts} timed out\n{out}"
     );
     let both_lost = (lost_frames - timeouts) / 2;
@@ -424,7 +424,7 @@ fn seeds_test_spate_to_kernel_through_a_relay() {
     assert_eq!(sent, n, "spate-flood --count sent what it was asked\n{flood_out}");
     assert!(a_b.reordered > 0, "the relay reordered frames");
     assert!(
-        lost_frames >= timeouts && (lost_frames - timeouts) % 2 == 0,
+        lost_frames >= timeouts && (lost_frames - timeouts).is_multiple_of(2),
         "{lost_frames} lost, {timeouts} timed out\n{nstat}"
     );
     let both_lost = (lost_frames - timeouts) / 2;

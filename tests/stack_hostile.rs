@@ -144,7 +144,7 @@ impl Generator {
             // the table bounded).
             5 => {
                 let dst = Ipv4Addr::from(0xcb00_7100u32 | self.rng.below(1 << 16) as u32);
-                let port = if self.tick % 2 == 0 { ECHO_PORT } else { 41000 };
+                let port = if self.tick.is_multiple_of(2) { ECHO_PORT } else { 41000 };
                 let b = frag_needed_icmp(port, dst, 1000);
                 let router = self.on_link();
                 ipv4_frame(mac, src_mac, router, ip_proto::ICMP, 5, false, &b)

@@ -51,7 +51,7 @@ const WINDOW: u64 = 384;
 fn frames(mac: spate::wire::MacAddr, f: u32, seq: u32) -> Vec<Vec<u8>> {
     let src_port = 20_000 + (f % 40_000) as u16;
     let mut payload = [f.to_be_bytes(), seq.to_be_bytes()].concat();
-    if f % 10 == 0 && seq == 1 {
+    if f.is_multiple_of(10) && seq == 1 {
         payload.resize(2000, 0x5a);
         let dg = udp_datagram(false, src_port, PORT, &payload);
         return ip_fragments(mac, false, f * 8 + seq, &dg, 1480);

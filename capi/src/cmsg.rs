@@ -85,18 +85,18 @@ pub fn received(w: &mut Writer<'_>, wants: u32, meta: &RecvMeta) {
         }
         IpAddr::V6(dst) => v6(w, wants, &dst.octets(), ifindex, meta),
     }
-    if wants & want::TIMESTAMPNS != 0 {
-        if let Some(t) = meta.timestamp.and_then(|t| t.duration_since(std::time::UNIX_EPOCH).ok()) {
-            let mut ts = [0u8; 16];
-            ts[..8].copy_from_slice(&(t.as_secs() as i64).to_ne_bytes());
-            ts[8..].copy_from_slice(&(t.subsec_nanos() as i64).to_ne_bytes());
-            w.push(libc::SOL_SOCKET, SO_TIMESTAMPNS, &ts);
-        }
+    if wants & want::TIMESTAMPNS != 0
+        && let Some(t) = meta.timestamp.and_then(|t| t.duration_since(std::time::UNIX_EPOCH).ok())
+    {
+        let mut ts = [0u8; 16];
+        ts[..8].copy_from_slice(&(t.as_secs() as i64).to_ne_bytes());
+        ts[8..].copy_from_slice(&(t.subsec_nanos() as i64).to_ne_bytes());
+        w.push(libc::SOL_SOCKET, SO_TIMESTAMPNS, &ts);
     }
-    if wants & want::GRO != 0 {
-        if let Some(g) = meta.gso_size {
-            w.push(libc::SOL_UDP, UDP_GRO, &(g as i32).to_ne_bytes());
-        }
+    if wants & want::GRO != 0
+        && let Some(g) = meta.gso_size
+    {
+        w.push(libc::SOL_UDP, UDP_GRO, &(g as i32).to_ne_bytes());
     }
 }
 

@@ -742,10 +742,10 @@ unsafe fn finish_msg(s: &CSocket, m: &mut msghdr, r: &Received) -> CResult<()> {
     // SAFETY: per the contract.
     let control = unsafe { bytes_mut(m.msg_control, m.msg_controllen) }?;
     let mut w = cmsg::Writer::new(control);
-    if wants != 0 {
-        if let Some(meta) = &r.meta {
-            cmsg::received(&mut w, wants, meta);
-        }
+    if wants != 0
+        && let Some(meta) = &r.meta
+    {
+        cmsg::received(&mut w, wants, meta);
     }
     if w.truncated {
         flags |= libc::MSG_CTRUNC;

@@ -681,15 +681,15 @@ impl StackConfig {
             if p.ipv4.is_empty() && p.ipv6.is_empty() {
                 return Err(Error::Config(format!("port {i} ({}) has no address", p.device)));
             }
-            if let Some(v) = p.vlan {
-                if v == 0 || v >= 4095 {
-                    return Err(Error::Config(format!("VLAN id {v} is outside 1..=4094")));
-                }
+            if let Some(v) = p.vlan
+                && (v == 0 || v >= 4095)
+            {
+                return Err(Error::Config(format!("VLAN id {v} is outside 1..=4094")));
             }
-            if let Some(m) = p.mtu {
-                if m < 576 || (m < 1280 && !p.ipv6.is_empty()) {
-                    return Err(Error::Config(format!("MTU {m} is below 576 (1280 with IPv6)")));
-                }
+            if let Some(m) = p.mtu
+                && (m < 576 || (m < 1280 && !p.ipv6.is_empty()))
+            {
+                return Err(Error::Config(format!("MTU {m} is below 576 (1280 with IPv6)")));
             }
             for (k, n) in p.neighbors.iter().enumerate() {
                 if n.mac == MacAddr::ZERO || n.mac.0[0] & 1 != 0 {

@@ -154,14 +154,14 @@ impl Routes {
                     }
                 }
             }
-            if let Some((iface, c)) = best {
-                if !self.statics.iter().any(|r| r.dst.prefix_len > c.prefix_len && r.dst.contains(dst)) {
-                    let src = match src {
-                        Some(s) if !s.is_unspecified() => *s,
-                        _ => c.addr,
-                    };
-                    return Some(route(iface, *dst, src));
-                }
+            if let Some((iface, c)) = best
+                && !self.statics.iter().any(|r| r.dst.prefix_len > c.prefix_len && r.dst.contains(dst))
+            {
+                let src = match src {
+                    Some(s) if !s.is_unspecified() => *s,
+                    _ => c.addr,
+                };
+                return Some(route(iface, *dst, src));
             }
         }
         // The interface prefix that holds `dst`, the longest (the first

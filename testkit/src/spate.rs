@@ -47,10 +47,10 @@ pub fn parse_counters(out: &str) -> HashMap<String, u64> {
             continue;
         }
         for word in rest.split_whitespace() {
-            if let Some((k, v)) = word.split_once('=') {
-                if let Ok(v) = v.parse() {
-                    map.insert(format!("{group}.{k}"), v);
-                }
+            if let Some((k, v)) = word.split_once('=')
+                && let Ok(v) = v.parse()
+            {
+                map.insert(format!("{group}.{k}"), v);
             }
         }
     }

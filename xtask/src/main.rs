@@ -223,11 +223,11 @@ fn aioquic() -> Result {
 /// them spate runs with --no-huge (vhost-user needs them).
 fn hugepages() {
     let current: u32 = std::fs::read_to_string(HUGEPAGE_SYSFS).ok().and_then(|s| s.trim().parse().ok()).unwrap_or(0);
-    if current < HUGEPAGES_2M {
-        if let Err(e) = std::fs::write(HUGEPAGE_SYSFS, HUGEPAGES_2M.to_string()) {
-            eprintln!("note: cannot reserve hugepages ({e}); DPDK will run with --no-huge where it can");
-            return;
-        }
+    if current < HUGEPAGES_2M
+        && let Err(e) = std::fs::write(HUGEPAGE_SYSFS, HUGEPAGES_2M.to_string())
+    {
+        eprintln!("note: cannot reserve hugepages ({e}); DPDK will run with --no-huge where it can");
+        return;
     }
     let mounted = std::fs::read_to_string("/proc/mounts")
         .map(|m| m.lines().any(|l| l.split_whitespace().nth(2) == Some("hugetlbfs")))

@@ -157,13 +157,11 @@ impl Port {
             }
             Rss::Required => true,
         };
-        if let Some(mtu) = cfg.mtu {
-            if mtu < info.min_mtu || mtu > info.max_mtu {
-                return Err(self.unsupported(format!(
-                    "MTU {mtu} is outside the device's range {}..={}",
-                    info.min_mtu, info.max_mtu
-                )));
-            }
+        if let Some(mtu) = cfg.mtu
+            && (mtu < info.min_mtu || mtu > info.max_mtu)
+        {
+            return Err(self
+                .unsupported(format!("MTU {mtu} is outside the device's range {}..={}", info.min_mtu, info.max_mtu)));
         }
         let mut conf = sys::rte_eth_conf::default();
         // Checksum offloads as a pair or not at all: spate uses them only

@@ -188,10 +188,10 @@ impl Port {
         state.started = true;
         // Applied after start (some PMDs accept it only on a started
         // port), under the same lock as every change of the port's state.
-        if state.promiscuous {
-            if let Err(e) = self.promiscuous_locked(true) {
-                log::warn!("{e}: the port receives only frames for its own MAC address");
-            }
+        if state.promiscuous
+            && let Err(e) = self.promiscuous_locked(true)
+        {
+            log::warn!("{e}: the port receives only frames for its own MAC address");
         }
         Ok(())
     }
@@ -267,12 +267,11 @@ impl Port {
 
 impl Drop for PortShared {
     fn drop(&mut self) {
-        if let Ok(mut open) = OPEN.lock() {
-            if let Some(map) = open.as_mut() {
-                if map.get(&self.id).is_some_and(|w| w.strong_count() == 0) {
-                    map.remove(&self.id);
-                }
-            }
+        if let Ok(mut open) = OPEN.lock()
+            && let Some(map) = open.as_mut()
+            && map.get(&self.id).is_some_and(|w| w.strong_count() == 0)
+        {
+            map.remove(&self.id);
         }
         let state = self.state.get_mut().expect("port state lock");
         if state.started {
@@ -302,12 +301,12 @@ impl Drop for PortShared {
             if state.configured || self.vdev.is_some() {
                 sys::rte_eth_dev_close(self.id);
             }
-            if let Some(name) = &self.vdev {
-                if let Ok(c) = CString::new(name.as_str()) {
-                    let ret = sys::rte_vdev_uninit(c.as_ptr());
-                    if ret < 0 {
-                        log::warn!("rte_vdev_uninit({name}): {}", strerror(-ret));
-                    }
+            if let Some(name) = &self.vdev
+                && let Ok(c) = CString::new(name.as_str())
+            {
+                let ret = sys::rte_vdev_uninit(c.as_ptr());
+                if ret < 0 {
+                    log::warn!("rte_vdev_uninit({name}): {}", strerror(-ret));
                 }
             }
         }

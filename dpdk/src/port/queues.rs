@@ -119,10 +119,10 @@ impl RxQueue {
 
 impl Drop for RxQueue {
     fn drop(&mut self) {
-        if let Ok(mut s) = self.shared.state.lock() {
-            if let Some(t) = s.rx_taken.get_mut(self.queue as usize) {
-                *t = false;
-            }
+        if let Ok(mut s) = self.shared.state.lock()
+            && let Some(t) = s.rx_taken.get_mut(self.queue as usize)
+        {
+            *t = false;
         }
     }
 }
@@ -166,10 +166,10 @@ impl TxQueue {
 
 impl Drop for TxQueue {
     fn drop(&mut self) {
-        if let Ok(mut s) = self.shared.state.lock() {
-            if let Some(t) = s.tx_taken.get_mut(self.queue as usize) {
-                *t = false;
-            }
+        if let Ok(mut s) = self.shared.state.lock()
+            && let Some(t) = s.tx_taken.get_mut(self.queue as usize)
+        {
+            *t = false;
         }
     }
 }

@@ -88,10 +88,8 @@ impl Runs {
     /// used runs (its entry taken by another), or a new one.
     #[inline(always)]
     fn open(&mut self, index: u32, iface: u16, h: usize, free: bool) -> usize {
-        if !free {
-            if let Some(r) = self.runs[..self.used].iter().position(|r| r.index == index) {
-                return r;
-            }
+        if !free && let Some(r) = self.runs[..self.used].iter().position(|r| r.index == index) {
+            return r;
         }
         if self.used == self.runs.len() {
             self.runs.push(Run::default());

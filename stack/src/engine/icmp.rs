@@ -63,10 +63,10 @@ impl Worker<'_> {
             (icmpv4::msg_type::ECHO_REPLY, _) => self.inc(Counter::IcmpInEchoReps),
             (icmpv4::msg_type::DST_UNREACHABLE, code) => {
                 self.inc(Counter::IcmpInDestUnreachs);
-                if code == icmpv4::unreachable::PORT {
-                    if let Some((local, peer)) = quoted_udp_v4(p.data()) {
-                        self.socket_error(iface, local, peer, libc::ECONNREFUSED);
-                    }
+                if code == icmpv4::unreachable::PORT
+                    && let Some((local, peer)) = quoted_udp_v4(p.data())
+                {
+                    self.socket_error(iface, local, peer, libc::ECONNREFUSED);
                 }
                 if code == icmpv4::unreachable::FRAG_NEEDED {
                     // The next-hop MTU sits in the header's second word
@@ -415,11 +415,11 @@ impl Worker<'_> {
     /// UDP sockets).
     fn socket_error(&self, iface: &Interface, local: SocketAddr, peer: SocketAddr, errno: i32) {
         let key = FlowKey::new(&peer, &local, iface.index);
-        if let Some((_, b)) = self.snapshot.lookup(&key) {
-            if b.peer.is_some() {
-                b.sock.error.store(errno, Ordering::Release);
-                b.sock.queue.interrupt();
-            }
+        if let Some((_, b)) = self.snapshot.lookup(&key)
+            && b.peer.is_some()
+        {
+            b.sock.error.store(errno, Ordering::Release);
+            b.sock.queue.interrupt();
         }
     }
 }

@@ -290,13 +290,13 @@ impl Worker<'_> {
             let (iface, v4) = (d.iface, d.next_hop.is_ipv4());
             self.transmit_frames(iface, v4, &mut local.frames, std::mem::take(&mut local.datagrams));
         }
-        if !local.queue.is_empty() {
-            if let Some((d, until)) = self.transmit_all(&mut local.queue) {
-                self.direct_until = until;
-                if self.direct != Some(d) {
-                    self.direct = Some(d);
-                    local.direct = Some(d);
-                }
+        if !local.queue.is_empty()
+            && let Some((d, until)) = self.transmit_all(&mut local.queue)
+        {
+            self.direct_until = until;
+            if self.direct != Some(d) {
+                self.direct = Some(d);
+                local.direct = Some(d);
             }
         }
         n

@@ -319,7 +319,7 @@ impl<B: FragBuf> Reassembler<B> {
     pub fn insert(&mut self, key: Key, f: Fragment<B>, now: Instant) -> Outcome<B> {
         let end = f.offset + f.len;
         let tiny_first = f.offset == 0 && f.len < 8;
-        let bad = (f.len == 0 && f.more) || end > MAX_PAYLOAD || (f.more && f.len % 8 != 0) || tiny_first;
+        let bad = (f.len == 0 && f.more) || end > MAX_PAYLOAD || (f.more && !f.len.is_multiple_of(8)) || tiny_first;
         if bad {
             self.fail(&key);
             return Outcome::Failed;

@@ -69,10 +69,10 @@ impl Group {
     /// The member for a flow with `hash`, looked up on `lcore`.
     #[inline(always)]
     pub fn select(&self, hash: u32, lcore: u32) -> Option<u32> {
-        if !self.by_lcore.is_empty() {
-            if let Some((_, m)) = self.by_lcore.iter().find(|(l, _)| *l == lcore) {
-                return Some(m[reciprocal_scale(hash, m.len() as u32) as usize]);
-            }
+        if !self.by_lcore.is_empty()
+            && let Some((_, m)) = self.by_lcore.iter().find(|(l, _)| *l == lcore)
+        {
+            return Some(m[reciprocal_scale(hash, m.len() as u32) as usize]);
         }
         if self.unconnected == 0 {
             return None;

@@ -401,10 +401,10 @@ impl<S> Snapshot<S> {
     /// bound to the destination address, then the wildcard-bound ones.
     #[inline]
     fn walk(&self, info: &PortInfo, k: &FlowKey) -> Option<(u32, &Binding<S>)> {
-        if info.peers & peer_bit(k.src, k.src_port) != 0 {
-            if let Some(i) = self.connected(info, k) {
-                return Some((i, &self.bindings[i as usize]));
-            }
+        if info.peers & peer_bit(k.src, k.src_port) != 0
+            && let Some(i) = self.connected(info, k)
+        {
+            return Some((i, &self.bindings[i as usize]));
         }
         let specific = match info.specific {
             true => self.addr_port.get(hash_addr_port(&self.secret, k.dst, k.dst_port), &(k.dst, k.dst_port)),

@@ -206,13 +206,13 @@ impl Stack {
                 port.configure(&pc, pool.clone())?;
             }
             let mut soft_mac = None;
-            if let Some(mac) = spec.mac {
-                if let Err(e) = port.set_mac(mac.0) {
-                    // The port runs promiscuous: spate filters and writes
-                    // the configured MAC itself.
-                    log::info!("{e}: spate uses {mac} in software");
-                    soft_mac = Some(mac);
-                }
+            if let Some(mac) = spec.mac
+                && let Err(e) = port.set_mac(mac.0)
+            {
+                // The port runs promiscuous: spate filters and writes
+                // the configured MAC itself.
+                log::info!("{e}: spate uses {mac} in software");
+                soft_mac = Some(mac);
             }
             port.start()?;
             let mut filter = crate::shared::filters::DeviceFilter::List;

@@ -110,12 +110,12 @@ pub(super) fn remove_stale_vhost_socket(device: &str) {
     let Some(path) = args.iter().find_map(|a| a.strip_prefix("path=")) else { return };
     use std::os::unix::fs::FileTypeExt;
     let is_socket = std::fs::symlink_metadata(path).is_ok_and(|m| m.file_type().is_socket());
-    if server && is_socket {
-        if let Err(e) = std::os::unix::net::UnixStream::connect(path) {
-            if e.kind() == std::io::ErrorKind::ConnectionRefused {
-                log::info!("spate: removing the stale vhost-user socket {path} (nobody listens on it)");
-                let _ = std::fs::remove_file(path);
-            }
-        }
+    if server
+        && is_socket
+        && let Err(e) = std::os::unix::net::UnixStream::connect(path)
+        && e.kind() == std::io::ErrorKind::ConnectionRefused
+    {
+        log::info!("spate: removing the stale vhost-user socket {path} (nobody listens on it)");
+        let _ = std::fs::remove_file(path);
     }
 }

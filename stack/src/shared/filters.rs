@@ -63,11 +63,11 @@ impl Shared {
                 }
             }
         }
-        if modes[iface as usize] == DeviceFilter::Promiscuous {
-            if let Err(e) = port.set_promiscuous(true) {
-                log::info!("{e}: the device filters nothing, spate's filter does the work");
-                modes[iface as usize] = DeviceFilter::Unfiltered;
-            }
+        if modes[iface as usize] == DeviceFilter::Promiscuous
+            && let Err(e) = port.set_promiscuous(true)
+        {
+            log::info!("{e}: the device filters nothing, spate's filter does the work");
+            modes[iface as usize] = DeviceFilter::Unfiltered;
         }
     }
 

@@ -95,15 +95,15 @@ impl SocketBuilder {
         if !ip.is_unspecified() && !ip.is_multicast() && !shared.is_local(&ip) {
             return Err(errno(libc::EADDRNOTAVAIL, "not an address of this stack"));
         }
-        if let Some(i) = self.iface {
-            if i as usize >= shared.links.len() {
-                return Err(errno(libc::ENODEV, "no such interface"));
-            }
+        if let Some(i) = self.iface
+            && i as usize >= shared.links.len()
+        {
+            return Err(errno(libc::ENODEV, "no such interface"));
         }
-        if let Some(l) = self.incoming_lcore {
-            if l as usize >= shared.workers {
-                return Err(errno(libc::EINVAL, "no such polling lcore"));
-            }
+        if let Some(l) = self.incoming_lcore
+            && l as usize >= shared.workers
+        {
+            return Err(errno(libc::EINVAL, "no such polling lcore"));
         }
         let rcvbuf = self.rcvbuf.unwrap_or(shared.cfg.rcvbuf);
         let id = shared.next_socket_id.fetch_add(1, Ordering::Relaxed);

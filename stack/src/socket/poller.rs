@@ -208,11 +208,11 @@ impl Poller {
             let mut st = self.state();
             let woken = std::mem::take(&mut *self.inner.woken.lock().unwrap_or_else(|e| e.into_inner()));
             for token in woken {
-                if let Some(r) = st.sockets.get_mut(&token) {
-                    if !r.listed {
-                        r.listed = true;
-                        st.candidates.push(token);
-                    }
+                if let Some(r) = st.sockets.get_mut(&token)
+                    && !r.listed
+                {
+                    r.listed = true;
+                    st.candidates.push(token);
                 }
             }
             let candidates = std::mem::take(&mut st.candidates);
