@@ -52,21 +52,21 @@ pub enum Request {
     Info,
     /// Everything `spate-stat` shows ([`Snapshot`]).
     Snapshot,
-    /// [`Stack::add_address`].
+    /// [`Stack::add_address`](crate::Stack::add_address).
     AddAddress {
         /// Interface index.
         iface: u16,
         /// `ADDR/PREFIX`.
         addr: String,
     },
-    /// [`Stack::remove_address`].
+    /// [`Stack::remove_address`](crate::Stack::remove_address).
     RemoveAddress {
         /// Interface index.
         iface: u16,
         /// The address.
         ip: IpAddr,
     },
-    /// [`Stack::add_route`].
+    /// [`Stack::add_route`](crate::Stack::add_route).
     AddRoute {
         /// `ADDR/PREFIX` (a /0 is the default route).
         dst: String,
@@ -75,12 +75,12 @@ pub enum Request {
         /// The interface, if not the gateway's.
         iface: Option<u16>,
     },
-    /// [`Stack::remove_route`].
+    /// [`Stack::remove_route`](crate::Stack::remove_route).
     RemoveRoute {
         /// `ADDR/PREFIX`.
         dst: String,
     },
-    /// [`Stack::add_neighbor`].
+    /// [`Stack::add_neighbor`](crate::Stack::add_neighbor).
     AddNeighbor {
         /// Interface index.
         iface: u16,
@@ -89,7 +89,7 @@ pub enum Request {
         /// Its MAC.
         mac: String,
     },
-    /// [`Stack::remove_neighbor`].
+    /// [`Stack::remove_neighbor`](crate::Stack::remove_neighbor).
     RemoveNeighbor {
         /// Interface index.
         iface: u16,

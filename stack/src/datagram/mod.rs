@@ -1,13 +1,27 @@
 //! Received datagrams and send buffers: both own an mbuf, so a datagram
 //! moves from the port to the application, and back out as a reply,
 //! without a copy.
+//!
+//! The files: [`Datagram`] here; `meta` what comes with a datagram and
+//! goes with a send ([`RecvMeta`], [`SendMeta`], [`Ecn`]); `batch` a
+//! reader's batch and the staged datagrams lent to a callback
+//! ([`DatagramBatch`], [`Staged`]); `send_buf` a buffer filled in place
+//! for sending ([`SendBuf`]).
 
-use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr, SocketAddrV4};
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
 
 use spate_dpdk::{Burst, Mbuf};
 
 use crate::rx_queue::Truesize;
 use crate::wire::{get_u16, udp};
+
+mod batch;
+mod meta;
+mod send_buf;
+
+pub use batch::{DatagramBatch, Staged};
+pub use meta::{Ecn, RecvMeta, SendMeta};
+pub use send_buf::SendBuf;
 
 /// A received UDP datagram: its payload, in the mbuf that carried it.
 ///
@@ -329,89 +343,6 @@ impl Datagram {
     }
 }
 
-/// What Linux's control messages tell of a received datagram, in one
-/// value: [`Datagram::meta`], [`UdpSocket::recv_msg`](crate::UdpSocket::recv_msg).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct RecvMeta {
-    /// The sender (IPv4-mapped on an IPv6 socket).
-    pub src: SocketAddr,
-    /// The address and port it was sent to (`IP_PKTINFO`'s `ipi_addr`,
-    /// `IPV6_PKTINFO`'s `ipi6_addr`): one of the stack's addresses, or a
-    /// broadcast one.
-    pub dst: SocketAddr,
-    /// The interface it arrived on (an index of
-    /// [`Stack::interfaces`](crate::Stack::interfaces)).
-    pub iface: u16,
-    /// TOS or traffic class: DSCP and ECN.
-    pub tos: u8,
-    /// TTL or hop limit.
-    pub ttl: u8,
-    /// The receive timestamp (`SO_TIMESTAMPNS`), when asked for.
-    pub timestamp: Option<std::time::SystemTime>,
-    /// The segment size of a coalesced datagram (UDP GRO's `UDP_GRO`
-    /// control message).
-    pub gso_size: Option<usize>,
-}
-
-impl RecvMeta {
-    /// The ECN codepoint of [`tos`](Self::tos).
-    pub fn ecn(&self) -> Ecn {
-        Ecn::from_bits(self.tos)
-    }
-}
-
-/// An ECN codepoint: the low two bits of the TOS byte or traffic class
-/// (RFC 3168).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
-#[repr(u8)]
-pub enum Ecn {
-    /// Not ECN-capable transport.
-    #[default]
-    NotEct = 0,
-    /// ECN-capable transport, ECT(1).
-    Ect1 = 1,
-    /// ECN-capable transport, ECT(0).
-    Ect0 = 2,
-    /// Congestion experienced.
-    Ce = 3,
-}
-
-impl Ecn {
-    /// The codepoint in the low two bits of `tos`.
-    pub const fn from_bits(tos: u8) -> Ecn {
-        match tos & 3 {
-            0 => Ecn::NotEct,
-            1 => Ecn::Ect1,
-            2 => Ecn::Ect0,
-            _ => Ecn::Ce,
-        }
-    }
-}
-
-/// What one send says besides its payload and destination (the control
-/// messages of Linux's `sendmsg`): [`UdpSocket::send_msg_to`](crate::UdpSocket::send_msg_to).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub struct SendMeta {
-    /// The source address (`IP_PKTINFO`'s `ipi_spec_dst`, `IPV6_PKTINFO`):
-    /// one of the stack's addresses, of the destination's family (an
-    /// IPv4-mapped one for an IPv4 destination of an IPv6 socket). `None`
-    /// or the unspecified address: the socket's bound address, or the
-    /// route's.
-    pub src_ip: Option<IpAddr>,
-    /// The ECN codepoint, in place of the low two bits of the socket's
-    /// TOS or traffic class (`IP_TOS`/`IPV6_TCLASS` as a control message,
-    /// how QUIC marks its packets).
-    pub ecn: Option<Ecn>,
-    /// The payload as datagrams of this many bytes each, the last one
-    /// possibly shorter (`UDP_SEGMENT` as a control message, UDP GSO), in
-    /// place of the socket's segment size.
-    pub segment_size: Option<usize>,
-    /// The TTL (IPv4: 1 to 255, 0 is `EINVAL`) or hop limit (IPv6: 0 to
-    /// 255), in place of the socket's, multicast included (`IP_TTL`,
-    /// `IPV6_HOPLIMIT` as control messages).
-    pub ttl: Option<u8>,
-}
-
 impl Truesize for Datagram {
     #[inline]
     fn truesize(&self) -> usize {
@@ -430,265 +361,6 @@ pub(crate) fn truesize_of(buf_len: usize) -> usize {
 #[inline]
 pub(crate) fn header_span(l3: usize, l4: usize) -> u16 {
     (l4 - l3 + udp::HEADER_LEN) as u16
-}
-
-/// Datagrams taken in one call, freed together: dropping or clearing a
-/// batch gives every mbuf back to the pool in bulk calls.
-#[derive(Debug, Default)]
-pub struct DatagramBatch {
-    items: Vec<Datagram>,
-}
-
-impl DatagramBatch {
-    /// A batch with room for `n` datagrams without allocating.
-    pub fn with_capacity(n: usize) -> DatagramBatch {
-        DatagramBatch { items: Vec::with_capacity(n) }
-    }
-
-    /// Datagrams held.
-    #[inline]
-    pub fn len(&self) -> usize {
-        self.items.len()
-    }
-
-    /// Whether it holds none.
-    #[inline]
-    pub fn is_empty(&self) -> bool {
-        self.items.is_empty()
-    }
-
-    /// The datagrams.
-    #[inline]
-    pub fn iter(&self) -> std::slice::Iter<'_, Datagram> {
-        self.items.iter()
-    }
-
-    /// Takes every datagram out (to reply with, or keep).
-    #[inline]
-    pub fn drain(&mut self) -> std::vec::Drain<'_, Datagram> {
-        self.items.drain(..)
-    }
-
-    /// Adds a datagram (taken out earlier), to be freed with the others.
-    #[inline]
-    pub fn push(&mut self, d: Datagram) {
-        self.items.push(d);
-    }
-
-    /// Frees every datagram held, 32 mbufs per call.
-    pub fn clear(&mut self) {
-        let mut burst: Burst = Burst::new();
-        for d in self.items.drain(..) {
-            if let Err(m) = burst.push(d.mbuf) {
-                burst.clear();
-                let _ = burst.push(m);
-            }
-        }
-    }
-
-    pub(crate) fn vec(&mut self) -> &mut Vec<Datagram> {
-        &mut self.items
-    }
-
-    /// Starts the cache misses of the datagrams from `from` on, all of
-    /// them at once: their mbufs' headers, then (with the headers on
-    /// their way) the first line of each payload. Datagrams another core
-    /// queued are otherwise two misses each, one after the other, as the
-    /// application reads them.
-    #[inline]
-    pub(crate) fn prefetch_from(&self, from: usize) {
-        let new = &self.items[from.min(self.items.len())..];
-        for d in new {
-            d.mbuf.prefetch_header();
-        }
-        for d in new {
-            d.mbuf.prefetch_data();
-        }
-    }
-}
-
-impl Drop for DatagramBatch {
-    fn drop(&mut self) {
-        self.clear();
-    }
-}
-
-/// One socket's datagrams of a burst, where the polling lcore staged
-/// them, lent to its run-to-completion callback by
-/// [`LcoreCtx::recv_staged`](crate::LcoreCtx::recv_staged): take them
-/// all ([`drain`](Self::drain), [`move_to`](Self::move_to)), or none,
-/// and they are queued to the socket when the callback returns.
-#[derive(Debug)]
-pub struct Staged<'a> {
-    items: &'a mut Vec<Datagram>,
-}
-
-impl<'a> Staged<'a> {
-    pub(crate) fn new(items: &'a mut Vec<Datagram>) -> Staged<'a> {
-        Staged { items }
-    }
-
-    /// Takes every datagram out, in arrival order (those the iterator is
-    /// dropped with are freed).
-    #[inline]
-    pub fn drain(self) -> std::vec::Drain<'a, Datagram> {
-        self.items.drain(..)
-    }
-
-    /// Moves every datagram into `batch`, after what it holds: an empty
-    /// batch whose capacity is at least the lcore's buffer's takes that
-    /// buffer whole, without a copy, and lends it its own.
-    #[inline]
-    pub fn move_to(self, batch: &mut DatagramBatch) {
-        let out = &mut batch.items;
-        if out.is_empty() && out.capacity() >= self.items.capacity() {
-            std::mem::swap(out, self.items);
-        } else {
-            out.append(self.items);
-        }
-    }
-}
-
-/// The datagrams, in arrival order (`len`, `iter` and the rest of a
-/// slice's reading).
-impl std::ops::Deref for Staged<'_> {
-    type Target = [Datagram];
-    fn deref(&self) -> &[Datagram] {
-        self.items
-    }
-}
-
-impl<'a> IntoIterator for &'a DatagramBatch {
-    type Item = &'a Datagram;
-    type IntoIter = std::slice::Iter<'a, Datagram>;
-    fn into_iter(self) -> Self::IntoIter {
-        self.items.iter()
-    }
-}
-
-/// A payload being prepared for sending, in an mbuf with room in front
-/// for the headers. Get one from `UdpSocket::alloc_send_buf` (or a
-/// received `Datagram`), fill it in place, and hand it to
-/// `UdpSocket::send_buf_to`.
-#[derive(Debug)]
-pub struct SendBuf {
-    pub(crate) mbuf: Mbuf,
-    /// For a received datagram turned around and not changed since: the
-    /// span of its request's IP and UDP headers, in the headroom before
-    /// the payload. 0 otherwise (any change of the payload clears it).
-    request: u16,
-    /// For a received datagram turned around: the same span, whatever
-    /// became of the payload (where a reply goes). 0 otherwise.
-    reply: u16,
-}
-
-impl SendBuf {
-    pub(crate) fn new(mbuf: Mbuf) -> SendBuf {
-        SendBuf { mbuf, request: 0, reply: 0 }
-    }
-
-    /// Where a reply goes, for a buffer made from a received datagram: its
-    /// sender, read from its headers in the headroom (IPv4 as such, also
-    /// when an IPv6 socket received it; IPv6 otherwise). Read before any
-    /// header is written.
-    #[inline(always)]
-    pub(crate) fn reply_to(&self) -> Option<Result<SocketAddrV4, SocketAddr>> {
-        if self.reply == 0 {
-            return None;
-        }
-        let room = self.mbuf.headroom_bytes();
-        let ip = room.get(room.len().checked_sub(self.reply as usize)?..)?;
-        let port = get_u16(room.get(room.len().checked_sub(udp::HEADER_LEN)?..)?, 0);
-        if ip.first()? >> 4 == 4 {
-            let a: [u8; 4] = ip.get(12..16)?.try_into().ok()?;
-            return Some(Ok(SocketAddrV4::new(Ipv4Addr::from(a), port)));
-        }
-        let a: [u8; 16] = ip.get(8..24)?.try_into().ok()?;
-        Some(Err(SocketAddr::new(IpAddr::V6(Ipv6Addr::from(a)), port)))
-    }
-
-    /// The UDP checksum a reply from `src` to `dst` can keep: its
-    /// request's, when this is the request's payload unchanged and the
-    /// request went from `dst` to `src`. Read before any header is written.
-    #[inline]
-    pub(crate) fn reply_checksum(&self, src: &SocketAddr, dst: &SocketAddr) -> Option<u16> {
-        if self.request == 0 {
-            return None;
-        }
-        let room = self.mbuf.headroom_bytes();
-        let ip = room.get(room.len().checked_sub(self.request as usize)?..)?;
-        let udp_hdr = &room[room.len() - udp::HEADER_LEN..];
-        let (from, to) = match (ip[0] >> 4, src.ip(), dst.ip()) {
-            (4, IpAddr::V4(s), IpAddr::V4(d)) => (ip[12..16] == d.octets(), ip[16..20] == s.octets()),
-            (6, IpAddr::V6(s), IpAddr::V6(d)) if ip.len() >= 40 => (ip[8..24] == d.octets(), ip[24..40] == s.octets()),
-            _ => return None,
-        };
-        let ports = get_u16(udp_hdr, 0) == dst.port() && get_u16(udp_hdr, 2) == src.port();
-        let same_len = get_u16(udp_hdr, 4) as usize == self.mbuf.pkt_len() + udp::HEADER_LEN;
-        (from && to && ports && same_len).then(|| get_u16(udp_hdr, 6))
-    }
-
-    /// [`reply_checksum`](Self::reply_checksum) for IPv4, the addresses
-    /// by value.
-    #[inline]
-    pub(crate) fn reply_checksum_v4(&self, src: SocketAddrV4, dst: SocketAddrV4) -> Option<u16> {
-        if self.request == 0 {
-            return None;
-        }
-        let room = self.mbuf.headroom_bytes();
-        let ip = room.get(room.len().checked_sub(self.request as usize)?..)?;
-        let (ip, udp_hdr) = (ip.get(..20)?, &room[room.len() - udp::HEADER_LEN..]);
-        let word = |b: &[u8], at: usize| u32::from_be_bytes([b[at], b[at + 1], b[at + 2], b[at + 3]]);
-        let same = ip[0] >> 4 == 4
-            && word(ip, 12) == u32::from(*dst.ip())
-            && word(ip, 16) == u32::from(*src.ip())
-            && get_u16(udp_hdr, 0) == dst.port()
-            && get_u16(udp_hdr, 2) == src.port()
-            && get_u16(udp_hdr, 4) as usize == self.mbuf.pkt_len() + udp::HEADER_LEN;
-        same.then(|| get_u16(udp_hdr, 6))
-    }
-
-    /// Payload length.
-    #[inline]
-    pub fn len(&self) -> usize {
-        self.mbuf.pkt_len()
-    }
-
-    /// Whether the payload is empty.
-    #[inline]
-    pub fn is_empty(&self) -> bool {
-        self.len() == 0
-    }
-
-    /// Shortens the payload to `len` bytes (no effect if it is shorter),
-    /// across segments for a buffer made from a reassembled datagram.
-    pub fn truncate(&mut self, len: usize) {
-        self.request = 0;
-        self.mbuf.truncate(len);
-    }
-
-    /// Appends bytes; fails when the mbuf has no room.
-    pub fn extend_from_slice(&mut self, bytes: &[u8]) -> std::io::Result<()> {
-        self.request = 0;
-        self.mbuf
-            .append(bytes.len())
-            .map(|dst| dst.copy_from_slice(bytes))
-            .map_err(|_| std::io::Error::from_raw_os_error(libc::EMSGSIZE))
-    }
-}
-
-impl std::ops::Deref for SendBuf {
-    type Target = [u8];
-    fn deref(&self) -> &[u8] {
-        self.mbuf.data()
-    }
-}
-
-impl std::ops::DerefMut for SendBuf {
-    fn deref_mut(&mut self) -> &mut [u8] {
-        self.request = 0;
-        self.mbuf.data_mut()
-    }
 }
 
 /// Copies `src` into the start of `dst`, which must be as long at least.
