@@ -4,8 +4,9 @@
 //!
 //! 1. burst RX ([`poll`]): a burst from each RX queue, prefetched, steered
 //!    to its flow's lcore in software where the port cannot ([`steer`]);
-//! 2. classification and validation ([`rx`]): the fast path first (IPv4
-//!    or IPv6 UDP to a bound socket, nothing else), then the full path:
+//! 2. classification and validation: the fast path first ([`fast`]: IPv4
+//!    or IPv6 UDP to a bound socket, nothing else), then the full path
+//!    ([`rx`]):
 //!    Ethernet, ARP, IPv4, IPv6, fragments (reassembled here, before the
 //!    lookup), ICMP ([`icmp`]), IGMP and MLD ([`mcast`]), UDP; every frame
 //!    ends in exactly one `Rx` counter; where the UDP datagram lies is an
@@ -42,6 +43,7 @@ use crate::stats::{Counter, CounterBlock};
 use crate::time::Instant;
 
 mod deliver;
+mod fast;
 mod gro;
 mod group;
 mod icmp;
