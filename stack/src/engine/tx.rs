@@ -9,7 +9,7 @@ use spate_dpdk::Mbuf;
 use super::Worker;
 use crate::hdr::{ethertype_for, push_ethernet};
 use crate::neigh::{Resolve, Solicit, arp as neigh_arp, nd};
-use crate::shared::{Direct, LOOPED_MAX, MCAST_LOOP_MARK, TxPacket};
+use crate::shared::{BURST, Direct, LOOPED_MAX, MCAST_LOOP_MARK, TxPacket};
 use crate::stats::Counter;
 use crate::time::Instant;
 use crate::wire::{MacAddr, ethernet, ip_proto, ipv6};
@@ -153,9 +153,17 @@ impl Worker<'_> {
         if frames.is_empty() {
             return;
         }
-        let n = frames.len() as u64;
-        for m in frames.drain(..) {
-            self.queue_tx(iface as usize, m);
+        let (n, i) = (frames.len() as u64, iface as usize);
+        let burst = &mut self.txbuf[i];
+        if frames.len() <= BURST - burst.len() {
+            // All fit: one look at the port's burst for all of them.
+            for m in frames.drain(..) {
+                let _ = burst.push(m);
+            }
+        } else {
+            for m in frames.drain(..) {
+                self.queue_tx(i, m);
+            }
         }
         if v4 {
             self.add(Counter::UdpOutDatagrams, datagrams);
