@@ -26,7 +26,7 @@ use std::time::Instant;
 
 use crossbeam::queue::{ArrayQueue, SegQueue};
 use spate::dpdk::lcore::set_affinity;
-use spate::internals::{RxQueue, Truesize, Wait};
+use spate::internals::{SocketQueue, Truesize, Wait};
 
 const CAPACITY: usize = 8192;
 const TRUESIZE: usize = 2240;
@@ -53,9 +53,9 @@ trait Queue: Sync {
     fn pop(&self, out: &mut Vec<Item>) -> usize;
 }
 
-impl Queue for RxQueue<Item> {
+impl Queue for SocketQueue<Item> {
     fn name(&self) -> &'static str {
-        "spate RxQueue"
+        "spate SocketQueue"
     }
     fn push(&self, producer: usize, burst: &mut Vec<Item>) {
         let _ = self.push_batch(producer, burst);
@@ -157,7 +157,7 @@ impl Queue for Segments {
 
 fn queues(producers: usize) -> Vec<Box<dyn Queue>> {
     vec![
-        Box::new(RxQueue::<Item>::new(producers, CAPACITY * TRUESIZE)),
+        Box::new(SocketQueue::<Item>::new(producers, CAPACITY * TRUESIZE)),
         Box::new(SingleLock(Mutex::new((VecDeque::with_capacity(CAPACITY), 0)))),
         Box::new(Array(ArrayQueue::new(CAPACITY))),
         Box::new(Segments(SegQueue::new())),

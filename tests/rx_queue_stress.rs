@@ -11,7 +11,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use spate::dpdk::{Burst, Mbuf, Memory, Mempool, MempoolConfig};
-use spate::internals::{Refusal, RxQueue, Truesize, Wait};
+use spate::internals::{Refusal, SocketQueue, Truesize, Wait};
 use spate_testkit::{device_lock, shared_eal, unique};
 
 const PER_PRODUCER: u64 = 5_000_000;
@@ -47,7 +47,7 @@ impl Truesize for Item {
 
 /// Queues `PER_PRODUCER` items as producer `p` in bursts; returns how many
 /// the queue refused (freed here at once).
-fn produce(q: &RxQueue<Item>, pool: &Mempool, p: u8, deadline: Instant) -> u64 {
+fn produce(q: &SocketQueue<Item>, pool: &Mempool, p: u8, deadline: Instant) -> u64 {
     let mut burst: Burst = Burst::new();
     let mut batch: Vec<Item> = Vec::with_capacity(BURST);
     let (mut seq, mut refused) = (0u64, 0u64);
@@ -83,7 +83,7 @@ fn two_producers_one_reader_ten_million() {
     let baseline = pool.in_use();
     let truesize = pool.alloc().map(|m| Item::new(m, 0, 0).truesize()).unwrap();
     // Room for 256 datagrams: bursts of two producers overrun it at times.
-    let q = Arc::new(RxQueue::<Item>::new(2, 256 * truesize));
+    let q = Arc::new(SocketQueue::<Item>::new(2, 256 * truesize));
     let deadline = Instant::now() + Duration::from_secs(300);
     let done = Arc::new(AtomicBool::new(false));
     let producers: Vec<_> = (0..2u8)
@@ -138,7 +138,7 @@ fn slow_reader_sees_exact_drops_and_order() {
     let pool = Mempool::new(&MempoolConfig::new(&unique("rxqo"), 4095)).unwrap();
     let baseline = pool.in_use();
     let truesize = pool.alloc().map(|m| Item::new(m, 0, 0).truesize()).unwrap();
-    let q = RxQueue::<Item>::new(2, 100 * truesize);
+    let q = SocketQueue::<Item>::new(2, 100 * truesize);
     // 300 offered in bursts of 10 from two producers while nobody reads:
     // exactly the first 100 fit.
     let mut refused = [0u64; 2];

@@ -68,7 +68,7 @@ pub mod internals {
     pub use crate::buf::{MemBuf, PacketBuf};
     pub use crate::ip_id::{BUCKETS, FRESH, IDLE_STEP_MAX, IpIdGen, LEASE};
     pub use crate::lookup::{Binding, Family, FlowKey, SocketTable};
-    pub use crate::rx_queue::{Refusal, RxQueue, Truesize, Wait};
+    pub use crate::rx_queue::{Refusal, SocketQueue, Truesize, Wait};
     pub use crate::shared::doorbell::Doorbell;
     /// The I/O-free reassembly table (the fuzz target drives it).
     pub mod reassembly {

@@ -12,7 +12,7 @@
 
 use loom::sync::Arc;
 use loom::thread;
-use spate_stack::internals::{Refusal, RxQueue, Truesize, Wait};
+use spate_stack::internals::{Refusal, SocketQueue, Truesize, Wait};
 
 #[derive(Debug, PartialEq, Eq)]
 struct Item {
@@ -48,7 +48,7 @@ fn two_producers_one_reader_polling() {
     let mut model = loom::model::Builder::new();
     model.preemption_bound = Some(3);
     model.check(|| {
-        let q = Arc::new(RxQueue::<Item>::new(2, 1 << 20));
+        let q = Arc::new(SocketQueue::<Item>::new(2, 1 << 20));
         let producers: Vec<_> = (0..2)
             .map(|p| {
                 let q = q.clone();
@@ -84,7 +84,7 @@ fn blocked_reader_is_always_woken() {
     let mut model = loom::model::Builder::new();
     model.preemption_bound = Some(3);
     model.check(|| {
-        let q = Arc::new(RxQueue::<Item>::new(2, 1 << 20));
+        let q = Arc::new(SocketQueue::<Item>::new(2, 1 << 20));
         let producers: Vec<_> = (0..2)
             .map(|p| {
                 let q = q.clone();
@@ -111,7 +111,7 @@ fn limit_holds_and_drops_are_counted() {
     let mut model = loom::model::Builder::new();
     model.preemption_bound = Some(3);
     model.check(|| {
-        let q = Arc::new(RxQueue::<Item>::new(2, 300));
+        let q = Arc::new(SocketQueue::<Item>::new(2, 300));
         let producers: Vec<_> = (0..2)
             .map(|p| {
                 let q = q.clone();
@@ -153,7 +153,7 @@ fn close_races_a_producer() {
     let mut model = loom::model::Builder::new();
     model.preemption_bound = Some(3);
     model.check(|| {
-        let q = Arc::new(RxQueue::<Item>::new(2, 1 << 20));
+        let q = Arc::new(SocketQueue::<Item>::new(2, 1 << 20));
         let q2 = q.clone();
         let producer = thread::spawn(move || {
             let mut batch = vec![item(0, 0)];

@@ -37,7 +37,7 @@ use spate_dpdk::{Burst, Mbuf, RxQueue, TxQueue};
 use crate::capture::Tap;
 use crate::datagram::Datagram;
 use crate::frag::reassembly::{Limits, Reassembler};
-use crate::lookup::Snapshot;
+use crate::lookup::TableSnapshot;
 use crate::shared::{BURST, Direct, Net, Shared, SocketCore, Stack, Steering, WorkerQueues};
 use crate::stats::{Counter, CounterBlock};
 use crate::time::Instant;
@@ -70,7 +70,7 @@ pub struct LcoreCtx<'a> {
     /// The last burst's datagrams, by socket, not yet queued: the
     /// callback may take them ([`recv_staged`](Self::recv_staged)).
     staged: std::cell::RefCell<&'a mut deliver::Runs>,
-    snapshot: &'a Snapshot<Arc<SocketCore>>,
+    snapshot: &'a TableSnapshot<Arc<SocketCore>>,
 }
 
 impl LcoreCtx<'_> {
@@ -123,7 +123,7 @@ pub(crate) struct Worker<'s> {
 
     // Receive: queues, the socket table's snapshot, the burst's staging.
     rx: Vec<(u16, RxQueue)>,
-    snapshot: Arc<Snapshot<Arc<SocketCore>>>,
+    snapshot: Arc<TableSnapshot<Arc<SocketCore>>>,
     snap_gen: u64,
     /// The interfaces' addresses and the routes, and their generation:
     /// taken again when it moves.

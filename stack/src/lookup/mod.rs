@@ -1,7 +1,7 @@
 //! The socket table: who receives a datagram.
 //!
 //! Writers (bind, connect, disconnect, close) change a master copy under a
-//! mutex and publish a new immutable [`Snapshot`]; each lcore keeps the
+//! mutex and publish a new immutable [`TableSnapshot`]; each lcore keeps the
 //! snapshot it took last and compares one generation counter per burst.
 //! This is RCU by reference counting: a lookup takes no lock, does no
 //! atomic read-modify-write and never waits for a writer, and a writer
@@ -34,7 +34,7 @@ use std::sync::{Arc, Mutex};
 #[cfg(test)]
 use score::compute_score;
 pub use score::{FlowKey, ip_key};
-pub use table::{Shortcut, Snapshot};
+pub use table::{Shortcut, TableSnapshot};
 
 /// Address family of a socket.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
@@ -91,7 +91,7 @@ pub const EPHEMERAL: std::ops::RangeInclusive<u16> = 32768..=60999;
 #[derive(Debug)]
 pub struct SocketTable<S> {
     master: Mutex<Master<S>>,
-    published: Mutex<Arc<Snapshot<S>>>,
+    published: Mutex<Arc<TableSnapshot<S>>>,
     generation: AtomicU64,
     secret: [u64; 4],
 }
@@ -130,7 +130,7 @@ impl<S: Clone> SocketTable<S> {
                 by_port: HashMap::new(),
                 next_ephemeral: EPHEMERAL.start() + (secret[0] % span) as u16,
             }),
-            published: Mutex::new(Arc::new(Snapshot::empty(secret))),
+            published: Mutex::new(Arc::new(TableSnapshot::empty(secret))),
             generation: AtomicU64::new(0),
             secret,
         }
@@ -143,7 +143,7 @@ impl<S: Clone> SocketTable<S> {
     }
 
     /// The current snapshot.
-    pub fn snapshot(&self) -> Arc<Snapshot<S>> {
+    pub fn snapshot(&self) -> Arc<TableSnapshot<S>> {
         self.published.lock().unwrap_or_else(|p| p.into_inner()).clone()
     }
 
@@ -153,7 +153,7 @@ impl<S: Clone> SocketTable<S> {
 
     fn publish(&self, m: &Master<S>) {
         let all: Vec<&Binding<S>> = m.by_port.values().flatten().collect();
-        let snap = Snapshot::build(&all, self.secret);
+        let snap = TableSnapshot::build(&all, self.secret);
         *self.published.lock().unwrap_or_else(|p| p.into_inner()) = Arc::new(snap);
         self.generation.fetch_add(1, Ordering::Release);
     }

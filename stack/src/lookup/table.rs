@@ -50,7 +50,7 @@ impl<K: Copy + Eq, V: Copy> KeyedTable<K, V> {
 
 /// What the port table knows of one port.
 #[derive(Debug, Clone, Copy, Default)]
-struct PortInfo {
+struct PortEntry {
     wild_lo: u32,
     wild_hi: u32,
     /// Connected sockets on the port (the per-slot counter: 0 keeps the
@@ -92,7 +92,7 @@ struct Tuple {
     remote_port: u16,
 }
 
-/// What [`Snapshot::shortcut`] found.
+/// What [`TableSnapshot::shortcut`] found.
 #[derive(Debug)]
 pub enum Shortcut<'a, S> {
     /// The lookup's answer.
@@ -101,20 +101,20 @@ pub enum Shortcut<'a, S> {
     Group(u32),
     /// As `Group`, for a group whose members name their incoming lcores:
     /// an lcore with one member takes it without a hash
-    /// ([`Snapshot::sole_member`]).
+    /// ([`TableSnapshot::sole_member`]).
     LcoreGroup(u32),
-    /// The port needs [`Snapshot::lookup`].
+    /// The port needs [`TableSnapshot::lookup`].
     Walk,
 }
 
 /// An immutable view of the socket table.
 #[derive(Debug)]
-pub struct Snapshot<S> {
+pub struct TableSnapshot<S> {
     bindings: Vec<Binding<S>>,
     matchers: Vec<Matcher>,
     /// Per port: 0, or 1 + its index in `port_info`.
     ports: Box<[u32; 65536]>,
-    port_info: Vec<PortInfo>,
+    port_info: Vec<PortEntry>,
     addr_port: KeyedTable<(u128, u16), (u32, u32)>,
     tuples: KeyedTable<Tuple, u32>,
     /// Binding indices of connected sockets, port by port.
@@ -126,7 +126,7 @@ pub struct Snapshot<S> {
 /// Group key: family, v6only, address, port, device.
 type GroupKey = (bool, bool, u128, u16, Option<u16>);
 
-impl<S: Clone> Snapshot<S> {
+impl<S: Clone> TableSnapshot<S> {
     /// An empty table.
     pub(super) fn empty(secret: [u64; 4]) -> Self {
         Self::build(&[], secret)
@@ -158,7 +158,7 @@ impl<S: Clone> Snapshot<S> {
             )
         };
         sorted.sort_by_key(|b| key(b));
-        let mut snap = Snapshot {
+        let mut snap = TableSnapshot {
             bindings: Vec::with_capacity(sorted.len()),
             matchers: Vec::with_capacity(sorted.len()),
             ports: vec![0; 65536].into_boxed_slice().try_into().expect("65536 ports"),
@@ -174,7 +174,7 @@ impl<S: Clone> Snapshot<S> {
         let mut i = 0;
         while i < sorted.len() {
             let port = sorted[i].local.port();
-            let mut info = PortInfo { conn_lo: snap.conn_list.len() as u32, ..PortInfo::default() };
+            let mut info = PortEntry { conn_lo: snap.conn_list.len() as u32, ..PortEntry::default() };
             // Specific addresses, one range each.
             while i < sorted.len() && sorted[i].local.port() == port && !sorted[i].bound.is_unspecified() {
                 let addr = super::score::ip_key(&sorted[i].bound);
@@ -227,7 +227,7 @@ impl<S: Clone> Snapshot<S> {
         &mut self,
         sorted: &[&Binding<S>],
         i: usize,
-        info: &mut PortInfo,
+        info: &mut PortEntry,
         tuples: &mut Vec<(u64, Tuple, u32)>,
     ) -> usize {
         let first = sorted[i];
@@ -279,7 +279,7 @@ impl<S: Clone> Snapshot<S> {
     }
 }
 
-/// The bit of a peer in [`PortInfo::peers`].
+/// The bit of a peer in [`PortEntry::peers`].
 #[inline]
 fn peer_bit(addr: u128, port: u16) -> u64 {
     let x = (addr as u64 ^ (addr >> 64) as u64 ^ port as u64).wrapping_mul(0x9e37_79b9_7f4a_7c15);
@@ -290,7 +290,7 @@ fn group_key<S>(b: &Binding<S>) -> GroupKey {
     (b.family == Family::V4, b.v6only, super::score::ip_key(&b.bound), b.local.port(), b.iface)
 }
 
-impl<S> Snapshot<S> {
+impl<S> TableSnapshot<S> {
     /// What the lookup's shortcuts say of a datagram of family `v4` to
     /// port `port`, before any key is built: the answer (no socket, or the
     /// port's sole socket, or none when it does not take the family), the
@@ -308,7 +308,7 @@ impl<S> Snapshot<S> {
     /// or its only group (every member has the group's family, so the
     /// first one's score decides for all).
     #[inline(always)]
-    fn shortcut_in(&self, info: &PortInfo, v4: bool) -> Shortcut<'_, S> {
+    fn shortcut_in(&self, info: &PortEntry, v4: bool) -> Shortcut<'_, S> {
         let takes = info.takes[!v4 as usize];
         if let Some(i) = info.sole.checked_sub(1) {
             // One socket on the port, taking any address: what the walk
@@ -324,7 +324,7 @@ impl<S> Snapshot<S> {
     }
 
     /// The member of group `g` (from [`Shortcut::Group`]) for a flow with
-    /// `hash` (the port's RSS hash, or [`Snapshot::flow_hash_of`]) on lcore
+    /// `hash` (the port's RSS hash, or [`TableSnapshot::flow_hash_of`]) on lcore
     /// `lcore`.
     #[inline(always)]
     pub fn pick(&self, g: u32, hash: u32, lcore: u32) -> Option<(u32, &Binding<S>)> {
@@ -400,7 +400,7 @@ impl<S> Snapshot<S> {
     /// The lookup without its shortcuts: connected sockets, then those
     /// bound to the destination address, then the wildcard-bound ones.
     #[inline]
-    fn walk(&self, info: &PortInfo, k: &FlowKey) -> Option<(u32, &Binding<S>)> {
+    fn walk(&self, info: &PortEntry, k: &FlowKey) -> Option<(u32, &Binding<S>)> {
         if info.peers & peer_bit(k.src, k.src_port) != 0
             && let Some(i) = self.connected(info, k)
         {
@@ -422,7 +422,7 @@ impl<S> Snapshot<S> {
     /// Out of line: only datagrams that pass the peer filter come here, and
     /// inlined it would cost the common path registers.
     #[inline(never)]
-    fn connected(&self, info: &PortInfo, k: &FlowKey) -> Option<u32> {
+    fn connected(&self, info: &PortEntry, k: &FlowKey) -> Option<u32> {
         let fits = |i: u32| self.matchers[i as usize].exact(k);
         if info.connected <= FEW_CONNECTED {
             let lo = info.conn_lo as usize;

@@ -6,7 +6,7 @@ use std::collections::VecDeque;
 use super::*;
 use crate::sync::{Ordering, lock};
 
-impl<T: Truesize> RxQueue<T> {
+impl<T: Truesize> SocketQueue<T> {
     /// Takes the oldest datagram of the reader list, splicing a producer
     /// list across when it is empty; waits as `wait` says.
     pub fn pop(&self, wait: Wait) -> Option<T> {

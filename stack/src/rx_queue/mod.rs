@@ -55,7 +55,7 @@ use crossbeam_utils::CachePadded;
 use crate::sync::{AtomicBool, AtomicU64, AtomicUsize, Condvar, Mutex, Ordering};
 
 /// Naps in a row a reader takes on an empty queue before it asks to be
-/// woken (see `RxQueue::set_nap`).
+/// woken (see `SocketQueue::set_nap`).
 const EMPTY_NAPS: usize = 2;
 
 /// A producer list's first buffer: room for a burst (spate's are 32), so
@@ -177,7 +177,7 @@ pub enum Wait {
 }
 
 /// The receive queue.
-pub struct RxQueue<T> {
+pub struct SocketQueue<T> {
     producers: Box<[CachePadded<Producer<T>>]>,
     readers: CachePadded<ReaderSide<T>>,
     waiters: CachePadded<Waiters>,
@@ -199,9 +199,9 @@ pub struct RxQueue<T> {
     cap: Option<std::sync::Arc<MemCap>>,
 }
 
-impl<T> std::fmt::Debug for RxQueue<T> {
+impl<T> std::fmt::Debug for SocketQueue<T> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("RxQueue")
+        f.debug_struct("SocketQueue")
             .field("producers", &self.producers.len())
             .field("rmem", &self.rmem())
             .field("rcvbuf", &self.rcvbuf.load(Ordering::Relaxed))
@@ -209,7 +209,7 @@ impl<T> std::fmt::Debug for RxQueue<T> {
     }
 }
 
-impl<T> RxQueue<T> {
+impl<T> SocketQueue<T> {
     /// Bytes charged now: every producer's charges less the releases. The
     /// releases are read first, so the difference never goes below zero.
     pub fn rmem(&self) -> usize {
@@ -227,7 +227,7 @@ mod consume;
 mod produce;
 mod wait;
 
-impl<T: Truesize> RxQueue<T> {
+impl<T: Truesize> SocketQueue<T> {
     /// A queue with `producers` producer lists and a `rcvbuf`-byte limit.
     pub fn new(producers: usize, rcvbuf: usize) -> Self {
         Self::with_cap(producers, rcvbuf, None)
@@ -236,7 +236,7 @@ impl<T: Truesize> RxQueue<T> {
     /// A queue as [`new`](Self::new) makes, also bounded by the stack-wide
     /// `cap` it shares with other queues.
     pub fn with_cap(producers: usize, rcvbuf: usize, cap: Option<std::sync::Arc<MemCap>>) -> Self {
-        RxQueue {
+        SocketQueue {
             producers: (0..producers.max(1))
                 .map(|_| {
                     CachePadded::new(Producer {

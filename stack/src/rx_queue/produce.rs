@@ -7,7 +7,7 @@ use std::task::Waker;
 use super::*;
 use crate::sync::{Ordering, lock};
 
-impl<T: Truesize> RxQueue<T> {
+impl<T: Truesize> SocketQueue<T> {
     /// Queues `item` from producer `p` (its lcore index).
     #[inline]
     pub fn push(&self, p: usize, item: T) -> Result<(), Refused<T>> {

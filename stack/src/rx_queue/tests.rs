@@ -15,7 +15,7 @@ impl Truesize for D {
 
 #[test]
 fn fifo_per_producer_and_round_robin_splice() {
-    let q = RxQueue::new(2, 1 << 20);
+    let q = SocketQueue::new(2, 1 << 20);
     for i in 0..3 {
         q.push(0, D(i, 10)).unwrap();
         q.push(1, D(100 + i, 10)).unwrap();
@@ -27,7 +27,7 @@ fn fifo_per_producer_and_round_robin_splice() {
 
 #[test]
 fn rcvbuf_limit_and_batched_release() {
-    let q = RxQueue::new(1, 1000);
+    let q = SocketQueue::new(1, 1000);
     for i in 0..10 {
         q.push(0, D(i, 100)).unwrap();
     }
@@ -46,7 +46,7 @@ fn rcvbuf_limit_and_batched_release() {
 
 #[test]
 fn batches_are_taken_whole_or_up_to_the_limit() {
-    let q = RxQueue::new(1, 1000);
+    let q = SocketQueue::new(1, 1000);
     let mut b: Vec<D> = (0..5).map(|i| D(i, 100)).collect();
     q.push_batch(0, &mut b).unwrap();
     assert!(b.is_empty());
@@ -65,8 +65,8 @@ fn batches_are_taken_whole_or_up_to_the_limit() {
 #[test]
 fn queues_sharing_a_cap_hold_no_more_than_it_together() {
     let cap = std::sync::Arc::new(MemCap::new(300, 0));
-    let a = RxQueue::with_cap(1, 1000, Some(cap.clone()));
-    let b = RxQueue::with_cap(1, 1000, Some(cap.clone()));
+    let a = SocketQueue::with_cap(1, 1000, Some(cap.clone()));
+    let b = SocketQueue::with_cap(1, 1000, Some(cap.clone()));
     let mut batch: Vec<D> = (0..2).map(|i| D(i, 100)).collect();
     a.push_batch(0, &mut batch).unwrap();
     let mut batch: Vec<D> = (2..4).map(|i| D(i, 100)).collect();
@@ -82,7 +82,7 @@ fn queues_sharing_a_cap_hold_no_more_than_it_together() {
     // With a floor of 200 bytes per queue, a queue holding less than
     // that still takes what reaches the floor while the cap is full.
     let cap = std::sync::Arc::new(MemCap::new(300, 200));
-    let (a, b) = (RxQueue::with_cap(1, 1000, Some(cap.clone())), RxQueue::with_cap(1, 1000, Some(cap.clone())));
+    let (a, b) = (SocketQueue::with_cap(1, 1000, Some(cap.clone())), SocketQueue::with_cap(1, 1000, Some(cap.clone())));
     let mut batch: Vec<D> = (0..4).map(|i| D(i, 100)).collect();
     assert_eq!(a.push_batch(0, &mut batch), Err(Refusal::Mem));
     assert_eq!(cap.held(), 300);
@@ -93,7 +93,7 @@ fn queues_sharing_a_cap_hold_no_more_than_it_together() {
 
 #[test]
 fn close_refuses_and_wakes() {
-    let q = Arc::new(RxQueue::new(1, 1000));
+    let q = Arc::new(SocketQueue::new(1, 1000));
     q.push(0, D(1, 10)).unwrap();
     let q2 = q.clone();
     let waiter = std::thread::spawn(move || {
@@ -111,7 +111,7 @@ fn close_refuses_and_wakes() {
 
 #[test]
 fn halt_wakes_every_waiter_and_keeps_readers_from_waiting() {
-    let q = Arc::new(RxQueue::<D>::new(1, 1000));
+    let q = Arc::new(SocketQueue::<D>::new(1, 1000));
     let waiters: Vec<_> = (0..3)
         .map(|_| {
             let q = q.clone();
@@ -134,7 +134,7 @@ fn halt_wakes_every_waiter_and_keeps_readers_from_waiting() {
 #[test]
 fn pop_each_hands_over_in_order_and_keeps_what_is_given_back() {
     let cap = Arc::new(MemCap::new(10_000, 0));
-    let q = RxQueue::with_cap(2, 1000, Some(cap.clone()));
+    let q = SocketQueue::with_cap(2, 1000, Some(cap.clone()));
     for i in 0..3 {
         q.push(0, D(i, 100)).unwrap();
         q.push(1, D(10 + i, 100)).unwrap();
@@ -174,7 +174,7 @@ fn pop_each_hands_over_in_order_and_keeps_what_is_given_back() {
 
 #[test]
 fn shut_reads_wakes_waiters_and_keeps_what_is_queued_and_comes() {
-    let q = Arc::new(RxQueue::<D>::new(1, 1000));
+    let q = Arc::new(SocketQueue::<D>::new(1, 1000));
     let q2 = q.clone();
     let waiter = std::thread::spawn(move || q2.pop(Wait::Forever));
     std::thread::sleep(Duration::from_millis(50));
@@ -189,7 +189,7 @@ fn shut_reads_wakes_waiters_and_keeps_what_is_queued_and_comes() {
 
 #[test]
 fn an_awake_reader_costs_no_wakeups() {
-    let q = Arc::new(RxQueue::new(1, 1 << 20));
+    let q = Arc::new(SocketQueue::new(1, 1 << 20));
     for i in 0..1000 {
         q.push(0, D(i, 10)).unwrap();
     }
@@ -211,7 +211,7 @@ fn an_awake_reader_costs_no_wakeups() {
 
 #[test]
 fn blocked_reader_wakes_on_push_and_times_out_when_idle() {
-    let q = Arc::new(RxQueue::new(1, 1000));
+    let q = Arc::new(SocketQueue::new(1, 1000));
     let start = StdInstant::now();
     assert!(q.pop(Wait::Until(start + Duration::from_millis(30))).is_none());
     assert!(start.elapsed() >= Duration::from_millis(30));

@@ -8,7 +8,7 @@ use std::time::Instant as StdInstant;
 use super::*;
 use crate::sync::{Ordering, lock};
 
-impl<T: Truesize> RxQueue<T> {
+impl<T: Truesize> SocketQueue<T> {
     /// Wakes waiting readers without data: their `pop` returns `None` so
     /// they can look at the socket's pending error.
     pub fn interrupt(&self) {

@@ -17,7 +17,7 @@ use crate::ip_id::IpIdGen;
 use crate::lookup::SocketTable;
 use crate::neigh::NeighTable;
 use crate::route::Routes;
-use crate::shared::{Control, Lanes, LcoreLoad, Shared, Stack, Steering, WorkerQueues};
+use crate::shared::{Lanes, LcoreLoad, Lifecycle, Shared, Stack, Steering, WorkerQueues};
 use crate::stats::{Counters, StatsRegistry};
 use crate::time::Clock;
 use crate::wire::MacAddr;
@@ -358,7 +358,7 @@ impl Stack {
             steered,
             flow_owners,
             tx_queues,
-            control: Control::new(queues),
+            lifecycle: Lifecycle::new(queues),
             rng: Mutex::new(secrets.next()),
             ports,
             net: Mutex::new(Arc::new(crate::shared::Net { ifaces: ifaces.clone(), routes, mcast: Default::default() })),

@@ -62,7 +62,7 @@ impl Stack {
             )));
         }
         let app = Arc::new(app);
-        let mut queues = self.shared.control.start()?;
+        let mut queues = self.shared.lifecycle.start()?;
         self.shared.came_up();
         let mut joins = Vec::new();
         let mut local = None;
@@ -89,7 +89,7 @@ impl Stack {
             let mut h = app(idx);
             w.run(&mut h);
             self.shared.went_down();
-            self.shared.control.give_back(idx, w.into_queues());
+            self.shared.lifecycle.give_back(idx, w.into_queues());
             // This lcore stopped (a signal, `stop`): the others follow.
             self.stop();
         }
@@ -114,7 +114,7 @@ impl Stack {
             return Err(Error::State(format!("lcore {l} is the calling thread's or the EAL main lcore: use run()")));
         }
         let app = Arc::new(app);
-        let mut queues = self.shared.control.start()?;
+        let mut queues = self.shared.lifecycle.start()?;
         self.shared.came_up();
         let mut joins = Vec::new();
         for (idx, q) in queues.drain(..).enumerate() {
@@ -148,7 +148,7 @@ impl Stack {
             // (the README's program blocks in a receive, never joining).
             stack.shared.went_down();
             let q = w.into_queues();
-            stack.shared.control.give_back(idx, q);
+            stack.shared.lifecycle.give_back(idx, q);
             0
         });
         job.map_err(Error::from)

@@ -11,7 +11,7 @@ use crate::error::{Error, Result};
 use crate::iface::{Interface, Tunnel};
 use crate::lookup::{Binding, Family};
 use crate::route::Routes;
-use crate::rx_queue::RxQueue;
+use crate::rx_queue::SocketQueue;
 use crate::shared::{Shared, SocketCore};
 use crate::wire::ipv4;
 use crate::wire::ipv6;
@@ -77,7 +77,7 @@ pub(super) fn register_endpoints(shared: &Shared) -> Result<()> {
         let id = shared.next_socket_id.fetch_add(1, Ordering::Relaxed);
         let core = Arc::new(SocketCore {
             id,
-            queue: RxQueue::new(shared.workers, 4096),
+            queue: SocketQueue::new(shared.workers, 4096),
             error: AtomicI32::new(0),
             ident: AtomicU32::new(0),
             epoch: AtomicU64::new(0),

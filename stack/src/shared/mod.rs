@@ -21,7 +21,7 @@ use crate::lookup::SocketTable;
 use crate::mcast::{Change, McastView, Memberships, SourceFilter};
 use crate::neigh::NeighTable;
 use crate::route::{Route, Routes};
-use crate::rx_queue::RxQueue;
+use crate::rx_queue::SocketQueue;
 use crate::stats::StatsRegistry;
 use crate::time::{Clock, Instant};
 
@@ -40,7 +40,7 @@ pub(crate) use handoff::{
 #[derive(Debug)]
 pub(crate) struct SocketCore {
     pub id: u64,
-    pub queue: RxQueue<Datagram>,
+    pub queue: SocketQueue<Datagram>,
     /// A pending error (errno) for the next call, as `SO_ERROR` keeps it.
     pub error: AtomicI32,
     /// The IPv4 ID counter of a connected socket (Linux's `inet_id`).
@@ -211,7 +211,7 @@ pub(crate) struct Shared {
     /// first `n` lcores own one).
     pub(crate) tx_queues: Vec<usize>,
     /// Starting and stopping the lcores.
-    pub(crate) control: Control,
+    pub(crate) lifecycle: Lifecycle,
     pub(crate) rng: Mutex<u64>,
     pub(crate) ports: Vec<Port>,
     /// The control endpoint, once `setup` opened it: dropped with the
@@ -419,7 +419,7 @@ impl Shared {
 
     /// Asks the lcores to stop, waking those asleep.
     pub fn request_stop(&self) {
-        self.control.request_stop();
+        self.lifecycle.request_stop();
         for w in 0..self.workers {
             self.wake(w);
         }
@@ -428,18 +428,18 @@ impl Shared {
     /// Whether the lcores should stop.
     #[inline]
     pub fn should_stop(&self) -> bool {
-        self.control.stop.load(Ordering::Relaxed) || (self.cfg.stop_on_signal && spate_dpdk::signal::stop_requested())
+        self.lifecycle.stop.load(Ordering::Relaxed) || (self.cfg.stop_on_signal && spate_dpdk::signal::stop_requested())
     }
 
     /// Whether lcores are polling.
     pub fn is_running(&self) -> bool {
-        self.control.running.load(Ordering::Acquire)
+        self.lifecycle.running.load(Ordering::Acquire)
     }
 
     /// Marks the stack stopped (its lcores joined) and wakes the senders
     /// waiting on a full inbox, which give up.
     pub fn stopped(&self) {
-        self.control.stopped();
+        self.lifecycle.stopped();
         self.went_down();
     }
 
@@ -449,7 +449,7 @@ impl Shared {
     /// any thread wake and wait no more, and senders waiting for room in
     /// an inbox give up.
     pub fn went_down(&self) {
-        let _turn = self.control.turn();
+        let _turn = self.lifecycle.turn();
         self.went_down_turned();
     }
 
@@ -457,14 +457,14 @@ impl Shared {
     /// question and the change are one step, so a start running at the
     /// same time either sees it or comes after it.
     pub fn down_if_idle(&self) {
-        let _turn = self.control.turn();
+        let _turn = self.lifecycle.turn();
         if !self.is_running() {
             self.went_down_turned();
         }
     }
 
     fn went_down_turned(&self) {
-        if self.control.down.swap(true, Ordering::SeqCst) {
+        if self.lifecycle.down.swap(true, Ordering::SeqCst) {
             return;
         }
         for b in self.sockets.bindings() {
@@ -477,8 +477,8 @@ impl Shared {
 
     /// The lcores start polling again: the sockets' `ENETDOWN` goes.
     pub fn came_up(&self) {
-        let _turn = self.control.turn();
-        self.control.down.store(false, Ordering::SeqCst);
+        let _turn = self.lifecycle.turn();
+        self.lifecycle.down.store(false, Ordering::SeqCst);
         for b in self.sockets.bindings() {
             let _ = b.sock.error.compare_exchange(libc::ENETDOWN, 0, Ordering::SeqCst, Ordering::SeqCst);
             b.sock.queue.resume();
@@ -488,14 +488,14 @@ impl Shared {
     /// Whether the stack is down: its lcores stopped, and it has not run
     /// since ([`went_down`](Self::went_down)). A stack not yet run is not.
     pub fn is_down(&self) -> bool {
-        self.control.down.load(Ordering::SeqCst)
+        self.lifecycle.down.load(Ordering::SeqCst)
     }
 
     /// Marks `core`, a socket just bound, down with the stack if it is
     /// (after the socket is in the table: a stop running now either sees
     /// it there or is seen here).
     pub fn note_down(&self, core: &SocketCore) {
-        let _turn = self.control.turn();
+        let _turn = self.lifecycle.turn();
         if self.is_down() {
             core.go_down();
         }
@@ -515,7 +515,7 @@ impl Shared {
 /// Starting and stopping the polling lcores: the setup layer changes it,
 /// the lcores and the sockets only read it (through [`Shared`]).
 #[derive(Debug)]
-pub(crate) struct Control {
+pub(crate) struct Lifecycle {
     stop: AtomicBool,
     running: AtomicBool,
     /// The lcores stopped since they last started (`Shared::went_down`).
@@ -527,10 +527,10 @@ pub(crate) struct Control {
     queues: Mutex<Vec<Option<WorkerQueues>>>,
 }
 
-impl Control {
+impl Lifecycle {
     /// Stopped, with the lcores' queue handles.
-    pub fn new(queues: Vec<WorkerQueues>) -> Control {
-        Control {
+    pub fn new(queues: Vec<WorkerQueues>) -> Lifecycle {
+        Lifecycle {
             stop: AtomicBool::new(false),
             running: AtomicBool::new(false),
             down: AtomicBool::new(false),

@@ -11,7 +11,7 @@ use super::{Inner, IpOptions, State, UdpSocket, errno};
 use crate::addr::{mapped, normalize};
 use crate::datagram::{Datagram, DatagramBatch};
 use crate::lookup::{BindError, Binding, Family};
-use crate::rx_queue::{RxQueue, Wait};
+use crate::rx_queue::{SocketQueue, Wait};
 use crate::shared::{SocketCore, Stack};
 
 /// Options set before `bind`.
@@ -107,7 +107,7 @@ impl SocketBuilder {
         }
         let rcvbuf = self.rcvbuf.unwrap_or(shared.cfg.rcvbuf);
         let id = shared.next_socket_id.fetch_add(1, Ordering::Relaxed);
-        let queue = RxQueue::with_cap(shared.workers, rcvbuf, Some(shared.rcv_mem.clone()));
+        let queue = SocketQueue::with_cap(shared.workers, rcvbuf, Some(shared.rcv_mem.clone()));
         queue.set_nap((shared.cfg.reader_nap_us > 0).then(|| Duration::from_micros(shared.cfg.reader_nap_us as u64)));
         let core = Arc::new(SocketCore {
             id,
