@@ -44,12 +44,16 @@ fn spate_dump_writes_what_the_kernel_sent_and_received() {
     kernel.must(&["ping", "-c", "1", "-W", "5", "fd00::2"]);
 
     // The kernel's view: tcpdump on its end of the link.
+    // Requests and replies over both families.
+    const N: u32 = 40;
+    let count = (2 * N).to_string();
     let kfile = std::env::temp_dir().join(format!("{}.pcap", unique("spate-dump-kernel-")));
     let mut ktcpdump = kernel
         .spawn(
             "tcpdump",
             "tcpdump",
-            &["-i", "vB", "-U", "--immediate-mode", "-w", kfile.to_str().unwrap(), "udp port 7"].map(String::from),
+            &["-i", "vB", "-U", "--immediate-mode", "-c", &count, "-w", kfile.to_str().unwrap(), "udp port 7"]
+                .map(String::from),
             Duration::from_secs(120),
         )
         .unwrap();
@@ -58,9 +62,7 @@ fn spate_dump_writes_what_the_kernel_sent_and_received() {
 
     // spate's view: every frame of the echo service (requests and
     // replies), over both families.
-    const N: u32 = 40;
     let sfile = std::env::temp_dir().join(format!("{}.pcapng", unique("spate-dump-")));
-    let count = (2 * N).to_string();
     let mut sdump = dump(&["--name", &name, "-c", &count, "udp", "port", "7"], &sfile);
     assert!(sdump.wait_for_output("capturing from", Duration::from_secs(10)), "{}", sdump.output());
     assert_eq!(attached(&endpoint), Some(0), "attached, nothing copied yet");
@@ -86,9 +88,9 @@ fn spate_dump_writes_what_the_kernel_sent_and_received() {
     assert_eq!(echoed, N, "echoed");
     assert!(sdump.wait_exit(Duration::from_secs(20)), "spate-dump did not stop after -c:\n{}", sdump.output());
     assert!(sdump.exited() && sdump.output().contains(&format!("{} frames written", 2 * N)), "{}", sdump.output());
-    // Let tcpdump see the last reply before it stops.
-    std::thread::sleep(Duration::from_millis(200));
-    ktcpdump.stop();
+    // tcpdump stops by itself after as many frames (-c), however long a
+    // loaded machine keeps it from reading them (a fixed wait lost frames).
+    assert!(ktcpdump.wait_exit(Duration::from_secs(20)), "tcpdump did not stop after -c:\n{}", ktcpdump.output());
 
     let (spate, kernel_frames) = (capture_frames(&sfile), capture_frames(&kfile));
     assert_eq!(spate.len(), 2 * N as usize, "{}", sdump.output());
