@@ -16,7 +16,11 @@
 //! Flow` from `engine/rx.rs` is `engine/gro.rs`, `super::Worker` is
 //! `engine/mod.rs`), and no files may import each other in a circle. A
 //! `super::` inside an inline module (`mod tests { use super::*; }`)
-//! stays in its file.
+//! stays in its file. A module's root naming its own files by a bare
+//! path (`gro::Train` in `engine/mod.rs`) is not read: a root declares its
+//! files and holds what they add to, so a child's `super::Worker` and its
+//! root's `gro::Train` are how a module of several files is made, not a
+//! circle. `self::` paths are read, bare paths are not.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::Path;
@@ -367,6 +371,12 @@ fn use_tree(rest: &str) -> Vec<Vec<String>> {
                     }
                 }
             }
+            if s.get(*i) == Some(&'*') {
+                // A glob: the module it is of.
+                *i += 1;
+                out.push(path);
+                return;
+            }
             let word: String = s[*i..].iter().take_while(|c| c.is_alphanumeric() || **c == '_').collect();
             *i += word.chars().count();
             if !word.is_empty() && word != "self" {
@@ -417,14 +427,17 @@ fn file_edges(files: &BTreeMap<String, String>) -> BTreeMap<String, BTreeMap<Str
             let boundary = !ident_byte(i.checked_sub(1).map(|j| b[j])) && (i == 0 || b[i - 1] != b':');
             if boundary && b[i..].starts_with(b"mod ") {
                 let rest = code[i + 4..].trim_start();
-                let name_len = rest.chars().take_while(|c| c.is_alphanumeric() || *c == '_').count();
+                let name_len: usize =
+                    rest.chars().take_while(|c| c.is_alphanumeric() || *c == '_').map(char::len_utf8).sum();
                 if rest[name_len..].trim_start().starts_with('{') {
                     inline.push(depth + 1);
                 }
             }
             let prefix =
                 ["crate::", "super::", "self::"].into_iter().find(|p| boundary && b[i..].starts_with(p.as_bytes()));
-            let Some(prefix) = prefix else {
+            // A visibility (`pub(in crate::setup)`) names a module, imports nothing.
+            let visibility = prefix.is_some() && code[..i].trim_end().ends_with("(in");
+            let Some(prefix) = prefix.filter(|_| !visibility) else {
                 i += 1;
                 continue;
             };
@@ -631,6 +644,18 @@ mod tests {
         let p = check(&table(), &t);
         assert_eq!(p.len(), 1, "{p:?}");
         assert!(p[0].starts_with("circle: engine/gro.rs -> engine/rx.rs -> engine/gro.rs"), "{p:?}");
+    }
+
+    #[test]
+    fn globs_in_groups_visibilities_and_odd_names() {
+        let t = tree(&[
+            ("engine/mod.rs", "mod gro;\nmod rx;\nmod aé { }\npub(in crate::engine) fn f() {}"),
+            ("engine/rx.rs", "use super::{gro::*, Worker};"),
+            ("engine/gro.rs", "pub(in crate::engine) struct Flow;"),
+        ]);
+        let e = file_edges(&t);
+        assert_eq!(e["engine/rx.rs"].keys().collect::<Vec<_>>(), ["engine/gro.rs", "engine/mod.rs"]);
+        assert!(!e.contains_key("engine/gro.rs"), "a visibility is no import: {e:?}");
     }
 
     #[test]
