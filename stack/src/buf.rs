@@ -1,7 +1,7 @@
 //! The buffer the datapath's stages work on: [`PacketBuf`], which DPDK's
 //! [`Mbuf`] implements (generic code over it is monomorphized: over `Mbuf`
 //! it compiles to what it was written against `Mbuf`), and [`MemBuf`], a
-//! buffer in memory with the same headroom rules, so a stage can be
+//! buffer in memory with an mbuf's rules for room, so a stage can be
 //! unit-tested without an EAL.
 
 use spate_dpdk::Mbuf;
@@ -88,9 +88,11 @@ impl MemBuf {
         MemBuf::with_headroom(bytes, Self::HEADROOM)
     }
 
-    /// A buffer holding `bytes` behind `headroom` bytes of room.
+    /// A buffer holding `bytes` behind `headroom` bytes of room. The room
+    /// holds a pattern, not zeros, as a reused mbuf holds stale bytes: a
+    /// writer that skips a field leaves the pattern there.
     pub fn with_headroom(bytes: &[u8], headroom: usize) -> MemBuf {
-        let mut room = vec![0; headroom];
+        let mut room = vec![0xa5; headroom];
         room.extend_from_slice(bytes);
         MemBuf { room, start: headroom, chained: Vec::new(), ol_flags: 0, tx_offload: (0, 0, 0) }
     }
@@ -114,21 +116,16 @@ impl MemBuf {
         Ok(())
     }
 
-    /// Cuts `len` bytes off the end.
-    pub fn trim(&mut self, mut len: usize) -> Result<(), NoRoom> {
-        if len > self.pkt_len() {
-            return Err(NoRoom);
+    /// Cuts `len` bytes off the end of the last segment, as
+    /// `rte_pktmbuf_trim` does (more than it holds is refused).
+    pub fn trim(&mut self, len: usize) -> Result<(), NoRoom> {
+        if let Some(last) = self.chained.last_mut() {
+            let keep = last.len().checked_sub(len).ok_or(NoRoom)?;
+            last.truncate(keep);
+            return Ok(());
         }
-        while let Some(last) = self.chained.last_mut() {
-            if last.len() > len {
-                last.truncate(last.len() - len);
-                return Ok(());
-            }
-            len -= last.len();
-            self.chained.pop();
-        }
-        let end = self.room.len() - len;
-        self.room.truncate(end);
+        let keep = self.data().len().checked_sub(len).ok_or(NoRoom)?;
+        self.room.truncate(self.start + keep);
         Ok(())
     }
 }
@@ -169,14 +166,19 @@ mod tests {
     #[test]
     fn mem_buf_keeps_the_headroom_rules() {
         let mut b = MemBuf::with_headroom(b"payload", 4);
-        assert_eq!(b.prepend(4).unwrap(), &mut [0u8; 4][..]);
+        assert_eq!(b.prepend(4).unwrap(), &mut [0xa5u8; 4][..]);
         assert!(b.prepend(1).is_err(), "the headroom is used up");
         b.adj(4).unwrap();
         b.chained.push(b"-more".to_vec());
         assert_eq!(b.pkt_len(), 12);
-        b.trim(7).unwrap();
-        assert_eq!(b.to_vec(), b"paylo");
+        // Only the last segment is trimmed, as an mbuf's.
         assert!(b.trim(6).is_err());
-        assert!(b.adj(6).is_err());
+        b.trim(3).unwrap();
+        assert_eq!(b.to_vec(), b"payload-m");
+        b.chained.clear();
+        b.trim(4).unwrap();
+        assert_eq!(b.to_vec(), b"pay");
+        assert!(b.trim(4).is_err());
+        assert!(b.adj(4).is_err());
     }
 }

@@ -228,12 +228,12 @@ pub fn flow_input(frame: &[u8], key: &mut [u8; 36]) -> Option<(usize, bool)> {
             if p.protocol() != ip_proto::UDP || ihl < ipv4::HEADER_LEN {
                 return None;
             }
-            datagram_input(ip, ip.get(ihl..)?, key).map(|n| (n, false))
+            datagram_input_v4(ip, ip.get(ihl..)?, key).map(|n| (n, false))
         }
         ethertype::IPV6 if ip.len() >= ipv6::HEADER_LEN + 8 => {
             let p = ipv6::Packet::new_unchecked(ip);
             match p.next_header() {
-                ip_proto::UDP => datagram_input(ip, &ip[ipv6::HEADER_LEN..], key).map(|n| (n, false)),
+                ip_proto::UDP => datagram_input_v6(ip, &ip[ipv6::HEADER_LEN..], key).map(|n| (n, false)),
                 ip_proto::FRAGMENT => {
                     key[..16].copy_from_slice(&p.src().octets());
                     key[16..32].copy_from_slice(&p.dst().octets());
@@ -250,30 +250,41 @@ pub fn flow_input(frame: &[u8], key: &mut [u8; 36]) -> Option<(usize, bool)> {
 }
 
 /// Writes a whole UDP datagram's flow input into `key`: the addresses of
-/// its IP header `ip` and the ports that start its UDP header `udp`.
-/// Returns how many bytes (12 for IPv4, 36 for IPv6); `None` when a header
-/// is short or `ip` is neither version.
+/// its IP header `ip` (the family from its version field: the hand-off of
+/// reassembled datagrams, whose headers were checked) and the ports that
+/// start its UDP header `udp`. Returns how many bytes (12 for IPv4, 36 for
+/// IPv6); `None` when a header is short or `ip` is neither version.
 #[inline]
 pub fn datagram_input(ip: &[u8], udp: &[u8], key: &mut [u8; 36]) -> Option<usize> {
-    // The source and destination ports, the UDP header's first four bytes.
-    let ports = udp.get(..4)?;
     match ip.first()? >> 4 {
-        4 if ip.len() >= ipv4::HEADER_LEN => {
-            let p = ipv4::Packet::new_unchecked(ip);
-            key[..4].copy_from_slice(&p.src().octets());
-            key[4..8].copy_from_slice(&p.dst().octets());
-            key[8..12].copy_from_slice(ports);
-            Some(12)
-        }
-        6 if ip.len() >= ipv6::HEADER_LEN => {
-            let p = ipv6::Packet::new_unchecked(ip);
-            key[..16].copy_from_slice(&p.src().octets());
-            key[16..32].copy_from_slice(&p.dst().octets());
-            key[32..36].copy_from_slice(ports);
-            Some(36)
-        }
+        4 => datagram_input_v4(ip, udp, key),
+        6 => datagram_input_v6(ip, udp, key),
         _ => None,
     }
+}
+
+/// [`datagram_input`] for an IPv4 header (the family known already: a
+/// frame's EtherType said it).
+#[inline]
+fn datagram_input_v4(ip: &[u8], udp: &[u8], key: &mut [u8; 36]) -> Option<usize> {
+    // The source and destination ports, the UDP header's first four bytes.
+    let ports = udp.get(..4)?;
+    let p = ipv4::Packet::new_unchecked(ip.get(..ipv4::HEADER_LEN)?);
+    key[..4].copy_from_slice(&p.src().octets());
+    key[4..8].copy_from_slice(&p.dst().octets());
+    key[8..12].copy_from_slice(ports);
+    Some(12)
+}
+
+/// [`datagram_input`] for an IPv6 header.
+#[inline]
+fn datagram_input_v6(ip: &[u8], udp: &[u8], key: &mut [u8; 36]) -> Option<usize> {
+    let ports = udp.get(..4)?;
+    let p = ipv6::Packet::new_unchecked(ip.get(..ipv6::HEADER_LEN)?);
+    key[..16].copy_from_slice(&p.src().octets());
+    key[16..32].copy_from_slice(&p.dst().octets());
+    key[32..36].copy_from_slice(ports);
+    Some(36)
 }
 
 #[cfg(test)]
