@@ -82,7 +82,9 @@ fn report_message(msg_type: u8, records: &[(IpAddr, SourceFilter)], current: boo
 /// An IGMPv3 report of `records` (IPv4 groups and their filters), from
 /// `src` (the interface's address, or 0.0.0.0): the whole IPv4 packet.
 pub fn igmpv3_report(src: Ipv4Addr, records: &[(IpAddr, SourceFilter)], current: bool) -> Vec<u8> {
-    ipv4_packet(src, IGMPV3_ROUTERS, report_message(msg_type::V3_REPORT, records, current))
+    let mut msg = report_message(msg_type::V3_REPORT, records, current);
+    igmp::fill_checksum(&mut msg);
+    ipv4_packet(src, IGMPV3_ROUTERS, msg)
 }
 
 /// An MLDv2 report of `records` (IPv6 groups) from `src` (the
@@ -117,13 +119,10 @@ pub fn mldv1(src: Ipv6Addr, group: Ipv6Addr, done: bool) -> Vec<u8> {
     ipv6_packet(src, dst, msg)
 }
 
-/// `igmp`, checksummed, in an IPv4 packet from `src` to `dst` with the
-/// Router Alert option (RFC 2113) and TTL 1, as RFC 3376 and RFC 2236 ask.
-fn ipv4_packet(src: Ipv4Addr, dst: Ipv4Addr, mut igmp: Vec<u8>) -> Vec<u8> {
-    // Summed over a zero field (igmp::emit_v2 wrote one already).
-    igmp[2..4].fill(0);
-    let c = checksum(&igmp);
-    igmp[2..4].copy_from_slice(&c.to_be_bytes());
+/// `igmp` (a whole message, its checksum written) in an IPv4 packet from
+/// `src` to `dst` with the Router Alert option (RFC 2113) and TTL 1, as
+/// RFC 3376 and RFC 2236 ask.
+fn ipv4_packet(src: Ipv4Addr, dst: Ipv4Addr, igmp: Vec<u8>) -> Vec<u8> {
     let total = 24 + igmp.len();
     let mut ip = vec![0x46, 0xc0];
     ip.extend_from_slice(&(total as u16).to_be_bytes());

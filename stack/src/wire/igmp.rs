@@ -105,8 +105,15 @@ impl<T: AsRef<[u8]>> Packet<T> {
 pub fn emit_v2(buf: &mut [u8], msg_type: u8, group: Ipv4Addr) {
     let g = group.octets();
     buf[..HEADER_LEN].copy_from_slice(&[msg_type, 0, 0, 0, g[0], g[1], g[2], g[3]]);
-    let c = checksum(&buf[..HEADER_LEN]);
-    buf[field::CHECKSUM..field::CHECKSUM + 2].copy_from_slice(&c.to_be_bytes());
+    fill_checksum(&mut buf[..HEADER_LEN]);
+}
+
+/// Writes the checksum of the whole message `msg` (any version) into its
+/// checksum field.
+pub fn fill_checksum(msg: &mut [u8]) {
+    msg[field::CHECKSUM..field::CHECKSUM + 2].fill(0);
+    let c = checksum(msg);
+    msg[field::CHECKSUM..field::CHECKSUM + 2].copy_from_slice(&c.to_be_bytes());
 }
 
 #[cfg(test)]
