@@ -218,8 +218,7 @@ pub fn flow_input(frame: &[u8], key: &mut [u8; 36]) -> Option<(usize, bool)> {
         ethertype::IPV4 if ip.len() >= ipv4::HEADER_LEN => {
             let p = ipv4::Packet::new_unchecked(ip);
             if p.is_fragment() {
-                key[..4].copy_from_slice(&p.src().octets());
-                key[4..8].copy_from_slice(&p.dst().octets());
+                put_addresses_v4(&p, key);
                 key[8..10].copy_from_slice(&p.ident().to_be_bytes());
                 key[10] = p.protocol();
                 return Some((11, true));
@@ -235,8 +234,7 @@ pub fn flow_input(frame: &[u8], key: &mut [u8; 36]) -> Option<(usize, bool)> {
             match p.next_header() {
                 ip_proto::UDP => datagram_input_v6(ip, &ip[ipv6::HEADER_LEN..], key).map(|n| (n, false)),
                 ip_proto::FRAGMENT => {
-                    key[..16].copy_from_slice(&p.src().octets());
-                    key[16..32].copy_from_slice(&p.dst().octets());
+                    put_addresses_v6(&p, key);
                     // The fragment header's identification, after its
                     // next header, reserved byte and offset.
                     key[32..36].copy_from_slice(&ip[ipv6::HEADER_LEN + 4..ipv6::HEADER_LEN + 8]);
@@ -269,9 +267,7 @@ pub fn datagram_input(ip: &[u8], udp: &[u8], key: &mut [u8; 36]) -> Option<usize
 fn datagram_input_v4(ip: &[u8], udp: &[u8], key: &mut [u8; 36]) -> Option<usize> {
     // The source and destination ports, the UDP header's first four bytes.
     let ports = udp.get(..4)?;
-    let p = ipv4::Packet::new_unchecked(ip.get(..ipv4::HEADER_LEN)?);
-    key[..4].copy_from_slice(&p.src().octets());
-    key[4..8].copy_from_slice(&p.dst().octets());
+    put_addresses_v4(&ipv4::Packet::new_unchecked(ip.get(..ipv4::HEADER_LEN)?), key);
     key[8..12].copy_from_slice(ports);
     Some(12)
 }
@@ -280,11 +276,23 @@ fn datagram_input_v4(ip: &[u8], udp: &[u8], key: &mut [u8; 36]) -> Option<usize>
 #[inline]
 fn datagram_input_v6(ip: &[u8], udp: &[u8], key: &mut [u8; 36]) -> Option<usize> {
     let ports = udp.get(..4)?;
-    let p = ipv6::Packet::new_unchecked(ip.get(..ipv6::HEADER_LEN)?);
-    key[..16].copy_from_slice(&p.src().octets());
-    key[16..32].copy_from_slice(&p.dst().octets());
+    put_addresses_v6(&ipv6::Packet::new_unchecked(ip.get(..ipv6::HEADER_LEN)?), key);
     key[32..36].copy_from_slice(ports);
     Some(36)
+}
+
+/// An IPv4 header's source and destination: a key's first 8 bytes.
+#[inline]
+fn put_addresses_v4(p: &ipv4::Packet<&[u8]>, key: &mut [u8; 36]) {
+    key[..4].copy_from_slice(&p.src().octets());
+    key[4..8].copy_from_slice(&p.dst().octets());
+}
+
+/// An IPv6 header's source and destination: a key's first 32 bytes.
+#[inline]
+fn put_addresses_v6(p: &ipv6::Packet<&[u8]>, key: &mut [u8; 36]) {
+    key[..16].copy_from_slice(&p.src().octets());
+    key[16..32].copy_from_slice(&p.dst().octets());
 }
 
 #[cfg(test)]
