@@ -196,7 +196,7 @@ fn ident_byte(c: Option<u8>) -> bool {
 
 /// The first path segment of every `crate::` path in `code` (stripped),
 /// with its line: `crate::a::b` gives `a`; `crate::{a::b, c}` gives `a`
-/// and `c`.
+/// and `c`; a glob of the root (`crate::*`, `crate::{*, a}`) gives `*`.
 fn crate_paths(code: &str) -> Vec<(usize, String)> {
     let b = code.as_bytes();
     let mut found = Vec::new();
@@ -208,38 +208,9 @@ fn crate_paths(code: &str) -> Vec<(usize, String)> {
             continue; // `spate_crate::`, not ours
         }
         let line = code[..at].matches('\n').count() + 1;
-        let rest = code[from..].trim_start();
-        if let Some(group) = rest.strip_prefix('{') {
-            let mut depth = 0;
-            let mut item_start = true;
-            let mut word = String::new();
-            for c in group.chars() {
-                match c {
-                    '{' => depth += 1,
-                    '}' if depth == 0 => break,
-                    '}' => depth -= 1,
-                    ',' if depth == 0 => item_start = true,
-                    '*' if depth == 0 && item_start && word.is_empty() => {
-                        found.push((line, "*".to_string()));
-                        item_start = false;
-                    }
-                    c if item_start && (c.is_alphanumeric() || c == '_') => word.push(c),
-                    _ if item_start && !word.is_empty() => {
-                        found.push((line, std::mem::take(&mut word)));
-                        item_start = false;
-                    }
-                    _ => {}
-                }
-            }
-            if !word.is_empty() {
-                found.push((line, word));
-            }
-        } else if rest.starts_with('*') {
-            found.push((line, "*".to_string()));
-        } else {
-            let word: String = rest.chars().take_while(|c| c.is_alphanumeric() || *c == '_').collect();
-            if !word.is_empty() {
-                found.push((line, word));
+        for first in use_tree(&code[from..]).into_iter().filter_map(|path| path.into_iter().next()) {
+            if !found.contains(&(line, first.clone())) {
+                found.push((line, first));
             }
         }
     }
@@ -339,7 +310,9 @@ fn file_of(files: &BTreeMap<String, String>, path: &[String]) -> Option<String> 
 }
 
 /// Every path of a use tree starting at `rest` (just after its first
-/// `::`): `a::b` gives `[a, b]`, `{a::b, c}` gives `[a, b]` and `[c]`.
+/// `::`): `a::b` gives `[a, b]`, `{a::b, c}` gives `[a, b]` and `[c]`,
+/// `a::*` gives `[a, *]`; `self` adds nothing (`{self, b}` gives `[]` and
+/// `[b]`).
 fn use_tree(rest: &str) -> Vec<Vec<String>> {
     fn parse(s: &[char], i: &mut usize, prefix: &[String], out: &mut Vec<Vec<String>>) {
         let mut path = prefix.to_vec();
@@ -372,8 +345,9 @@ fn use_tree(rest: &str) -> Vec<Vec<String>> {
                 }
             }
             if s.get(*i) == Some(&'*') {
-                // A glob: the module it is of.
+                // A glob: `*` as its last segment.
                 *i += 1;
+                path.push("*".to_string());
                 out.push(path);
                 return;
             }
