@@ -4,20 +4,36 @@
 //! buffer in memory with an mbuf's rules for room, so a stage can be
 //! unit-tested without an EAL.
 
-use spate_dpdk::Mbuf;
+use spate_dpdk::{Mbuf, RxChecksum};
 
 /// A buffer had no room (headroom, or bytes) for what was asked.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct NoRoom;
 
 /// What the datapath's stages ask of a packet buffer: its segments' bytes,
-/// room in front, the offload flags. It grows as stages move onto it (the
-/// header writing of [`crate::hdr`] is the first).
+/// room in front, cutting bytes off either end, the port's verdicts and
+/// the offload flags. The header writing of [`crate::hdr`], the receive
+/// path's parsing (`engine/parse.rs`, the fast path's) and decapsulation
+/// work over it.
 pub trait PacketBuf {
     /// Bytes in all segments.
     fn pkt_len(&self) -> usize;
+    /// The first segment's bytes.
+    fn data(&self) -> &[u8];
     /// Each segment's bytes, in order.
     fn segments(&self) -> impl Iterator<Item = &[u8]>;
+    /// Cuts `len` bytes off the front of the first segment.
+    fn adj(&mut self, len: usize) -> Result<(), NoRoom>;
+    /// Cuts `len` bytes off the end.
+    fn trim(&mut self, len: usize) -> Result<(), NoRoom>;
+    /// The port's verdict on the IPv4 header checksum.
+    fn rx_ip_checksum(&self) -> RxChecksum;
+    /// The port's verdict on the UDP checksum.
+    fn rx_l4_checksum(&self) -> RxChecksum;
+    /// Forgets what the port said about the packet (checksum verdicts,
+    /// hash) and every offload flag: a tunnel's inner frame was not what
+    /// the port looked at.
+    fn clear_offload(&mut self);
     /// Grows the packet by `len` bytes in front (from the headroom) and
     /// returns them; fails when the headroom is short.
     fn prepend(&mut self, len: usize) -> Result<&mut [u8], NoRoom>;
@@ -37,8 +53,38 @@ impl PacketBuf for Mbuf {
     }
 
     #[inline(always)]
+    fn data(&self) -> &[u8] {
+        Mbuf::data(self)
+    }
+
+    #[inline(always)]
     fn segments(&self) -> impl Iterator<Item = &[u8]> {
         self.segment_data()
+    }
+
+    #[inline(always)]
+    fn adj(&mut self, len: usize) -> Result<(), NoRoom> {
+        Mbuf::adj(self, len).map_err(|_| NoRoom)
+    }
+
+    #[inline(always)]
+    fn trim(&mut self, len: usize) -> Result<(), NoRoom> {
+        Mbuf::trim(self, len).map_err(|_| NoRoom)
+    }
+
+    #[inline(always)]
+    fn rx_ip_checksum(&self) -> RxChecksum {
+        Mbuf::rx_ip_checksum(self)
+    }
+
+    #[inline(always)]
+    fn rx_l4_checksum(&self) -> RxChecksum {
+        Mbuf::rx_l4_checksum(self)
+    }
+
+    #[inline(always)]
+    fn clear_offload(&mut self) {
+        Mbuf::set_ol_flags(self, 0)
     }
 
     #[inline(always)]
@@ -63,8 +109,9 @@ impl PacketBuf for Mbuf {
 }
 
 /// A packet buffer in memory: one segment with headroom in front (as an
-/// mbuf's, 128 bytes unless told), more segments chained behind it, and
-/// the offload fields a port would read.
+/// mbuf's, 128 bytes unless told), more segments chained behind it, the
+/// verdicts and hash a port would have written and the offload fields it
+/// would read.
 #[cfg(any(test, feature = "internals"))]
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct MemBuf {
@@ -76,6 +123,10 @@ pub struct MemBuf {
     pub ol_flags: u64,
     /// The header lengths of a transmit offload request.
     pub tx_offload: (u8, u16, u8),
+    /// The port's verdicts on the IPv4 and the UDP checksum.
+    pub rx_checksum: (RxChecksum, RxChecksum),
+    /// The port's flow hash.
+    pub rss: Option<u32>,
 }
 
 #[cfg(any(test, feature = "internals"))]
@@ -94,39 +145,20 @@ impl MemBuf {
     pub fn with_headroom(bytes: &[u8], headroom: usize) -> MemBuf {
         let mut room = vec![0xa5; headroom];
         room.extend_from_slice(bytes);
-        MemBuf { room, start: headroom, chained: Vec::new(), ol_flags: 0, tx_offload: (0, 0, 0) }
-    }
-
-    /// The first segment's bytes.
-    pub fn data(&self) -> &[u8] {
-        &self.room[self.start..]
+        MemBuf {
+            room,
+            start: headroom,
+            chained: Vec::new(),
+            ol_flags: 0,
+            tx_offload: (0, 0, 0),
+            rx_checksum: (RxChecksum::Unknown, RxChecksum::Unknown),
+            rss: None,
+        }
     }
 
     /// Every segment's bytes, joined.
     pub fn to_vec(&self) -> Vec<u8> {
         self.segments().flatten().copied().collect()
-    }
-
-    /// Cuts `len` bytes off the front of the first segment.
-    pub fn adj(&mut self, len: usize) -> Result<(), NoRoom> {
-        if len > self.data().len() {
-            return Err(NoRoom);
-        }
-        self.start += len;
-        Ok(())
-    }
-
-    /// Cuts `len` bytes off the end of the last segment, as
-    /// `rte_pktmbuf_trim` does (more than it holds is refused).
-    pub fn trim(&mut self, len: usize) -> Result<(), NoRoom> {
-        if let Some(last) = self.chained.last_mut() {
-            let keep = last.len().checked_sub(len).ok_or(NoRoom)?;
-            last.truncate(keep);
-            return Ok(());
-        }
-        let keep = self.data().len().checked_sub(len).ok_or(NoRoom)?;
-        self.room.truncate(self.start + keep);
-        Ok(())
     }
 }
 
@@ -136,8 +168,47 @@ impl PacketBuf for MemBuf {
         self.data().len() + self.chained.iter().map(Vec::len).sum::<usize>()
     }
 
+    fn data(&self) -> &[u8] {
+        &self.room[self.start..]
+    }
+
     fn segments(&self) -> impl Iterator<Item = &[u8]> {
         std::iter::once(self.data()).chain(self.chained.iter().map(Vec::as_slice))
+    }
+
+    fn adj(&mut self, len: usize) -> Result<(), NoRoom> {
+        if len > self.data().len() {
+            return Err(NoRoom);
+        }
+        self.start += len;
+        Ok(())
+    }
+
+    /// As `rte_pktmbuf_trim`: only the last segment is cut, and more than
+    /// it holds is refused.
+    fn trim(&mut self, len: usize) -> Result<(), NoRoom> {
+        if let Some(last) = self.chained.last_mut() {
+            let keep = last.len().checked_sub(len).ok_or(NoRoom)?;
+            last.truncate(keep);
+            return Ok(());
+        }
+        let keep = self.data().len().checked_sub(len).ok_or(NoRoom)?;
+        self.room.truncate(self.start + keep);
+        Ok(())
+    }
+
+    fn rx_ip_checksum(&self) -> RxChecksum {
+        self.rx_checksum.0
+    }
+
+    fn rx_l4_checksum(&self) -> RxChecksum {
+        self.rx_checksum.1
+    }
+
+    fn clear_offload(&mut self) {
+        self.ol_flags = 0;
+        self.rx_checksum = (RxChecksum::Unknown, RxChecksum::Unknown);
+        self.rss = None;
     }
 
     fn prepend(&mut self, len: usize) -> Result<&mut [u8], NoRoom> {

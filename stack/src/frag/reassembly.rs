@@ -159,6 +159,48 @@ impl FragBuf for Mbuf {
     }
 }
 
+/// A buffer in memory holds a fragment as an mbuf does: the engine's unit
+/// tests run fragments through the receive path's parse and this table.
+#[cfg(any(test, feature = "internals"))]
+impl FragBuf for crate::buf::MemBuf {
+    type Held = Vec<crate::buf::MemBuf>;
+
+    fn held_len(held: &Self::Held) -> usize {
+        held.len()
+    }
+
+    fn hold(held: &mut Self::Held, buf: Self) {
+        held.push(buf);
+    }
+
+    fn release(held: &mut Self::Held) {
+        held.clear();
+    }
+
+    fn take(held: &mut Self::Held) -> impl Iterator<Item = Self> {
+        std::mem::take(held).into_iter()
+    }
+
+    fn charge(&self) -> usize {
+        use crate::buf::PacketBuf;
+        Self::HEADROOM + self.pkt_len()
+    }
+
+    fn trim_front(&mut self, n: usize) -> Result<(), ()> {
+        use crate::buf::PacketBuf;
+        self.adj(n).map_err(|_| ())
+    }
+
+    fn chain(&mut self, rest: impl Iterator<Item = Self>) -> Result<(), ()> {
+        use crate::buf::PacketBuf;
+        for r in rest {
+            let segments: Vec<Vec<u8>> = r.segments().map(<[u8]>::to_vec).collect();
+            self.chained.extend(segments);
+        }
+        Ok(())
+    }
+}
+
 /// One fragment as the table takes it.
 #[derive(Debug)]
 pub struct Fragment<B = Mbuf> {
