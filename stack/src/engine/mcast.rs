@@ -23,7 +23,7 @@ impl Worker<'_> {
     /// pays only its caller's test of the address.
     #[cold]
     #[inline(never)]
-    pub(super) fn joined(&mut self, iface: u16, dst: IpAddr, src: IpAddr, query: bool) -> bool {
+    pub(super) fn joined(&self, iface: u16, dst: IpAddr, src: IpAddr, query: bool) -> bool {
         let all_hosts = dst == IpAddr::V4(report::ALL_HOSTS) || dst == IpAddr::V6(crate::wire::ipv6::ALL_NODES);
         let view = &self.net.mcast;
         let ok = all_hosts || if query { view.iface_in(iface, &dst) } else { view.iface_allows(iface, &dst, &src) };

@@ -50,10 +50,13 @@ mod icmp;
 mod mcast;
 mod memo;
 mod offsets;
+mod parse;
 mod poll;
 mod rx;
 mod sleep;
 mod steer;
+#[cfg(test)]
+mod testing;
 mod tx;
 mod vxlan;
 

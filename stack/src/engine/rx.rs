@@ -2,11 +2,12 @@
 
 use std::net::IpAddr;
 
-use spate_dpdk::{Mbuf, RxChecksum};
+use spate_dpdk::Mbuf;
 
 use super::Worker;
 use super::gro::Flow;
 use super::offsets::{Handed, UdpInFrame};
+use super::parse::{self, Frame};
 use crate::datagram::{Datagram, header_span};
 use crate::frag::reassembly;
 use crate::iface::Interface;
@@ -14,29 +15,19 @@ use crate::lookup::{Family, FlowKey, ip_key};
 use crate::neigh;
 use crate::shared::Net;
 use crate::stats::Counter;
-use crate::wire::{WireError, arp, checksum, ethernet, ip_proto, ipv4, ipv6, udp};
+use crate::wire::{arp, ethernet, ip_proto, ipv4, ipv6, udp};
 
-/// Counters of one IP family's UDP.
-struct UdpCounters {
-    no_ports: Counter,
-    in_errors: Counter,
-    csum_errors: Counter,
-    ignored_multi: Counter,
+impl parse::Tally for &Worker<'_> {
+    #[inline(always)]
+    fn inc(&mut self, c: Counter) {
+        Worker::inc(self, c)
+    }
+
+    #[inline(always)]
+    fn joined(&mut self, iface: u16, dst: IpAddr, src: IpAddr, query: bool) -> bool {
+        Worker::joined(self, iface, dst, src, query)
+    }
 }
-
-const UDP4: UdpCounters = UdpCounters {
-    no_ports: Counter::UdpNoPorts,
-    in_errors: Counter::UdpInErrors,
-    csum_errors: Counter::UdpInCsumErrors,
-    ignored_multi: Counter::UdpIgnoredMulti,
-};
-
-const UDP6: UdpCounters = UdpCounters {
-    no_ports: Counter::Udp6NoPorts,
-    in_errors: Counter::Udp6InErrors,
-    csum_errors: Counter::Udp6InCsumErrors,
-    ignored_multi: Counter::Udp6IgnoredMulti,
-};
 
 impl Worker<'_> {
     /// Classifies one frame and hands it on; returns its `Rx` outcome.
@@ -47,201 +38,27 @@ impl Worker<'_> {
     #[inline]
     pub(super) fn rx_frame<const GRO: bool>(&mut self, net: &Net, ifx: u16, m: Mbuf) -> Option<Counter> {
         let iface: &Interface = &net.ifaces[ifx as usize];
-        let data = m.data();
-        let frame = ethernet::Frame::new_unchecked(data);
-        if frame.check_len().is_err() {
-            return Some(Counter::RxEthTruncated);
-        }
-        let dst = frame.dst();
-        if !iface.accepts_mac(&dst) {
-            return Some(Counter::RxNotForUs);
-        }
-        if frame.vlan_id() != iface.vlan {
-            return Some(Counter::RxVlanMismatch);
-        }
-        let l2 = frame.header_len();
-        let eth_src = frame.src();
-        match frame.ethertype() {
-            ethernet::ethertype::IPV4 => self.rx_ipv4::<GRO>(iface, m, l2),
-            ethernet::ethertype::IPV6 => self.rx_ipv6::<GRO>(iface, m, l2, eth_src),
-            ethernet::ethertype::ARP => Some(self.rx_arp(iface, m, l2)),
-            _ => Some(Counter::RxUnknownEtherType),
-        }
-    }
-
-    fn rx_ipv4<const GRO: bool>(&mut self, iface: &Interface, mut m: Mbuf, l2: usize) -> Option<Counter> {
-        self.inc(Counter::IpInReceives);
-        let data = &m.data()[l2..];
-        let ip = ipv4::Packet::new_unchecked(data);
-        match ip.check_len() {
-            Ok(()) => {}
-            Err(WireError::Truncated) => {
-                self.inc(Counter::IpInTruncatedPkts);
-                return Some(Counter::RxIpv4Truncated);
-            }
-            Err(_) => {
-                self.inc(Counter::IpInHdrErrors);
-                return Some(Counter::RxIpv4HdrErrors);
-            }
-        }
-        let checksum_ok = match m.rx_ip_checksum() {
-            RxChecksum::Good => true,
-            RxChecksum::Bad => false,
-            _ => ip.verify_checksum(),
-        };
-        if ip.version() != 4 || !checksum_ok {
-            self.inc(Counter::IpInHdrErrors);
-            return Some(Counter::RxIpv4HdrErrors);
-        }
-        let (src, dst, protocol) = (ip.src(), ip.dst(), ip.protocol());
-        let (ihl, total, fragment) = (ip.header_len(), ip.total_len() as usize, ip.is_fragment());
-        let (ident, frag_offset, more_frags) = (ip.ident(), ip.frag_offset(), ip.more_frags());
-        let padding = data.len() - total;
-        // A group the interface is in (the sockets' own filters apply at
-        // delivery), or every host's.
-        let query = protocol == ip_proto::IGMP;
-        let group = dst.is_multicast() && self.joined(iface.index, dst.into(), src.into(), query);
-        let broadcast = group || (!iface.has_ipv4(dst) && iface.is_ipv4_broadcast(dst));
-        if !broadcast && !iface.has_ipv4(dst) {
-            self.inc(Counter::IpInAddrErrors);
-            return Some(Counter::RxIpv4NotForUs);
-        }
-        if src.is_broadcast() || src.is_multicast() || iface.is_ipv4_broadcast(src) {
-            self.inc(Counter::IpInHdrErrors);
-            return Some(Counter::RxIpv4HdrErrors);
-        }
-        if padding > 0 && m.trim(padding).is_err() {
-            self.inc(Counter::IpInHdrErrors);
-            return Some(Counter::RxIpv4HdrErrors);
-        }
-        if fragment {
-            self.inc(Counter::IpReasmReqds);
-            let key = reassembly::Key {
-                src: ip_key(&src.into()),
-                dst: ip_key(&dst.into()),
-                protocol,
-                ident: ident as u32,
-                v6: false,
-            };
-            let f = reassembly::Fragment {
-                offset: frag_offset,
-                more: more_frags,
-                len: (total - ihl) as u32,
-                data_at: l2 + ihl,
-                l3: l2,
-                mbuf: m,
-            };
-            return self.reassemble(iface, key, f, src.into(), dst.into(), broadcast);
-        }
-        let l4 = l2 + ihl;
-        match protocol {
-            ip_proto::UDP => {
-                self.inc(Counter::IpInDelivers);
-                let at = UdpInFrame { l3: l2, l4, end: l2 + total, src: src.into(), dst: dst.into(), group: broadcast };
-                self.rx_udp::<GRO>(iface, m, at)
-            }
-            ip_proto::ICMP => {
-                self.inc(Counter::IpInDelivers);
-                Some(self.rx_icmpv4(iface, m, l4, src, dst, broadcast))
-            }
-            ip_proto::IGMP => {
-                self.inc(Counter::IpInDelivers);
-                self.rx_igmp(iface.index, &m.data()[l4..l2 + total]);
+        match parse::frame(iface, m, &mut &*self) {
+            Frame::Done(outcome) => Some(outcome),
+            Frame::Udp { m, at } => self.rx_udp::<GRO>(iface, m, at),
+            Frame::Fragment { key, f, src, dst, group } => self.reassemble(iface, key, f, src, dst, group),
+            Frame::Arp { m, l2 } => Some(self.rx_arp(iface, m, l2)),
+            Frame::Icmpv4 { m, l4, src, dst, broadcast } => Some(self.rx_icmpv4(iface, m, l4, src, dst, broadcast)),
+            Frame::Igmp { m, l4, end } => {
+                self.rx_igmp(iface.index, &m.data()[l4..end]);
                 Some(Counter::RxIgmp)
             }
-            _ => {
-                self.inc(Counter::IpInUnknownProtos);
+            Frame::UnknownV4 { m, l2, src, dst, broadcast } => {
                 if !broadcast {
                     self.icmp_error_v4(m, l2, src, dst, crate::wire::icmpv4::unreachable::PROTOCOL, 0);
                 }
                 Some(Counter::RxIpv4UnknownProto)
             }
-        }
-    }
-
-    fn rx_ipv6<const GRO: bool>(
-        &mut self,
-        iface: &Interface,
-        mut m: Mbuf,
-        l2: usize,
-        eth_src: crate::wire::MacAddr,
-    ) -> Option<Counter> {
-        self.inc(Counter::Ip6InReceives);
-        let data = &m.data()[l2..];
-        let ip = ipv6::Packet::new_unchecked(data);
-        if ip.check_len().is_err() {
-            self.inc(Counter::Ip6InTruncatedPkts);
-            return Some(Counter::RxIpv6Truncated);
-        }
-        if ip.version() != 6 {
-            self.inc(Counter::Ip6InHdrErrors);
-            return Some(Counter::RxIpv6HdrErrors);
-        }
-        let (src, dst, hop_limit) = (ip.src(), ip.dst(), ip.hop_limit());
-        let len = ipv6::HEADER_LEN + ip.payload_len() as usize;
-        // MLD comes behind a hop-by-hop Router Alert; UDP to a group does not.
-        let query = ip.next_header() == ip_proto::HOP_BY_HOP;
-        let joined = dst.is_multicast() && self.joined(iface.index, dst.into(), src.into(), query);
-        if !joined && !iface.accepts_ipv6(&dst) {
-            self.inc(Counter::Ip6InAddrErrors);
-            return Some(Counter::RxIpv6NotForUs);
-        }
-        if src.is_multicast() {
-            self.inc(Counter::Ip6InHdrErrors);
-            return Some(Counter::RxIpv6HdrErrors);
-        }
-        let ext = match ipv6::walk_extensions(ip.next_header(), ip.payload()) {
-            Ok(e) => e,
-            Err(_) => {
-                self.inc(Counter::Ip6InHdrErrors);
-                return Some(Counter::RxIpv6ExtErrors);
-            }
-        };
-        let padding = data.len() - len;
-        if padding > 0 && m.trim(padding).is_err() {
-            self.inc(Counter::Ip6InHdrErrors);
-            return Some(Counter::RxIpv6HdrErrors);
-        }
-        if let Some(frag) = ext.fragment {
-            self.inc(Counter::Ip6ReasmReqds);
-            let key = reassembly::Key {
-                src: ip_key(&src.into()),
-                dst: ip_key(&dst.into()),
-                protocol: frag.next_header,
-                ident: frag.ident,
-                v6: true,
-            };
-            let f = reassembly::Fragment {
-                offset: frag.offset,
-                more: frag.more,
-                len: (len - ipv6::HEADER_LEN - ext.fragment_offset) as u32,
-                data_at: l2 + ipv6::HEADER_LEN + ext.fragment_offset,
-                l3: l2,
-                mbuf: m,
-            };
-            return self.reassemble(iface, key, f, src.into(), dst.into(), dst.is_multicast());
-        }
-        let l4 = l2 + ipv6::HEADER_LEN + ext.offset;
-        match ext.protocol {
-            ip_proto::UDP => {
-                self.inc(Counter::Ip6InDelivers);
-                let at = UdpInFrame {
-                    l3: l2,
-                    l4,
-                    end: l2 + len,
-                    src: src.into(),
-                    dst: dst.into(),
-                    group: dst.is_multicast(),
-                };
-                self.rx_udp::<GRO>(iface, m, at)
-            }
-            ip_proto::ICMPV6 => {
-                self.inc(Counter::Ip6InDelivers);
+            Frame::Icmpv6 { m, l4, src, dst, hop_limit, eth_src } => {
                 Some(self.rx_icmpv6(iface, m, l4, src, dst, hop_limit, eth_src))
             }
-            proto => {
-                self.inc(Counter::Ip6InUnknownProtos);
-                if proto != ip_proto::NO_NEXT && ext.count == 0 && !dst.is_multicast() {
+            Frame::UnknownV6 { m, l2, src, dst, answer } => {
+                if answer {
                     self.icmp_param_problem_v6(m, l2, src, dst, 6);
                 }
                 Some(Counter::RxIpv6UnknownProto)
@@ -252,25 +69,10 @@ impl Worker<'_> {
     /// UDP: validate, look the socket up, queue the datagram.
     #[inline]
     pub(super) fn rx_udp<const GRO: bool>(&mut self, iface: &Interface, m: Mbuf, at: UdpInFrame) -> Option<Counter> {
-        let c = if at.src.is_ipv4() { &UDP4 } else { &UDP6 };
-        let data = &m.data()[at.l4..at.end];
-        let p = udp::Packet::new_unchecked(data);
-        if p.check_len().is_err() {
-            self.inc(c.in_errors);
-            return Some(Counter::RxUdpErrors);
+        match parse::udp(&m, &at, &mut &*self) {
+            Ok(h) => self.rx_udp_deliver::<GRO>(iface, m, at, h.src_port, h.dst_port, h.payload),
+            Err(outcome) => Some(outcome),
         }
-        let checksum_ok = match m.rx_l4_checksum() {
-            RxChecksum::Good => p.checksum() != 0 || at.src.is_ipv4(),
-            RxChecksum::Bad => false,
-            _ => p.verify_checksum(&at.src, &at.dst),
-        };
-        if !checksum_ok {
-            self.inc(c.csum_errors);
-            self.inc(c.in_errors);
-            return Some(Counter::RxUdpCsumErrors);
-        }
-        let (src_port, dst_port, payload) = (p.src_port(), p.dst_port(), p.len() as usize - udp::HEADER_LEN);
-        self.rx_udp_deliver::<GRO>(iface, m, at, src_port, dst_port, payload)
     }
 
     /// A UDP datagram whose length and checksum are good: looked up, then
@@ -285,7 +87,7 @@ impl Worker<'_> {
         dst_port: u16,
         payload: usize,
     ) -> Option<Counter> {
-        let c = if at.src.is_ipv4() { &UDP4 } else { &UDP6 };
+        let c = parse::udp_counters(&at.src);
         let key = FlowKey {
             src: ip_key(&at.src),
             src_port,
@@ -444,35 +246,11 @@ impl Worker<'_> {
     /// first segment): its length and checksum checked over the segments,
     /// then delivered as any other.
     fn rx_udp_reassembled(&mut self, iface: &Interface, m: Mbuf, at: UdpInFrame) -> Option<Counter> {
-        let c = if at.src.is_ipv4() { &UDP4 } else { &UDP6 };
-        let Some(hdr) = m.data().get(at.l4..at.l4 + udp::HEADER_LEN) else {
-            self.inc(c.in_errors);
-            return Some(Counter::RxUdpErrors);
+        let h = match parse::reassembled_udp(&m, &at, &mut &*self) {
+            Ok(h) => h,
+            Err(outcome) => return Some(outcome),
         };
-        // The header alone (the datagram runs on in the next segments).
-        let hdr = udp::Packet::new_unchecked(hdr);
-        let (src_port, dst_port) = (hdr.src_port(), hdr.dst_port());
-        let (udp_len, field) = (hdr.len() as usize, hdr.checksum());
-        if udp_len != at.end - at.l4 || udp_len < udp::HEADER_LEN {
-            self.inc(c.in_errors);
-            return Some(Counter::RxUdpErrors);
-        }
-        let ok = if field == 0 {
-            at.src.is_ipv4()
-        } else {
-            let pseudo = udp::pseudo_header(&at.src, &at.dst, udp_len as u16);
-            let mut segments = m.segment_data();
-            let first = segments.next().map(|s| &s[at.l4..]).unwrap_or(&[]);
-            // Every fragment but the last carries a multiple of 8 bytes, so
-            // each segment starts on an even offset of the datagram.
-            let sum = segments.fold(checksum::sum(first), |acc, s| acc + checksum::sum(s));
-            checksum::fold(pseudo + sum) == 0xffff
-        };
-        if !ok {
-            self.inc(c.csum_errors);
-            self.inc(c.in_errors);
-            return Some(Counter::RxUdpCsumErrors);
-        }
+        let (src_port, dst_port, udp_len) = (h.src_port, h.dst_port, h.payload + udp::HEADER_LEN);
         // Reassembled datagrams do not coalesce or enter tunnels: one to a
         // tunnel endpoint would wait in its queue, which nobody reads.
         let v4 = at.src.is_ipv4();
