@@ -9,6 +9,7 @@ use std::net::{Ipv4Addr, Ipv6Addr};
 use spate_dpdk::{Mbuf, RxChecksum};
 
 use super::Worker;
+use crate::buf::PacketBuf;
 use crate::datagram::{Datagram, header_span};
 use crate::iface::Interface;
 use crate::lookup::{Family, FlowKey, Shortcut};
@@ -31,6 +32,133 @@ fn udp_sum_ok(addresses_to_end: &[u8], udp_len: usize) -> bool {
     checksum::fold(sum + rest) == 0xffff
 }
 
+/// The EtherType of an untagged frame to the interface's own MAC, on an
+/// interface without a VLAN: the frames the fast path looks into.
+#[inline(always)]
+pub(super) fn to_us<B: PacketBuf>(iface: &Interface, m: &B) -> Option<u16> {
+    let h = m.data().get(..ethernet::HEADER_LEN)?;
+    let mac = &iface.mac.0;
+    let to_us = u32::from_ne_bytes([h[0], h[1], h[2], h[3]]) == u32::from_ne_bytes([mac[0], mac[1], mac[2], mac[3]])
+        && u16::from_ne_bytes([h[4], h[5]]) == u16::from_ne_bytes([mac[4], mac[5]]);
+    if iface.vlan.is_some() || !to_us {
+        return None;
+    }
+    Some(u16::from_be_bytes([h[12], h[13]]))
+}
+
+/// A datagram the fast path takes, before its look-up: its addresses as
+/// the socket table keys them (IPv4 mapped into IPv6), its ports, and the
+/// padding after the IP packet.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) struct Fast {
+    pub src: u128,
+    pub src_port: u16,
+    pub dst: u128,
+    pub dst_port: u16,
+    pub padding: usize,
+}
+
+/// An untagged frame's IPv4 datagram as the fast path takes it (its
+/// Ethernet header already checked): version 4 with a 20-byte header, not
+/// a fragment (DF may be set), UDP to one of the interface's unicast
+/// addresses from an address that is not a group or broadcast, its UDP
+/// length the IP payload's, both checksums good. None for anything else.
+#[inline(always)]
+pub(super) fn parse_v4<B: PacketBuf>(iface: &Interface, m: &B) -> Option<Fast> {
+    let d = m.data();
+    // The headers as one fixed-size array: no bounds checks below.
+    let h: &[u8; FAST_L4 + udp::HEADER_LEN] =
+        d.get(..FAST_L4 + udp::HEADER_LEN)?.try_into().expect("sliced to the size");
+    let be16 = |i: usize| u16::from_be_bytes([h[i], h[i + 1]]);
+    let be32 = |i: usize| u32::from_be_bytes([h[i], h[i + 1], h[i + 2], h[i + 3]]);
+    let total = be16(FAST_L3 + 2) as usize;
+    let frag = be16(FAST_L3 + 6) & 0x3fff;
+    if h[FAST_L3] != 0x45 || frag != 0 || h[FAST_L3 + 9] != ip_proto::UDP {
+        return None;
+    }
+    if total < ipv4::HEADER_LEN + udp::HEADER_LEN || FAST_L3 + total > d.len() {
+        return None;
+    }
+    let ip_ok = match m.rx_ip_checksum() {
+        RxChecksum::Good => true,
+        RxChecksum::Bad => false,
+        _ => {
+            // In the machine's byte order: the folded sum is all ones
+            // either way.
+            let w = |i: usize| {
+                u32::from_ne_bytes([h[FAST_L3 + i], h[FAST_L3 + i + 1], h[FAST_L3 + i + 2], h[FAST_L3 + i + 3]]) as u64
+            };
+            checksum::fold(w(0) + w(4) + w(8) + w(12) + w(16)) == 0xffff
+        }
+    };
+    let (src, dst) = (Ipv4Addr::from(be32(FAST_L3 + 12)), Ipv4Addr::from(be32(FAST_L3 + 16)));
+    if !ip_ok || !iface.has_ipv4(dst) || src.is_multicast() || iface.is_ipv4_broadcast(src) {
+        return None;
+    }
+    let udp_len = be16(FAST_L4 + 4) as usize;
+    if udp_len != total - ipv4::HEADER_LEN {
+        return None;
+    }
+    let udp_ok = match m.rx_l4_checksum() {
+        RxChecksum::Good => true,
+        RxChecksum::Bad => false,
+        _ if be16(FAST_L4 + 6) == 0 => true,
+        _ => udp_sum_ok(&d[FAST_L3 + 12..FAST_L4 + udp_len], udp_len),
+    };
+    if !udp_ok {
+        return None;
+    }
+    Some(Fast {
+        src: 0xffff_0000_0000 | u32::from(src) as u128,
+        src_port: be16(FAST_L4),
+        dst: 0xffff_0000_0000 | u32::from(dst) as u128,
+        dst_port: be16(FAST_L4 + 2),
+        padding: d.len() - FAST_L3 - total,
+    })
+}
+
+/// An untagged frame's IPv6 datagram as the fast path takes it: no
+/// extension header (the next header UDP), to one of the interface's
+/// unicast addresses from one that is not a group, the UDP length the
+/// payload's, the UDP checksum present and good (IPv6 has no datagram
+/// without one). None for anything else.
+#[inline(always)]
+pub(super) fn parse_v6<B: PacketBuf>(iface: &Interface, m: &B) -> Option<Fast> {
+    let d = m.data();
+    let h: &[u8; FAST6_L4 + udp::HEADER_LEN] =
+        d.get(..FAST6_L4 + udp::HEADER_LEN)?.try_into().expect("sliced to the size");
+    let be16 = |i: usize| u16::from_be_bytes([h[i], h[i + 1]]);
+    let addr = |i: usize| Ipv6Addr::from(<[u8; 16]>::try_from(&h[i..i + 16]).expect("16 bytes"));
+    let payload_len = be16(FAST_L3 + 4) as usize;
+    if h[FAST_L3] >> 4 != 6 || h[FAST_L3 + 6] != ip_proto::UDP || FAST6_L4 + payload_len > d.len() {
+        return None;
+    }
+    let (src, dst) = (addr(FAST_L3 + 8), addr(FAST_L3 + 24));
+    if dst.is_multicast() || src.is_multicast() || !iface.has_ipv6(&dst) {
+        return None;
+    }
+    let udp_len = be16(FAST6_L4 + 4) as usize;
+    if udp_len != payload_len || udp_len < udp::HEADER_LEN {
+        return None;
+    }
+    let udp_ok = match m.rx_l4_checksum() {
+        RxChecksum::Good => be16(FAST6_L4 + 6) != 0,
+        RxChecksum::Bad => false,
+        _ if be16(FAST6_L4 + 6) == 0 => false,
+        _ => udp_sum_ok(&d[FAST_L3 + 8..FAST6_L4 + udp_len], udp_len),
+    };
+    if !udp_ok {
+        return None;
+    }
+    Some(Fast {
+        src: u128::from(src),
+        src_port: be16(FAST6_L4),
+        dst: u128::from(dst),
+        dst_port: be16(FAST6_L4 + 2),
+        padding: d.len() - FAST6_L4 - udp_len,
+    })
+}
+
 impl Worker<'_> {
     /// The common case without the branches of the others: an untagged
     /// Ethernet frame to the interface's own MAC carrying IPv4 without
@@ -46,17 +174,9 @@ impl Worker<'_> {
     /// changed before the datagram is known to be the common case.
     #[inline(always)]
     pub(super) fn rx_fast(&mut self, iface: &Interface, m: Mbuf) -> Result<bool, Mbuf> {
-        let Some(h) = m.data().get(..ethernet::HEADER_LEN) else { return Err(m) };
-        let mac = &iface.mac.0;
-        let to_us = u32::from_ne_bytes([h[0], h[1], h[2], h[3]])
-            == u32::from_ne_bytes([mac[0], mac[1], mac[2], mac[3]])
-            && u16::from_ne_bytes([h[4], h[5]]) == u16::from_ne_bytes([mac[4], mac[5]]);
-        if iface.vlan.is_some() || !to_us {
-            return Err(m);
-        }
-        match u16::from_be_bytes([h[12], h[13]]) {
-            ethernet::ethertype::IPV4 => self.rx_fast_v4(iface, m).map(|()| true),
-            ethernet::ethertype::IPV6 => self.rx_fast_v6(iface, m).map(|()| false),
+        match to_us(iface, &m) {
+            Some(ethernet::ethertype::IPV4) => self.rx_fast_v4(iface, m).map(|()| true),
+            Some(ethernet::ethertype::IPV6) => self.rx_fast_v6(iface, m).map(|()| false),
             _ => Err(m),
         }
     }
@@ -66,101 +186,24 @@ impl Worker<'_> {
     #[inline(always)]
     fn rx_fast_v4(&mut self, iface: &Interface, m: Mbuf) -> Result<(), Mbuf> {
         let ifx = iface.index;
-        let d = m.data();
-        // The headers as one fixed-size array: no bounds checks below.
-        let Some(h) = d.get(..FAST_L4 + udp::HEADER_LEN) else { return Err(m) };
-        let h: &[u8; FAST_L4 + udp::HEADER_LEN] = h.try_into().expect("sliced to the size");
-        let be16 = |i: usize| u16::from_be_bytes([h[i], h[i + 1]]);
-        let be32 = |i: usize| u32::from_be_bytes([h[i], h[i + 1], h[i + 2], h[i + 3]]);
-        // Version 4 with a 20-byte header; no fragment
-        // (DF may be set); UDP.
-        let total = be16(FAST_L3 + 2) as usize;
-        let frag = be16(FAST_L3 + 6) & 0x3fff;
-        if h[FAST_L3] != 0x45 || frag != 0 || h[FAST_L3 + 9] != ip_proto::UDP {
-            return Err(m);
-        }
-        if total < ipv4::HEADER_LEN + udp::HEADER_LEN || FAST_L3 + total > d.len() {
-            return Err(m);
-        }
-        let ip_ok = match m.rx_ip_checksum() {
-            RxChecksum::Good => true,
-            RxChecksum::Bad => false,
-            _ => {
-                // In the machine's byte order: the folded sum is all ones
-                // either way.
-                let w = |i: usize| {
-                    u32::from_ne_bytes([h[FAST_L3 + i], h[FAST_L3 + i + 1], h[FAST_L3 + i + 2], h[FAST_L3 + i + 3]])
-                        as u64
-                };
-                checksum::fold(w(0) + w(4) + w(8) + w(12) + w(16)) == 0xffff
-            }
-        };
-        let (src, dst) = (Ipv4Addr::from(be32(FAST_L3 + 12)), Ipv4Addr::from(be32(FAST_L3 + 16)));
-        if !ip_ok || !iface.has_ipv4(dst) || src.is_multicast() || iface.is_ipv4_broadcast(src) {
-            return Err(m);
-        }
-        let udp_len = be16(FAST_L4 + 4) as usize;
-        if udp_len != total - ipv4::HEADER_LEN {
-            return Err(m);
-        }
-        let udp_ok = match m.rx_l4_checksum() {
-            RxChecksum::Good => true,
-            RxChecksum::Bad => false,
-            _ if be16(FAST_L4 + 6) == 0 => true,
-            _ => udp_sum_ok(&d[FAST_L3 + 12..FAST_L4 + udp_len], udp_len),
-        };
-        if !udp_ok {
-            return Err(m);
-        }
-        let padding = d.len() - FAST_L3 - total;
-        let dst_port = be16(FAST_L4 + 2);
-        let (src, dst) = (0xffff_0000_0000 | u32::from(src) as u128, 0xffff_0000_0000 | u32::from(dst) as u128);
-        let Some((index, mapped)) = self.fast_lookup(&m, ifx, true, (src, be16(FAST_L4)), (dst, dst_port)) else {
+        let Some(f) = parse_v4(iface, &m) else { return Err(m) };
+        let Some((index, mapped)) = self.fast_lookup(&m, ifx, true, (f.src, f.src_port), (f.dst, f.dst_port)) else {
             return Err(m);
         };
-        self.stage_fast(ifx, true, m, padding, FAST_L4, index, mapped)
+        self.stage_fast(ifx, true, m, f.padding, FAST_L4, index, mapped)
     }
 
-    /// [`rx_fast`](Self::rx_fast) for IPv6: no extension header (the next
-    /// header UDP), to one of the interface's unicast addresses, the UDP
-    /// checksum present and good (IPv6 has no datagram without one).
+    /// [`rx_fast`](Self::rx_fast) for IPv6, the frame's Ethernet header
+    /// already checked.
     #[inline(always)]
     fn rx_fast_v6(&mut self, iface: &Interface, m: Mbuf) -> Result<(), Mbuf> {
         let ifx = iface.index;
-        let d = m.data();
-        let Some(h) = d.get(..FAST6_L4 + udp::HEADER_LEN) else { return Err(m) };
-        let h: &[u8; FAST6_L4 + udp::HEADER_LEN] = h.try_into().expect("sliced to the size");
-        let be16 = |i: usize| u16::from_be_bytes([h[i], h[i + 1]]);
-        let addr = |i: usize| Ipv6Addr::from(<[u8; 16]>::try_from(&h[i..i + 16]).expect("16 bytes"));
-        let payload_len = be16(FAST_L3 + 4) as usize;
-        if h[FAST_L3] >> 4 != 6 || h[FAST_L3 + 6] != ip_proto::UDP || FAST6_L4 + payload_len > d.len() {
-            return Err(m);
-        }
-        let (src, dst) = (addr(FAST_L3 + 8), addr(FAST_L3 + 24));
-        if dst.is_multicast() || src.is_multicast() || !iface.has_ipv6(&dst) {
-            return Err(m);
-        }
-        let udp_len = be16(FAST6_L4 + 4) as usize;
-        if udp_len != payload_len || udp_len < udp::HEADER_LEN {
-            return Err(m);
-        }
-        let udp_ok = match m.rx_l4_checksum() {
-            RxChecksum::Good => be16(FAST6_L4 + 6) != 0,
-            RxChecksum::Bad => false,
-            _ if be16(FAST6_L4 + 6) == 0 => false,
-            _ => udp_sum_ok(&d[FAST_L3 + 8..FAST6_L4 + udp_len], udp_len),
-        };
-        if !udp_ok {
-            return Err(m);
-        }
-        let padding = d.len() - FAST6_L4 - udp_len;
-        let dst_port = be16(FAST6_L4 + 2);
-        let (src, dst) = (u128::from(src), u128::from(dst));
+        let Some(f) = parse_v6(iface, &m) else { return Err(m) };
         // An IPv6 datagram is never mapped: its socket is IPv6.
-        let Some((index, _)) = self.fast_lookup(&m, ifx, false, (src, be16(FAST6_L4)), (dst, dst_port)) else {
+        let Some((index, _)) = self.fast_lookup(&m, ifx, false, (f.src, f.src_port), (f.dst, f.dst_port)) else {
             return Err(m);
         };
-        self.stage_fast(ifx, false, m, padding, FAST6_L4, index, false)
+        self.stage_fast(ifx, false, m, f.padding, FAST6_L4, index, false)
     }
 
     /// The fast paths' look-up: the port's shortcut decision, the group's
@@ -221,5 +264,154 @@ impl Worker<'_> {
         let d = Datagram::new(m, header_span(FAST_L3, l4), mapped, ifx);
         self.stage(index, ifx, v4, d);
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::net::SocketAddr;
+
+    use spate_dpdk::RxChecksum;
+
+    use super::*;
+    use crate::buf::MemBuf;
+    use crate::engine::parse::{self, Frame};
+    use crate::engine::testing::*;
+    use crate::lookup::ip_key;
+    use crate::stats::Counter;
+
+    /// What the fast path makes of `m`: whether IPv4, and the datagram.
+    fn fast(iface: &Interface, m: &MemBuf) -> Option<(bool, Fast)> {
+        match to_us(iface, m)? {
+            ethernet::ethertype::IPV4 => parse_v4(iface, m).map(|f| (true, f)),
+            ethernet::ethertype::IPV6 => parse_v6(iface, m).map(|f| (false, f)),
+            _ => None,
+        }
+    }
+
+    /// Holds the fast path to the full one on frame `m`: whatever the
+    /// fast path takes, the full path delivers to the same addresses and
+    /// ports, with the same padding cut off, the same counters counted
+    /// (those the fast path's caller counts for it: received and
+    /// delivered), the UDP header in the same place. Returns whether the
+    /// fast path took it.
+    fn agree(m: &MemBuf) -> bool {
+        let ifc = iface();
+        let Some((v4, f)) = fast(&ifc, m) else { return false };
+        let mut t = Record::default();
+        let full = parse::frame(&ifc, m.clone(), &mut t);
+        let Frame::Udp { m: trimmed, at } = full else {
+            panic!("the fast path took what the full path did not: {full:?}")
+        };
+        let h = parse::udp(&trimmed, &at, &mut t).expect("the fast path took a datagram the UDP step refuses");
+        assert!(!at.group);
+        assert_eq!((ip_key(&at.src), h.src_port, ip_key(&at.dst), h.dst_port), (f.src, f.src_port, f.dst, f.dst_port));
+        assert_eq!(at.l4, if v4 { FAST_L4 } else { FAST6_L4 });
+        assert_eq!(m.pkt_len() - trimmed.pkt_len(), f.padding);
+        let counted = if v4 {
+            [Counter::IpInReceives, Counter::IpInDelivers]
+        } else {
+            [Counter::Ip6InReceives, Counter::Ip6InDelivers]
+        };
+        assert_eq!(t.counts, counted);
+        true
+    }
+
+    #[test]
+    fn the_fast_path_takes_the_common_case_as_the_full_path_would() {
+        let (s4, d4) = to_us4();
+        let (s6, d6) = to_us6();
+        let good4 = udp_frame(s4, d4, b"payload");
+        let good6 = udp_frame(s6, d6, b"payload");
+        let mut df = headers(s4, d4);
+        df.dont_frag = true;
+        let mut verified = good4.clone();
+        verified.rx_checksum = (RxChecksum::Good, RxChecksum::Good);
+        let common = [
+            good4.clone(),
+            good6.clone(),
+            edited(&good4, |b| b.resize(60, 0)),
+            edited(&good6, |b| b.extend([0; 9])),
+            edited(&good4, |b| b[FAST_L4 + 6..FAST_L4 + 8].fill(0)),
+            frame_with(&df, b"payload"),
+            udp_frame(s4, d4, &[]),
+            verified,
+        ];
+        for (i, m) in common.iter().enumerate() {
+            assert!(agree(m), "frame {i}: the fast path left the common case to the full path");
+        }
+    }
+
+    #[test]
+    fn the_fast_path_leaves_everything_else_to_the_full_path() {
+        let (s4, d4) = to_us4();
+        let (s6, d6) = to_us6();
+        let good4 = udp_frame(s4, d4, b"payload");
+        let good6 = udp_frame(s6, d6, b"payload");
+        let mut port_refused = good4.clone();
+        port_refused.rx_checksum.1 = RxChecksum::Bad;
+        let peer = SocketAddr::from((PEER4, 5000));
+        let uncommon = [
+            ("another MAC", edited(&good4, |b| b[0] = 0xff)),
+            ("IP options", {
+                edited(&good4, |b| {
+                    b.splice(FAST_L4..FAST_L4, [1, 1, 1, 1]);
+                    b[FAST_L3] = 0x46;
+                    let total = u16::from_be_bytes([b[FAST_L3 + 2], b[FAST_L3 + 3]]) + 4;
+                    b[FAST_L3 + 2..FAST_L3 + 4].copy_from_slice(&total.to_be_bytes());
+                    refill_ipv4_checksum(b, FAST_L3);
+                })
+            }),
+            ("a fragment", {
+                edited(&good4, |b| {
+                    b[FAST_L3 + 6] |= 0x20;
+                    refill_ipv4_checksum(b, FAST_L3);
+                })
+            }),
+            ("a bad IPv4 sum", edited(&good4, |b| b[FAST_L3 + 8] ^= 1)),
+            ("a bad UDP sum", edited(&good4, |b| b[FAST_L4 + 8] ^= 1)),
+            ("the port's UDP verdict", port_refused),
+            ("ICMP", {
+                edited(&good4, |b| {
+                    b[FAST_L3 + 9] = 1;
+                    refill_ipv4_checksum(b, FAST_L3);
+                })
+            }),
+            ("to the subnet's broadcast", udp_frame(peer, (std::net::Ipv4Addr::new(198, 18, 0, 255), 7).into(), b"x")),
+            ("to a group", udp_frame(peer, (std::net::Ipv4Addr::new(239, 1, 2, 3), 7).into(), b"x")),
+            ("from a broadcast address", udp_frame((std::net::Ipv4Addr::new(198, 18, 0, 255), 1).into(), d4, b"x")),
+            ("UDP shorter than IP", edited(&good4, |b| b[FAST_L4 + 5] -= 1)),
+            ("a zero IPv6 UDP sum", edited(&good6, |b| b[FAST6_L4 + 6..FAST6_L4 + 8].fill(0))),
+            ("an IPv6 extension header", edited(&good6, |b| b[FAST_L3 + 6] = ip_proto::DEST_OPTS)),
+            ("another IPv6 address", udp_frame(s6, (std::net::Ipv6Addr::LOCALHOST, 7).into(), b"x")),
+        ];
+        for (what, m) in uncommon {
+            assert!(!agree(&m), "the fast path took {what}");
+        }
+    }
+
+    #[test]
+    fn any_one_byte_changed_in_the_headers_leaves_the_two_paths_agreeing() {
+        let (s4, d4) = to_us4();
+        let (s6, d6) = to_us6();
+        let mut taken = 0;
+        for good in [udp_frame(s4, d4, b"0123456789"), udp_frame(s6, d6, b"0123456789")] {
+            let l4 = if to_us(&iface(), &good) == Some(ethernet::ethertype::IPV4) { FAST_L4 } else { FAST6_L4 };
+            for at in 0..l4 + udp::HEADER_LEN {
+                for flip in [0x01u8, 0x10, 0x80, 0xff] {
+                    let m = edited(&good, |b| b[at] ^= flip);
+                    taken += agree(&m) as u32;
+                    for verdicts in [(RxChecksum::Good, RxChecksum::Good), (RxChecksum::Bad, RxChecksum::Good)] {
+                        let mut m = m.clone();
+                        m.rx_checksum = verdicts;
+                        taken += agree(&m) as u32;
+                    }
+                }
+            }
+        }
+        // Changes the checksums do not see (a port, with the port's
+        // verdict) or that keep the datagram the common case (the TTL,
+        // with the sum checked by the port) are taken, and agree.
+        assert!(taken > 50, "only {taken} changed frames taken: the test no longer reaches the fast path");
     }
 }
