@@ -160,8 +160,10 @@ pub(crate) struct Worker<'s> {
     /// Frames taken from the ports so far (a GRO train grows only from one
     /// frame to the very next).
     frame_no: u64,
-    /// The coalesced datagram this burst may still grow (UDP GRO).
+    /// The coalesced datagram this burst may still grow (UDP GRO), and
+    /// the segments waiting to be chained to it.
     train: gro::Train,
+    train_segments: Burst<{ gro::MAX_SEGMENTS as usize }>,
     /// An inner frame a tunnel just decapsulated, for the receive loop.
     decapsulated: Option<(u16, Mbuf)>,
     /// Copies of this lcore's own packets to groups for its receive path
@@ -260,6 +262,7 @@ impl<'s> Worker<'s> {
             wakers: Vec::with_capacity(64),
             frame_no: 0,
             train: Default::default(),
+            train_segments: Burst::new(),
             decapsulated: None,
             looped: Vec::new(),
             sleeper: None,
