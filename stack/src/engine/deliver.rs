@@ -28,23 +28,30 @@ use crate::stats::Counter;
 /// Entries in the table from binding index to run (a power of two).
 const SLOTS: usize = 64;
 
-/// One socket's datagrams of the burst, in arrival order.
-#[derive(Debug, Default)]
-struct Run {
+/// One socket's datagrams of the burst, in arrival order (generic, so the
+/// unit tests below stage plain values; the lcores stage [`Datagram`]s).
+#[derive(Debug)]
+struct Run<D = Datagram> {
     /// The binding's index in the lcore's snapshot.
     index: u32,
     /// The interface its first datagram came in on (a re-lookup's key).
     iface: u16,
     /// How many of `datagrams` are IPv4 (for the counters).
     v4: u32,
-    datagrams: Vec<Datagram>,
+    datagrams: Vec<D>,
+}
+
+impl<D> Default for Run<D> {
+    fn default() -> Self {
+        Run { index: 0, iface: 0, v4: 0, datagrams: Vec::new() }
+    }
 }
 
 /// The burst's staged datagrams, grouped by socket as they arrive. Runs
 /// past `used` are kept, with their capacity, for the next burst.
 #[derive(Debug)]
-pub(super) struct Runs {
-    runs: Vec<Run>,
+pub(super) struct Runs<D = Datagram> {
+    runs: Vec<Run<D>>,
     used: usize,
     /// 1 + the run of a binding index, at `index % SLOTS`; 0: none. An index
     /// whose entry another holds is found by a scan of the used runs.
@@ -56,8 +63,8 @@ pub(super) struct Runs {
     taken_v4: u64,
 }
 
-impl Runs {
-    pub(super) fn new() -> Runs {
+impl<D> Runs<D> {
+    pub(super) fn new() -> Runs<D> {
         Runs {
             runs: (0..BURST).map(|_| Run { datagrams: Vec::with_capacity(BURST), ..Run::default() }).collect(),
             used: 0,
@@ -71,7 +78,7 @@ impl Runs {
     /// Adds `d` to binding `index`'s run; returns where it went (run,
     /// position), for a GRO train to grow it.
     #[inline(always)]
-    pub(super) fn push(&mut self, index: u32, iface: u16, v4: bool, d: Datagram) -> (usize, usize) {
+    pub(super) fn push(&mut self, index: u32, iface: u16, v4: bool, d: D) -> (usize, usize) {
         let h = index as usize % SLOTS;
         let r = match self.slot[h] as usize {
             s if s > 0 && self.runs[s - 1].index == index => s - 1,
@@ -104,18 +111,8 @@ impl Runs {
         r
     }
 
-    /// Notes `ns` as the receive time of every staged datagram.
-    #[cold]
-    pub(super) fn stamp(&mut self, ns: u64) {
-        for run in &mut self.runs[..self.used] {
-            for d in &mut run.datagrams {
-                d.stamp(ns);
-            }
-        }
-    }
-
     /// The staged datagram at `at` (from [`push`](Self::push)).
-    pub(super) fn get_mut(&mut self, (r, i): (usize, usize)) -> &mut Datagram {
+    pub(super) fn get_mut(&mut self, (r, i): (usize, usize)) -> &mut D {
         &mut self.runs[r].datagrams[i]
     }
 
@@ -126,6 +123,18 @@ impl Runs {
         self.slot = [0; SLOTS];
         self.used = 0;
         (self.staged, self.taken, self.taken_v4) = (0, 0, 0);
+    }
+}
+
+impl Runs<Datagram> {
+    /// Notes `ns` as the receive time of every staged datagram.
+    #[cold]
+    pub(super) fn stamp(&mut self, ns: u64) {
+        for run in &mut self.runs[..self.used] {
+            for d in &mut run.datagrams {
+                d.stamp(ns);
+            }
+        }
     }
 }
 
@@ -357,5 +366,68 @@ fn mark_ready(ready: &mut Vec<u64>, bits: &mut u64, id: u64) {
     if *bits & bit == 0 || !ready.contains(&id) {
         *bits |= bit;
         ready.push(id);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The runs staged so far: (binding index, IPv4 count, datagrams).
+    fn runs(r: &Runs<u32>) -> Vec<(u32, u32, Vec<u32>)> {
+        r.runs[..r.used].iter().map(|run| (run.index, run.v4, run.datagrams.clone())).collect()
+    }
+
+    #[test]
+    fn each_socket_keeps_its_datagrams_in_order_and_runs_follow_first_arrival() {
+        let mut r: Runs<u32> = Runs::new();
+        let at: Vec<_> = [(7, 0), (2, 1), (7, 2), (9, 3), (2, 4), (7, 5)]
+            .into_iter()
+            .map(|(index, d)| r.push(index, 0, d % 2 == 0, d))
+            .collect();
+        assert_eq!(runs(&r), [(7, 2, vec![0, 2, 5]), (2, 1, vec![1, 4]), (9, 0, vec![3])]);
+        assert_eq!(at, [(0, 0), (1, 0), (0, 1), (2, 0), (1, 1), (0, 2)]);
+        *r.get_mut((1, 1)) = 40;
+        assert_eq!(runs(&r)[1].2, [1, 40]);
+        assert_eq!(r.staged, 6);
+    }
+
+    #[test]
+    fn indexes_that_share_a_slot_keep_runs_of_their_own() {
+        let mut r: Runs<u32> = Runs::new();
+        for (i, index) in [1, 65, 1, 129, 65, 129, 1].into_iter().enumerate() {
+            r.push(index, 0, true, i as u32);
+        }
+        assert_eq!(runs(&r), [(1, 3, vec![0, 2, 6]), (65, 2, vec![1, 4]), (129, 2, vec![3, 5])]);
+    }
+
+    #[test]
+    fn more_sockets_than_runs_made_ahead_still_each_get_one() {
+        let mut r: Runs<u32> = Runs::new();
+        let n = BURST as u32 + 300;
+        for index in 0..n {
+            r.push(index * 3, index as u16, false, index);
+        }
+        r.push(0, 0, false, n);
+        let got = runs(&r);
+        assert_eq!(got.len(), n as usize);
+        assert_eq!(got[0].2, [0, n], "the first socket's second datagram found its run");
+        assert!(got.iter().enumerate().all(|(i, run)| run.0 == i as u32 * 3));
+        assert_eq!(r.runs[5].iface, 5, "a run keeps its first datagram's interface");
+    }
+
+    #[test]
+    fn a_reset_forgets_the_runs_and_the_table() {
+        let mut r: Runs<u32> = Runs::new();
+        r.push(7, 0, true, 1);
+        for run in &mut r.runs[..r.used] {
+            run.datagrams.clear();
+        }
+        r.reset();
+        assert_eq!(runs(&r), []);
+        r.push(8, 0, false, 2);
+        r.push(7, 0, true, 3);
+        assert_eq!(runs(&r), [(8, 0, vec![2]), (7, 1, vec![3])], "7 is a new run, behind 8");
+        assert_eq!(r.staged, 2);
     }
 }
