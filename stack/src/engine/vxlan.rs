@@ -23,44 +23,21 @@ use spate_dpdk::Mbuf;
 
 use super::Worker;
 use super::offsets::UdpInFrame;
+use crate::buf::PacketBuf;
 use crate::hdr::{UdpHeaders, push_udp_ip};
-use crate::iface::Tunnel;
+use crate::iface::{Interface, Tunnel};
 use crate::shared::TxPacket;
 use crate::stats::Counter;
 use crate::wire::{ethernet, udp, vxlan};
 
 impl Worker<'_> {
     /// A datagram that came in on interface `iface` for a tunnel endpoint
-    /// on UDP port `port`: its inner frame goes to the inner interface of
-    /// its VNI, when it came from that tunnel's remote, to its local
-    /// address, over its outer interface. Anyone else who reaches the port
-    /// would otherwise put frames on the inner interface.
+    /// on UDP port `port`, decapsulated ([`decapsulate`]).
     pub(super) fn rx_vxlan(&mut self, iface: u16, port: u16, mut m: Mbuf, at: UdpInFrame) -> Option<Counter> {
-        let start = at.l4 + udp::HEADER_LEN;
-        let inner_at = start + vxlan::HEADER_LEN;
-        let header = m.data().get(start..at.end).map(vxlan::Packet::new_checked);
-        let Some(Ok(header)) = header else { return Some(Counter::RxVxlanErrors) };
-        let Ok(vxlan::Repr { vni }) = vxlan::Repr::parse(&header) else { return Some(Counter::RxVxlanErrors) };
-        if header.payload().len() < ethernet::HEADER_LEN {
-            return Some(Counter::RxVxlanErrors);
-        }
-        let Some((inner, t)) = self
-            .shared
-            .links
-            .iter()
-            .find_map(|i| i.tunnel.filter(|t| t.vni == vni && t.local_port == port).map(|t| (i.index, t)))
-        else {
-            return Some(Counter::RxVxlanErrors);
+        let inner = match decapsulate(&self.shared.links, iface, port, &mut m, &at) {
+            Ok(inner) => inner,
+            Err(outcome) => return Some(outcome),
         };
-        if at.src != t.remote.ip() || at.dst != t.local || iface != t.outer {
-            return Some(Counter::RxVxlanWrongSource);
-        }
-        if m.adj(inner_at).is_err() {
-            return Some(Counter::RxVxlanErrors);
-        }
-        // The port's checksum verdicts and hash were about the outer
-        // headers.
-        m.set_ol_flags(0);
         self.inc(Counter::VxlanInPackets);
         // The receive loop takes it next, as a frame of the inner
         // interface (no recursion: the loop's one call of `rx_frame`
@@ -108,6 +85,44 @@ impl Worker<'_> {
     }
 }
 
+/// A datagram that came in on interface `iface` for a tunnel endpoint on
+/// UDP port `port` (`m` the frame, `at` where the datagram lies): its
+/// 8-byte VXLAN header checked (the I flag, a VNI one of `links` has on
+/// that port), and that it came from that tunnel's remote, to its local
+/// address, over its outer interface (anyone else who reaches the port
+/// would otherwise put frames on the inner interface). Then the outer
+/// headers are cut off and the port's verdicts forgotten (they were
+/// about the outer packet): `m` is the inner frame, and the inner
+/// interface is returned.
+pub(super) fn decapsulate<B: PacketBuf>(
+    links: &[Interface],
+    iface: u16,
+    port: u16,
+    m: &mut B,
+    at: &UdpInFrame,
+) -> Result<u16, Counter> {
+    let start = at.l4 + udp::HEADER_LEN;
+    let header = m.data().get(start..at.end).map(vxlan::Packet::new_checked);
+    let Some(Ok(header)) = header else { return Err(Counter::RxVxlanErrors) };
+    let Ok(vxlan::Repr { vni }) = vxlan::Repr::parse(&header) else { return Err(Counter::RxVxlanErrors) };
+    if header.payload().len() < ethernet::HEADER_LEN {
+        return Err(Counter::RxVxlanErrors);
+    }
+    let Some((inner, t)) =
+        links.iter().find_map(|i| i.tunnel.filter(|t| t.vni == vni && t.local_port == port).map(|t| (i.index, t)))
+    else {
+        return Err(Counter::RxVxlanErrors);
+    };
+    if at.src != t.remote.ip() || at.dst != t.local || iface != t.outer {
+        return Err(Counter::RxVxlanWrongSource);
+    }
+    if m.adj(start + vxlan::HEADER_LEN).is_err() {
+        return Err(Counter::RxVxlanErrors);
+    }
+    m.clear_offload();
+    Ok(inner)
+}
+
 /// The outer UDP source port of an inner frame: a hash of what names its
 /// flow (MACs, EtherType, IP addresses and protocol, the first four bytes
 /// after an IPv4 header without options or after the IPv6 header: the
@@ -130,7 +145,84 @@ fn source_port(frame: &[u8]) -> u16 {
 
 #[cfg(test)]
 mod tests {
-    use super::source_port;
+    use std::net::Ipv4Addr;
+
+    use spate_dpdk::RxChecksum;
+
+    use super::*;
+    use crate::buf::MemBuf;
+    use crate::engine::parse::{self, Frame};
+    use crate::engine::testing::*;
+
+    const VNI: u32 = 42;
+    const PORT: u16 = 4789;
+
+    /// Interface 0, and interface 1 the inner side of a tunnel to the
+    /// peer's port 4789 over it.
+    fn links() -> Vec<Interface> {
+        let mut inner = Interface::new(1, u16::MAX, "vxlan42".into(), PEER_MAC, 1450, None, &[], &[]);
+        let remote = SocketAddr::from((PEER4, PORT));
+        inner.tunnel = Some(Tunnel { vni: VNI, remote, local_port: PORT, outer: 0, local: ADDR4.into() });
+        vec![iface(), inner]
+    }
+
+    /// The frame `inner` in a VXLAN packet of `vni` from `src`, with the
+    /// port's verdicts, where the datagram lies, and what remains once
+    /// decapsulated.
+    fn outer(src: SocketAddr, vni: u32, inner: &[u8]) -> (MemBuf, UdpInFrame) {
+        let mut payload = vec![0; vxlan::HEADER_LEN];
+        vxlan::Repr { vni }.emit(&mut payload);
+        payload.extend_from_slice(inner);
+        let mut m = udp_frame(src, (ADDR4, PORT).into(), &payload);
+        m.rx_checksum = (RxChecksum::Good, RxChecksum::Good);
+        m.rss = Some(0x1234);
+        match parse::frame(&links()[0], m, &mut Record::default()) {
+            Frame::Udp { m, at } => (m, at),
+            other => panic!("not UDP: {other:?}"),
+        }
+    }
+
+    fn inner_frame() -> Vec<u8> {
+        udp_frame((Ipv4Addr::new(10, 0, 0, 2), 9).into(), (Ipv4Addr::new(10, 0, 0, 1), 9).into(), b"inner").to_vec()
+    }
+
+    #[test]
+    fn a_tunnels_packet_leaves_its_inner_frame_for_the_inner_interface() {
+        let (mut m, at) = outer((PEER4, 50000).into(), VNI, &inner_frame());
+        assert_eq!(decapsulate(&links(), 0, PORT, &mut m, &at), Ok(1));
+        assert_eq!(m.to_vec(), inner_frame());
+        assert_eq!(m.rx_checksum, (RxChecksum::Unknown, RxChecksum::Unknown), "the verdicts were the outer packet's");
+        assert_eq!(m.rss, None);
+    }
+
+    #[test]
+    fn only_the_tunnels_remote_to_its_local_address_over_its_outer_interface() {
+        let (mut m, at) = outer((Ipv4Addr::new(198, 18, 0, 3), 50000).into(), VNI, &inner_frame());
+        assert_eq!(decapsulate(&links(), 0, PORT, &mut m, &at), Err(Counter::RxVxlanWrongSource));
+        let (mut m, at) = outer((PEER4, 50000).into(), VNI, &inner_frame());
+        assert_eq!(decapsulate(&links(), 2, PORT, &mut m, &at), Err(Counter::RxVxlanWrongSource), "another outer port");
+        let other_dst = UdpInFrame { dst: Ipv4Addr::new(198, 18, 0, 7).into(), ..at };
+        assert_eq!(decapsulate(&links(), 0, PORT, &mut m, &other_dst), Err(Counter::RxVxlanWrongSource));
+        assert_eq!(m.pkt_len(), at.end, "a refused packet keeps its headers");
+    }
+
+    #[test]
+    fn a_bad_vxlan_header_an_unknown_vni_or_a_short_inner_frame_is_an_error() {
+        let from = SocketAddr::from((PEER4, 50000));
+        let (mut m, at) = outer(from, VNI + 1, &inner_frame());
+        assert_eq!(decapsulate(&links(), 0, PORT, &mut m, &at), Err(Counter::RxVxlanErrors), "unknown VNI");
+        let (mut m, at) = outer(from, VNI, &inner_frame());
+        assert_eq!(decapsulate(&links(), 0, PORT + 1, &mut m, &at), Err(Counter::RxVxlanErrors), "another port");
+        let (m, at) = outer(from, VNI, &inner_frame());
+        let mut no_i_flag = edited(&m, |b| b[at.l4 + udp::HEADER_LEN] = 0);
+        assert_eq!(decapsulate(&links(), 0, PORT, &mut no_i_flag, &at), Err(Counter::RxVxlanErrors), "no I flag");
+        let (mut m, at) = outer(from, VNI, &inner_frame()[..ethernet::HEADER_LEN - 1]);
+        assert_eq!(
+            decapsulate(&links(), 0, PORT, &mut m, &at),
+            Err(Counter::RxVxlanErrors),
+            "no inner Ethernet header"
+        );
+    }
 
     #[test]
     fn a_flow_keeps_its_source_port() {
