@@ -275,7 +275,7 @@ mod tests {
 
     use super::*;
     use crate::buf::MemBuf;
-    use crate::engine::parse::{self, Frame};
+    use crate::engine::parse::{self, Frame, Record};
     use crate::engine::testing::*;
     use crate::lookup::ip_key;
     use crate::stats::Counter;

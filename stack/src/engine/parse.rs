@@ -29,6 +29,26 @@ pub(crate) trait Tally {
     fn joined(&mut self, iface: u16, dst: IpAddr, src: IpAddr, query: bool) -> bool;
 }
 
+/// A [`Tally`] for unit tests that records: the counters counted, in
+/// order, and the groups the interface is in.
+#[cfg(test)]
+#[derive(Debug, Default)]
+pub(crate) struct Record {
+    pub counts: Vec<Counter>,
+    pub groups: Vec<IpAddr>,
+}
+
+#[cfg(test)]
+impl Tally for Record {
+    fn inc(&mut self, c: Counter) {
+        self.counts.push(c);
+    }
+
+    fn joined(&mut self, _iface: u16, dst: IpAddr, _src: IpAddr, _query: bool) -> bool {
+        self.groups.contains(&dst)
+    }
+}
+
 /// What a frame is, once its headers are checked: dropped with its `Rx`
 /// outcome, or the step that acts on it, with the buffer.
 #[derive(Debug)]

@@ -1,15 +1,12 @@
-//! What the engine's unit tests share: an interface, frames built in
-//! memory with the header writers the transmit path uses ([`crate::hdr`]),
-//! and a [`Tally`] that records what the parse counts.
+//! What the engine's unit tests share: an interface, and frames built in
+//! memory with the header writers the transmit path uses ([`crate::hdr`]).
 
-use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
+use std::net::{Ipv4Addr, Ipv6Addr, SocketAddr};
 
-use super::parse::Tally;
 use crate::buf::{MemBuf, PacketBuf};
 use crate::config::Cidr;
 use crate::hdr::{UdpHeaders, ethertype_for, push_udp_ip, push_untagged, untagged_header};
 use crate::iface::Interface;
-use crate::stats::Counter;
 use crate::wire::{MacAddr, checksum};
 
 /// The interface's MAC, and the peer's.
@@ -82,24 +79,6 @@ pub fn refill_ipv4_checksum(frame: &mut [u8], l3: usize) {
     frame[l3 + 10..l3 + 12].fill(0);
     let sum = !checksum::fold(checksum::sum(&frame[l3..l3 + ihl]));
     frame[l3 + 10..l3 + 12].copy_from_slice(&sum.to_be_bytes());
-}
-
-/// A [`Tally`] that records: the counters counted, in order, and the
-/// groups the interface is in.
-#[derive(Debug, Default)]
-pub struct Record {
-    pub counts: Vec<Counter>,
-    pub groups: Vec<IpAddr>,
-}
-
-impl Tally for Record {
-    fn inc(&mut self, c: Counter) {
-        self.counts.push(c);
-    }
-
-    fn joined(&mut self, _iface: u16, dst: IpAddr, _src: IpAddr, _query: bool) -> bool {
-        self.groups.contains(&dst)
-    }
 }
 
 /// The bytes a buffer holds, after `from`.

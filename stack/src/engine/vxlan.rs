@@ -151,7 +151,7 @@ mod tests {
 
     use super::*;
     use crate::buf::MemBuf;
-    use crate::engine::parse::{self, Frame};
+    use crate::engine::parse::{self, Frame, Record};
     use crate::engine::testing::*;
 
     const VNI: u32 = 42;
