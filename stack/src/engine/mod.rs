@@ -35,10 +35,11 @@ use std::sync::Arc;
 use spate_dpdk::{Burst, Mbuf, RxQueue, TxQueue};
 
 use crate::capture::Tap;
+use crate::control_plane::Stack;
 use crate::datagram::Datagram;
 use crate::frag::reassembly::{Limits, Reassembler};
 use crate::lookup::TableSnapshot;
-use crate::shared::{BURST, Direct, Net, Shared, SocketCore, Stack, Steering, WorkerQueues};
+use crate::shared::{BURST, Direct, Net, Shared, SocketCore, Steering, WorkerQueues};
 use crate::stats::{Counter, CounterBlock};
 use crate::time::Instant;
 

@@ -10,14 +10,14 @@
 
 use std::io::{self, BufWriter, Write};
 use std::os::unix::net::UnixStream;
+use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Weak};
 use std::time::{Duration, Instant};
 
 use super::control::{CaptureRequest, CaptureStart, Message, Reply, info, reply};
 use crate::capture::bpf::Program;
 use crate::capture::{DEFAULT_RECORDS, MAX_SNAPLEN, Tap, TapConfig};
-use crate::shared::{Shared, Stack};
+use crate::control_plane::{Stack, WeakStack};
 
 /// How often the counts go out while frames flow or not.
 const COUNTS_EVERY: Duration = Duration::from_millis(200);
@@ -68,8 +68,8 @@ fn tap_for(stack: &Stack, req: &CaptureRequest) -> Result<Tap, String> {
 
 /// Serves a capture on `conn` until it ends; holds the stack only
 /// weakly meanwhile, and ends when it goes or `stop` is set.
-pub(super) fn session(conn: UnixStream, shared: &Weak<Shared>, stop: &AtomicBool, req: CaptureRequest) {
-    let Some(stack) = shared.upgrade().map(|shared| Stack { shared }) else { return };
+pub(super) fn session(conn: UnixStream, shared: &WeakStack, stop: &AtomicBool, req: CaptureRequest) {
+    let Some(stack) = shared.upgrade() else { return };
     let mut out = match conn.try_clone() {
         Ok(o) => o,
         Err(_) => return,
@@ -92,7 +92,7 @@ pub(super) fn session(conn: UnixStream, shared: &Weak<Shared>, stop: &AtomicBool
     };
     drop(stack);
     let result = if started { stream(&conn, out, shared, stop, &tap) } else { Err(io::ErrorKind::BrokenPipe.into()) };
-    if let Some(s) = shared.upgrade() {
+    if let Some(s) = shared.shared() {
         s.capture.detach(&tap);
     }
     let (captured, dropped) = tap.totals();
@@ -107,13 +107,7 @@ pub(super) fn session(conn: UnixStream, shared: &Weak<Shared>, stop: &AtomicBool
 /// fails. The client and the flag are looked at every [`LOOK_EVERY`]
 /// also while records keep coming, and the stack is held only to read
 /// its clock, never across a write.
-fn stream(
-    conn: &UnixStream,
-    out: UnixStream,
-    shared: &Weak<Shared>,
-    stop: &AtomicBool,
-    tap: &Arc<Tap>,
-) -> io::Result<()> {
+fn stream(conn: &UnixStream, out: UnixStream, shared: &WeakStack, stop: &AtomicBool, tap: &Arc<Tap>) -> io::Result<()> {
     out.set_write_timeout(Some(WRITE_TIMEOUT))?;
     let mut w = BufWriter::with_capacity(256 << 10, out);
     let (mut counts_at, mut looked_at) = (Instant::now(), Instant::now());
@@ -141,7 +135,7 @@ fn stream(
     // The lcores drop their handle at their next iteration; what they
     // copied before goes out too.
     let offset = realtime_offset(shared);
-    if let Some(s) = shared.upgrade() {
+    if let Some(s) = shared.shared() {
         s.capture.detach(tap);
     }
     let waited = Instant::now();
@@ -162,8 +156,8 @@ fn stream(
 
 /// `CLOCK_REALTIME` less the stack's clock, in nanoseconds; `None` once
 /// the stack is gone.
-fn realtime_offset(shared: &Weak<Shared>) -> Option<u64> {
-    let s = shared.upgrade()?;
+fn realtime_offset(shared: &WeakStack) -> Option<u64> {
+    let s = shared.shared()?;
     let real = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_nanos() as u64);
     Some(real.wrapping_sub(s.clock.now().0))
 }

@@ -10,8 +10,8 @@ use std::net::IpAddr;
 use std::sync::atomic::Ordering;
 
 use crate::config::Cidr;
+use crate::control_plane::Stack;
 use crate::route::{RouteError, StaticRoute};
-use crate::shared::Stack;
 use crate::stats::Counter;
 use crate::wire::MacAddr;
 
@@ -91,7 +91,7 @@ impl Stack {
         shared.wake(0);
         if ip.is_ipv6() {
             // Its solicited-node group, for a port that filters groups.
-            shared.sync_multicast_filter(iface);
+            self.sync_multicast_filter(iface);
         }
         shared.stats.shared().add_shared(Counter::ConfAddrAdds, 1);
         Ok(())
@@ -118,7 +118,7 @@ impl Stack {
             self.shared.neigh.remove((iface, IpAddr::V4(b)));
         }
         if ip.is_ipv6() {
-            self.shared.sync_multicast_filter(iface);
+            self.sync_multicast_filter(iface);
         }
         self.shared.stats.shared().add_shared(Counter::ConfAddrRemoves, 1);
         Ok(())

@@ -10,8 +10,8 @@
 //! statistics, the pool and the receive queues' memory; every series
 //! labelled with the stack (its name, or `PID-ID`).
 
+use crate::control_plane::Stack;
 use crate::error::Result;
-use crate::shared::Stack;
 
 /// Opens the metrics endpoint when one is configured.
 pub(super) fn open(stack: &Stack) -> Result<()> {
@@ -33,14 +33,15 @@ mod server {
     use std::io::{self, Read, Write};
     use std::net::{SocketAddr, TcpListener, TcpStream};
     use std::sync::atomic::{AtomicBool, Ordering};
-    use std::sync::{Arc, Mutex, Weak};
+    use std::sync::{Arc, Mutex};
     use std::time::Duration;
 
     use prometheus::{Encoder, IntCounter, IntCounterVec, IntGauge, IntGaugeVec, Opts, Registry, TextEncoder};
 
+    use crate::control_plane::service::{Listener, ServiceThread};
+    use crate::control_plane::{Stack, WeakStack};
     use crate::error::{Error, Result};
     use crate::setup::control::snapshot;
-    use crate::shared::{Listener, ServiceThread, Shared, Stack};
     use crate::stats::Counter;
 
     /// A request's head at most.
@@ -52,11 +53,11 @@ mod server {
         let listener = TcpListener::bind(addr).map_err(|e| Error::Config(format!("metrics = \"{addr}\": {e}")))?;
         let bound = listener.local_addr().map_err(|e| Error::Config(format!("metrics: {e}")))?;
         let stop = Arc::new(AtomicBool::new(false));
-        let (weak, flag) = (Arc::downgrade(&stack.shared), stop.clone());
+        let (weak, flag) = (stack.downgrade(), stop.clone());
         let thread = crate::setup::service_thread("spate-metrics", move || serve(listener, weak, flag))
             .map_err(|e| Error::Config(format!("metrics: no thread: {e}")))?;
         let service = ServiceThread { listener: Listener::Tcp(bound), stop, thread: Mutex::new(Some(thread)) };
-        if stack.shared.metrics.set(service).is_err() {
+        if stack.control.metrics.set(service).is_err() {
             return Err(Error::State("the metrics endpoint was opened twice".into()));
         }
         log::info!("spate: metrics at http://{bound}/metrics");
@@ -65,7 +66,7 @@ mod server {
 
     /// One connection at a time: scrapes are seconds apart. Woken and
     /// timed out as the control endpoint's.
-    fn serve(listener: TcpListener, shared: Weak<Shared>, stop: Arc<AtomicBool>) {
+    fn serve(listener: TcpListener, shared: WeakStack, stop: Arc<AtomicBool>) {
         let _ = spate_dpdk::lcore::unpin_current_thread();
         if socket2::SockRef::from(&listener).set_read_timeout(Some(crate::setup::control::ACCEPT_TICK)).is_err() {
             return;
@@ -76,7 +77,7 @@ mod server {
                 Ok(_) => break,
                 Err(_) => continue,
             };
-            if shared.strong_count() == 0 {
+            if shared.is_gone() {
                 break;
             }
             let _ = answer(conn, &shared);
@@ -86,7 +87,7 @@ mod server {
     /// Answers one request: its head must come within [`HEAD_TIME`]
     /// (whatever the client's pace), and the stack is held only while the
     /// snapshot is rendered.
-    fn answer(mut conn: TcpStream, shared: &Weak<Shared>) -> io::Result<()> {
+    fn answer(mut conn: TcpStream, shared: &WeakStack) -> io::Result<()> {
         conn.set_write_timeout(Some(HEAD_TIME))?;
         let deadline = std::time::Instant::now() + HEAD_TIME;
         let mut head = Vec::new();
@@ -107,7 +108,7 @@ mod server {
         let mut words = line.split(|b| *b == b' ');
         let (method, path) = (words.next().unwrap_or_default(), words.next().unwrap_or_default());
         let (status, kind, body) = match (method, path) {
-            (b"GET", b"/metrics") => match shared.upgrade().map(|shared| render(&Stack { shared })) {
+            (b"GET", b"/metrics") => match shared.upgrade().map(|stack| render(&stack)) {
                 Some(Ok(text)) => ("200 OK", "text/plain; version=0.0.4; charset=utf-8", text),
                 Some(Err(e)) => ("500 Internal Server Error", "text/plain", format!("{e}\n")),
                 None => ("503 Service Unavailable", "text/plain", "the stack is gone\n".into()),

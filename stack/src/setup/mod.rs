@@ -11,13 +11,14 @@ use crossbeam_utils::CachePadded;
 use spate_dpdk::{Eal, EalBuilder, Memory, Mempool, MempoolConfig, Port, PortConfig, PortStats, lcore};
 
 use crate::config::{Hugepages, PollMode, StackConfig, lcore_ids, mac_from_device};
+use crate::control_plane::{ControlPlane, Stack};
 use crate::error::{Error, Result};
 use crate::iface::Interface;
 use crate::ip_id::IpIdGen;
 use crate::lookup::SocketTable;
 use crate::neigh::NeighTable;
 use crate::route::Routes;
-use crate::shared::{Lanes, LcoreLoad, Lifecycle, Shared, Stack, Steering, WorkerQueues};
+use crate::shared::{Lanes, LcoreLoad, Lifecycle, Shared, Steering, WorkerQueues};
 use crate::stats::{Counters, StatsRegistry};
 use crate::time::Clock;
 use crate::wire::MacAddr;
@@ -215,11 +216,11 @@ impl Stack {
                 soft_mac = Some(mac);
             }
             port.start()?;
-            let mut filter = crate::shared::filters::DeviceFilter::List;
+            let mut filter = crate::control_plane::filters::DeviceFilter::List;
             if soft_mac.is_some() && !spec.promiscuous {
                 log::info!("{}: promiscuous after all, to hear the MAC spate uses in software", port.name());
                 port.set_promiscuous(true)?;
-                filter = crate::shared::filters::DeviceFilter::Promiscuous;
+                filter = crate::control_plane::filters::DeviceFilter::Promiscuous;
             }
             device_filters.push(filter);
             let mac = soft_mac.unwrap_or(MacAddr(port.mac()?));
@@ -366,12 +367,8 @@ impl Stack {
             links: ifaces,
             announce: Mutex::new(Vec::new()),
             announce_pending: std::sync::atomic::AtomicBool::new(false),
-            endpoint: std::sync::OnceLock::new(),
-            metrics: std::sync::OnceLock::new(),
             capture: Default::default(),
-            mcast: Default::default(),
             mcast_reports: Default::default(),
-            mcast_filters: Mutex::new(device_filters),
             mcast_pending: std::sync::atomic::AtomicBool::new(false),
             cfg,
             budget,
@@ -387,12 +384,12 @@ impl Stack {
         for iface in shared.links.iter().filter(|i| !i.ipv4.is_empty()) {
             shared.add_broadcast_neighbors(iface.index, &iface.ipv4_broadcast);
         }
-        for iface in 0..shared.ports.len() as u16 {
-            shared.sync_multicast_filter(iface);
+        let stack = Stack::from_parts(shared, ControlPlane::new(device_filters));
+        for iface in 0..stack.shared.ports.len() as u16 {
+            stack.sync_multicast_filter(iface);
         }
-        shared.refresh_realtime();
-        tunnels::register_endpoints(&shared)?;
-        let stack = Stack { shared: Arc::new(shared) };
+        stack.shared.refresh_realtime();
+        tunnels::register_endpoints(&stack.shared)?;
         control::open(&stack)?;
         metrics::open(&stack)?;
         Ok(stack)
@@ -459,8 +456,8 @@ impl Stack {
     /// `None` while it runs promiscuous (spate's software filter), else
     /// its device's multicast list, all-multicast or promiscuous mode, as
     /// far as the device went (see `promiscuous` in the configuration).
-    pub fn multicast_filter(&self, iface: u16) -> Option<crate::shared::filters::DeviceFilter> {
-        self.shared.multicast_filter(iface)
+    pub fn multicast_filter(&self, iface: u16) -> Option<crate::control_plane::filters::DeviceFilter> {
+        self.device_filter(iface)
     }
 
     /// Each port's name and counters.
@@ -536,10 +533,10 @@ impl Stack {
     /// as the process); the datapath is untouched. A second call does
     /// nothing.
     pub fn close_endpoints(&self) {
-        if let Some(e) = self.shared.endpoint.get() {
+        if let Some(e) = self.control.endpoint.get() {
             e.close();
         }
-        if let Some(e) = self.shared.metrics.get() {
+        if let Some(e) = self.control.metrics.get() {
             e.close();
         }
     }

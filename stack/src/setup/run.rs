@@ -6,9 +6,10 @@ use std::sync::Arc;
 
 use spate_dpdk::lcore;
 
+use crate::control_plane::Stack;
 use crate::engine::{LcoreCtx, Worker};
 use crate::error::{Error, Result};
-use crate::shared::{Stack, WorkerQueues};
+use crate::shared::WorkerQueues;
 
 /// A stack polling on worker lcores in the background (from [`Stack::spawn`]).
 #[derive(Debug)]

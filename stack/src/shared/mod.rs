@@ -1,9 +1,12 @@
-//! State shared by the lcores and the sockets: the tables, the pool, the
-//! ports, the per-lcore load figures and inboxes ([`Shared`]), the
-//! [`Stack`] handle to it, the part of a socket the receive path reaches
-//! ([`SocketCore`]), and the hand-off types ([`handoff`]). Built by the
-//! setup layer; read by the engine and the sockets, which never reach
-//! each other.
+//! The datapath's shared state: what the lcores and the sockets read and
+//! write while packets move: the tables, the pool, the ports, the
+//! published view of interfaces, routes and groups ([`Net`]), the
+//! per-lcore load figures and inboxes ([`Shared`]), the part of a socket
+//! the receive path reaches ([`SocketCore`]), and the hand-off types
+//! ([`handoff`]). Built by the setup layer; read by the engine and the
+//! sockets, which never reach each other; changed from above by the
+//! control plane (`control_plane`: memberships, device filters, the
+//! service threads), which the [`Stack`](crate::Stack) handle holds beside it.
 
 use std::net::IpAddr;
 use std::sync::atomic::{AtomicBool, AtomicI32, AtomicU32, AtomicU64, AtomicUsize, Ordering};
@@ -18,7 +21,7 @@ use crate::error::{Error, Result};
 use crate::iface::Interface;
 use crate::ip_id::IpIdGen;
 use crate::lookup::SocketTable;
-use crate::mcast::{Change, McastView, Memberships, SourceFilter};
+use crate::mcast::McastView;
 use crate::neigh::NeighTable;
 use crate::route::{Route, Routes};
 use crate::rx_queue::SocketQueue;
@@ -26,7 +29,6 @@ use crate::stats::StatsRegistry;
 use crate::time::{Clock, Instant};
 
 pub(crate) mod doorbell;
-pub(crate) mod filters;
 pub(crate) mod flow_owners;
 pub(crate) mod handoff;
 pub(crate) mod inbox;
@@ -68,11 +70,6 @@ impl SocketCore {
         self.error.store(libc::ENETDOWN, Ordering::SeqCst);
         self.queue.halt();
     }
-}
-
-/// Interface `iface`'s filter for `group`, if it is in it.
-fn state_of(m: &Memberships, iface: u16, group: &IpAddr) -> Option<SourceFilter> {
-    m.iface_state(iface).into_iter().find(|(g, _)| g == group).map(|(_, f)| f)
 }
 
 /// An IGMP or MLD report lcore 0 sends when it is due.
@@ -214,23 +211,12 @@ pub(crate) struct Shared {
     pub(crate) lifecycle: Lifecycle,
     pub(crate) rng: Mutex<u64>,
     pub(crate) ports: Vec<Port>,
-    /// The control endpoint, once `setup` opened it: dropped with the
-    /// stack, which stops its thread and removes its socket.
-    pub(crate) endpoint: std::sync::OnceLock<ServiceThread>,
-    /// The metrics endpoint (`metrics`), likewise.
-    #[cfg_attr(not(feature = "metrics"), allow(dead_code))]
-    pub(crate) metrics: std::sync::OnceLock<ServiceThread>,
     /// The attached capture (`spate-dump`), if any.
     pub capture: crate::capture::TapSlot,
-    /// The sockets' multicast memberships (the lcores read their view in
-    /// `Net`).
-    pub mcast: Mutex<Memberships>,
     /// IGMP and MLD reports to send, for lcore 0's timer
     /// (`mcast_pending` says there are some), the queriers heard and the
     /// answers' rate limit.
     pub mcast_reports: Mutex<McastTimers>,
-    /// How each non-promiscuous port hears its groups (see [`filters`]).
-    pub mcast_filters: Mutex<Vec<filters::DeviceFilter>>,
     pub mcast_pending: AtomicBool,
     // Last: queued packets above must go back to the pool first.
     pub pool: Arc<Mempool>,
@@ -299,76 +285,6 @@ impl Shared {
     #[inline]
     pub fn net_generation(&self) -> u64 {
         self.net_gen.load(Ordering::Acquire)
-    }
-
-    /// Applies a membership change of socket `socket` and publishes the
-    /// interfaces' new state; a change of an interface's state is reported
-    /// (IGMPv3 or MLDv2) at once and again within a second, as RFC 3376's
-    /// robustness variable of 2 asks.
-    pub fn change_membership(&self, socket: u64, iface: u16, group: IpAddr, change: Change) -> std::io::Result<()> {
-        let mut m = self.mcast.lock().unwrap_or_else(|p| p.into_inner());
-        let before = state_of(&m, iface, &group);
-        m.change(socket, iface, group, change).map_err(|r| std::io::Error::from_raw_os_error(r.errno()))?;
-        let changed = if state_of(&m, iface, &group) != before { vec![(iface, group)] } else { Vec::new() };
-        self.publish_mcast(&m, &changed);
-        drop(m);
-        self.sync_filters(&changed);
-        Ok(())
-    }
-
-    /// Programs the device filters of the interfaces whose groups
-    /// `changed`, after the memberships' lock is let go: a device's
-    /// control call may take a while, and each reads the newest state.
-    fn sync_filters(&self, changed: &[(u16, IpAddr)]) {
-        let mut ifaces: Vec<u16> = changed.iter().map(|(i, _)| *i).collect();
-        ifaces.sort();
-        ifaces.dedup();
-        for i in ifaces {
-            self.sync_multicast_filter(i);
-        }
-    }
-
-    /// Drops every membership of a socket that closed.
-    pub fn leave_all_groups(&self, socket: u64) {
-        let mut m = self.mcast.lock().unwrap_or_else(|p| p.into_inner());
-        let groups: Vec<(u16, IpAddr)> =
-            m.all().iter().filter(|x| x.socket == socket).map(|x| (x.iface, x.group)).collect();
-        if groups.is_empty() {
-            return;
-        }
-        let before: Vec<_> = groups.iter().map(|(i, g)| state_of(&m, *i, g)).collect();
-        m.leave_all(socket);
-        let changed: Vec<(u16, IpAddr)> =
-            groups.into_iter().zip(before).filter(|((i, g), b)| state_of(&m, *i, g) != *b).map(|(x, _)| x).collect();
-        self.publish_mcast(&m, &changed);
-        drop(m);
-        self.sync_filters(&changed);
-    }
-
-    /// Publishes the memberships' view and queues the reports of the
-    /// interface states that `changed`.
-    fn publish_mcast(&self, m: &Memberships, changed: &[(u16, IpAddr)]) {
-        let _ = self.change_net(|net| {
-            net.mcast = Arc::new(McastView::of(m, net.ifaces.len()));
-            Ok(())
-        });
-        if changed.is_empty() {
-            return;
-        }
-        let now = self.clock.now();
-        let mut reports = self.mcast_reports.lock().unwrap_or_else(|p| p.into_inner());
-        for &(iface, group) in changed.iter().filter(|(_, g)| crate::mcast::report::reported(g)) {
-            let repeat = Instant(now.0 + 1 + (self.random_u32() as u64 % 1_000_000_000));
-            for (due, repeat) in [(now, false), (repeat, true)] {
-                let report =
-                    PendingReport { due, iface, v6: group.is_ipv6(), group: Some(group), current: false, repeat };
-                reports.reports.push(report);
-            }
-        }
-        self.mcast_pending.store(true, Ordering::Release);
-        drop(reports);
-        // Lcore 0 sends reports: at once, also when it sleeps.
-        self.wake(0);
     }
 
     /// Changes the interfaces or routes: `f` edits a copy, which is
@@ -569,73 +485,4 @@ impl Lifecycle {
     pub fn give_back(&self, idx: usize, q: WorkerQueues) {
         self.queues.lock().unwrap_or_else(|p| p.into_inner())[idx] = Some(q);
     }
-}
-
-/// A thread that serves the stack from outside the datapath (the control
-/// endpoint, the metrics endpoint: `setup` starts them, holding the stack
-/// only weakly between requests), blocked in `accept` on its listener
-/// (with a timeout) until `stop` is set.
-#[derive(Debug)]
-pub(crate) struct ServiceThread {
-    pub listener: Listener,
-    pub stop: Arc<AtomicBool>,
-    pub thread: Mutex<Option<std::thread::JoinHandle<()>>>,
-}
-
-/// Where a [`ServiceThread`] listens.
-#[derive(Debug)]
-pub(crate) enum Listener {
-    /// A unix socket (its path and inode), removed when the thread stops
-    /// if it is still ours.
-    Unix(std::path::PathBuf, u64),
-    /// A TCP address.
-    #[cfg_attr(not(feature = "metrics"), allow(dead_code))]
-    Tcp(std::net::SocketAddr),
-}
-
-impl ServiceThread {
-    /// Stops the thread and removes its unix socket if it is still ours;
-    /// once (a second call finds the thread gone and does nothing).
-    pub fn close(&self) {
-        use std::os::unix::fs::MetadataExt;
-        if self.stop.swap(true, Ordering::AcqRel) {
-            return;
-        }
-        // A connection wakes the thread blocked in accept; if it cannot
-        // reach it, the accept timeout does, within a second.
-        let ours = match &self.listener {
-            Listener::Unix(p, ino) => {
-                // Only our own socket: another stack may have its name now.
-                let ours = std::fs::symlink_metadata(p).is_ok_and(|m| m.ino() == *ino);
-                if ours {
-                    drop(std::os::unix::net::UnixStream::connect(p));
-                }
-                ours
-            }
-            Listener::Tcp(a) => {
-                drop(std::net::TcpStream::connect_timeout(a, std::time::Duration::from_millis(200)));
-                false
-            }
-        };
-        let t = self.thread.lock().unwrap_or_else(|p| p.into_inner()).take();
-        // The last handle may go on that thread itself, within a request.
-        if let Some(t) = t.filter(|t| t.thread().id() != std::thread::current().id()) {
-            let _ = t.join();
-        }
-        if let (Listener::Unix(p, _), true) = (&self.listener, ours) {
-            let _ = std::fs::remove_file(p);
-        }
-    }
-}
-
-impl Drop for ServiceThread {
-    fn drop(&mut self) {
-        self.close();
-    }
-}
-
-/// A UDP/IP stack on DPDK ports. Cheap to clone (a handle).
-#[derive(Debug, Clone)]
-pub struct Stack {
-    pub(crate) shared: Arc<Shared>,
 }

@@ -9,10 +9,11 @@ use std::time::{Duration, Instant as StdInstant};
 
 use super::{Inner, IpOptions, State, UdpSocket, errno};
 use crate::addr::{mapped, normalize};
+use crate::control_plane::Stack;
 use crate::datagram::{Datagram, DatagramBatch};
 use crate::lookup::{BindError, Binding, Family};
 use crate::rx_queue::{SocketQueue, Wait};
-use crate::shared::{SocketCore, Stack};
+use crate::shared::SocketCore;
 
 /// Options set before `bind`.
 #[derive(Debug, Clone)]
@@ -590,6 +591,6 @@ impl Drop for Inner {
             shared.stamp_users.fetch_sub(1, Ordering::AcqRel);
         }
         // Its groups are left (reported if the interface leaves them).
-        shared.leave_all_groups(self.core.id);
+        self.stack.leave_all_groups(self.core.id);
     }
 }

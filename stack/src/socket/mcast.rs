@@ -198,7 +198,7 @@ impl UdpSocket {
             false => net.ifaces.iter().find(|i| i.has_ipv4(*interface)),
         };
         let Some(iface) = iface else { return Err(errno(libc::ENODEV, "no interface with that IPv4 address")) };
-        self.shared().change_membership(self.core.id, iface.index, IpAddr::V4(*group), change)
+        self.stack.change_membership(self.core.id, iface.index, IpAddr::V4(*group), change)
     }
 
     fn change_v6(&self, group: &Ipv6Addr, interface: u32, change: Change) -> io::Result<()> {
@@ -212,7 +212,7 @@ impl UdpSocket {
             n => net.ifaces.get(n as usize - 1),
         };
         let Some(iface) = iface else { return Err(errno(libc::ENODEV, "no such interface")) };
-        self.shared().change_membership(self.core.id, iface.index, IpAddr::V6(*group), change)
+        self.stack.change_membership(self.core.id, iface.index, IpAddr::V6(*group), change)
     }
 
     fn v6_only_option(&self) -> io::Result<()> {

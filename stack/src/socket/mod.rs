@@ -10,8 +10,9 @@ use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use crate::control_plane::Stack;
 use crate::lookup::Family;
-use crate::shared::{Net, Shared, SocketCore, Stack};
+use crate::shared::{Net, Shared, SocketCore};
 
 mod api;
 mod mcast;

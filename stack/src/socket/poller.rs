@@ -17,7 +17,8 @@ use std::task::{Wake, Waker};
 use std::time::{Duration, Instant};
 
 use super::{UdpSocket, errno};
-use crate::shared::{SocketCore, Stack};
+use crate::control_plane::Stack;
+use crate::shared::SocketCore;
 
 /// What a registration waits for.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]

@@ -5,7 +5,7 @@ use std::sync::Mutex;
 use std::sync::atomic::Ordering;
 
 use super::*;
-use crate::shared::Stack;
+use crate::control_plane::Stack;
 
 pub(crate) fn info(stack: &Stack) -> Info {
     let s = &stack.shared;

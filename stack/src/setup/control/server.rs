@@ -7,14 +7,15 @@ use std::os::unix::fs::{DirBuilderExt, FileTypeExt, MetadataExt, PermissionsExt}
 use std::os::unix::net::{UnixListener, UnixStream};
 use std::path::Path;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex, Weak};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use super::{Reply, Request, info, reply, snapshot};
 use crate::config::Cidr;
+use crate::control_plane::service::{Listener, ServiceThread};
+use crate::control_plane::{Stack, WeakStack};
 use crate::error::{Error, Result};
 use crate::setup::capture;
-use crate::shared::{Listener, ServiceThread, Shared, Stack};
 use crate::wire::MacAddr;
 
 /// Connections served at once at most (more are refused).
@@ -63,12 +64,12 @@ pub(in crate::setup) fn open(stack: &Stack) -> Result<()> {
         Err(e) => return Err(Error::Config(format!("control endpoint {}: {e}", path.display()))),
     };
     let stop = Arc::new(AtomicBool::new(false));
-    let (weak, flag) = (Arc::downgrade(shared), stop.clone());
+    let (weak, flag) = (stack.downgrade(), stop.clone());
     let thread = crate::setup::service_thread("spate-control", move || serve(listener, weak, flag))
         .map_err(|e| Error::Config(format!("control endpoint: no thread: {e}")))?;
     let endpoint =
         ServiceThread { listener: Listener::Unix(path.clone(), ino), stop, thread: Mutex::new(Some(thread)) };
-    if shared.endpoint.set(endpoint).is_err() {
+    if stack.control.endpoint.set(endpoint).is_err() {
         return Err(Error::State("the control endpoint was opened twice".into()));
     }
     log::info!("spate: control endpoint {}", path.display());
@@ -151,7 +152,7 @@ fn sweep(dir: &Path) {
 /// [`MAX_CLIENTS`] at once. The stack's drop wakes `accept` with a
 /// connection; should that miss (the socket's path is gone or another's),
 /// the accept timeout ends the wait within [`ACCEPT_TICK`].
-fn serve(listener: UnixListener, shared: Weak<Shared>, stop: Arc<AtomicBool>) {
+fn serve(listener: UnixListener, shared: WeakStack, stop: Arc<AtomicBool>) {
     // Threads started by the EAL's main thread inherit its pinning.
     let _ = spate_dpdk::lcore::unpin_current_thread();
     if socket2::SockRef::from(&listener).set_read_timeout(Some(ACCEPT_TICK)).is_err() {
@@ -185,7 +186,7 @@ fn serve(listener: UnixListener, shared: Weak<Shared>, stop: Arc<AtomicBool>) {
 
 /// One connection's requests, until it closes, the stack goes, or a line
 /// is not a request.
-fn client(conn: UnixStream, shared: &Weak<Shared>, stop: &AtomicBool) {
+fn client(conn: UnixStream, shared: &WeakStack, stop: &AtomicBool) {
     if conn.set_read_timeout(Some(READ_TICK)).is_err() {
         return;
     }
@@ -197,7 +198,7 @@ fn client(conn: UnixStream, shared: &Weak<Shared>, stop: &AtomicBool) {
             Ok(true) => {}
             Ok(false) => return,
             Err(e) if matches!(e.kind(), io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut) => {
-                if stop.load(Ordering::Acquire) || shared.strong_count() == 0 {
+                if stop.load(Ordering::Acquire) || shared.is_gone() {
                     return;
                 }
                 continue;
@@ -210,7 +211,7 @@ fn client(conn: UnixStream, shared: &Weak<Shared>, stop: &AtomicBool) {
                 return capture::session(input.into_inner(), shared, stop, req);
             }
             Ok(req) => match shared.upgrade() {
-                Some(s) => handle(&Stack { shared: s }, req),
+                Some(s) => handle(&s, req),
                 None => return,
             },
             Err(e) => Reply::Error { message: format!("not a request: {e}"), errno: Some(libc::EINVAL) },

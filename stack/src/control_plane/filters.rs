@@ -9,7 +9,7 @@
 
 use std::net::IpAddr;
 
-use super::Shared;
+use super::Stack;
 use crate::iface::Interface;
 use crate::mcast::report::{ALL_HOSTS, group_mac};
 use crate::wire::ipv6;
@@ -30,17 +30,17 @@ pub enum DeviceFilter {
     Unfiltered,
 }
 
-impl Shared {
+impl Stack {
     /// Programs interface `iface`'s port with the group MACs it must hear
     /// now, when the port is configured not promiscuous. Each fallback is
     /// logged: the port then hears more than it needs, never less.
     pub fn sync_multicast_filter(&self, iface: u16) {
-        let Some(spec) = self.cfg.ports.get(iface as usize) else { return };
-        let Some(port) = self.ports.get(iface as usize) else { return };
+        let Some(spec) = self.shared.cfg.ports.get(iface as usize) else { return };
+        let Some(port) = self.shared.ports.get(iface as usize) else { return };
         if spec.promiscuous {
             return;
         }
-        let mut modes = self.mcast_filters.lock().unwrap_or_else(|p| p.into_inner());
+        let mut modes = self.control.filters.lock().unwrap_or_else(|p| p.into_inner());
         if modes.len() <= iface as usize {
             modes.resize(iface as usize + 1, DeviceFilter::List);
         }
@@ -73,18 +73,18 @@ impl Shared {
 
     /// How interface `iface`'s port hears its groups (`None` when it runs
     /// promiscuous by configuration).
-    pub fn multicast_filter(&self, iface: u16) -> Option<DeviceFilter> {
-        let spec = self.cfg.ports.get(iface as usize)?;
+    pub(crate) fn device_filter(&self, iface: u16) -> Option<DeviceFilter> {
+        let spec = self.shared.cfg.ports.get(iface as usize)?;
         if spec.promiscuous {
             return None;
         }
-        let modes = self.mcast_filters.lock().unwrap_or_else(|p| p.into_inner());
+        let modes = self.control.filters.lock().unwrap_or_else(|p| p.into_inner());
         Some(modes.get(iface as usize).copied().unwrap_or_default())
     }
 
     /// The group MACs interface `iface` must hear now.
     fn multicast_macs(&self, iface: u16) -> Vec<[u8; 6]> {
-        let net = self.net();
+        let net = self.shared.net();
         let joined: Vec<IpAddr> =
             net.mcast.ifaces.get(iface as usize).map(|g| g.iter().map(|(g, _)| *g).collect()).unwrap_or_default();
         net.ifaces.get(iface as usize).map_or_else(Vec::new, |ifc| group_macs(ifc, &joined))
