@@ -11,6 +11,7 @@ use std::net::IpAddr;
 use spate_dpdk::Mbuf;
 
 use super::offsets::UdpInFrame;
+use super::rx::Step;
 use crate::datagram::{Datagram, header_span};
 use crate::wire::udp;
 
@@ -148,7 +149,7 @@ impl Worker<'_> {
         coalesce: bool,
         flow: Flow,
         payload: usize,
-    ) -> Option<Counter> {
+    ) -> Step {
         self.inc(Counter::GroLookups);
         if let Some(port) = tunnel {
             return self.rx_vxlan(iface, port, m, at);
@@ -156,18 +157,18 @@ impl Worker<'_> {
         let after = m.pkt_len() - (at.l4 + udp::HEADER_LEN + payload);
         if m.adj(at.l4 + udp::HEADER_LEN).is_err() || (after > 0 && m.trim(after).is_err()) {
             self.inc(if at.src.is_ipv4() { Counter::UdpInErrors } else { Counter::Udp6InErrors });
-            return Some(Counter::RxUdpErrors);
+            return Step::Done(Some(Counter::RxUdpErrors));
         }
         if coalesce {
             m = match self.gro_merge(index, &flow, m, payload) {
-                Ok(()) => return Some(Counter::RxGroMerged),
+                Ok(()) => return Step::Done(Some(Counter::RxGroMerged)),
                 Err(m) => m,
             };
         }
         let d = Datagram::new(m, header_span(at.l3, at.l4), mapped, iface);
         let pos = self.stage(index, iface, at.src.is_ipv4(), d);
         self.gro_open(coalesce, index, flow, payload, pos);
-        None
+        Step::Done(None)
     }
 
     /// Adds the payload in `m` (`payload` bytes, headers already cut off)

@@ -165,8 +165,6 @@ pub(crate) struct Worker<'s> {
     /// the segments waiting to be chained to it.
     train: gro::Train,
     train_segments: Burst<{ gro::MAX_SEGMENTS as usize }>,
-    /// An inner frame a tunnel just decapsulated, for the receive loop.
-    decapsulated: Option<(u16, Mbuf)>,
     /// Copies of this lcore's own packets to groups for its receive path
     /// (`IP_MULTICAST_LOOP`), with their interface: taken in the next
     /// poll.
@@ -264,7 +262,6 @@ impl<'s> Worker<'s> {
             frame_no: 0,
             train: Default::default(),
             train_segments: Burst::new(),
-            decapsulated: None,
             looped: Vec::new(),
             sleeper: None,
             rx_intr: false,

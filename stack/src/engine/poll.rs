@@ -7,6 +7,7 @@ use std::sync::atomic::Ordering;
 
 use spate_dpdk::Burst;
 
+use super::rx::Step;
 use super::{LcoreCtx, Worker};
 use crate::shared::{BURST, Direct, LOCAL_TX, LOCAL_TX_CAPACITY, LocalTx, Net, PortSteering, TxPacket};
 use crate::stats::{Counter, add_single_writer};
@@ -209,7 +210,7 @@ impl Worker<'_> {
                     Ok(true) => fast4 += 1,
                     Ok(false) => fast6 += 1,
                     Err(m) => {
-                        if let Some(outcome) = self.rx_frame::<false>(&net, iface, m) {
+                        if let Some(outcome) = self.rx_frame::<false>(&net, iface, m).outcome() {
                             self.inc(outcome);
                         }
                     }
@@ -235,15 +236,17 @@ impl Worker<'_> {
             self.frame_no += 1;
             let (mut ifc, mut m) = (iface, m);
             loop {
-                if let Some(outcome) = self.rx_frame::<true>(net, ifc, m) {
-                    self.inc(outcome);
-                }
-                match self.decapsulated.take() {
-                    Some(inner) => {
-                        self.tap(inner.0, false, std::slice::from_ref(&inner.1));
-                        (ifc, m) = inner
+                match self.rx_frame::<true>(net, ifc, m) {
+                    Step::Done(outcome) => {
+                        if let Some(outcome) = outcome {
+                            self.inc(outcome);
+                        }
+                        break;
                     }
-                    None => break,
+                    Step::Inner(inner, frame) => {
+                        self.tap(inner, false, std::slice::from_ref(&frame));
+                        (ifc, m) = (inner, frame)
+                    }
                 }
             }
         }

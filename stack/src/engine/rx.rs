@@ -17,6 +17,30 @@ use crate::shared::Net;
 use crate::stats::Counter;
 use crate::wire::{arp, ethernet, ip_proto, ipv4, ipv6, udp};
 
+/// What the receive path made of a frame.
+#[derive(Debug)]
+pub(super) enum Step {
+    /// Its `Rx` outcome; none when a socket took it (counted as delivered
+    /// when queued) or a GRO train grew by it.
+    Done(Option<Counter>),
+    /// A tunnel's datagram, decapsulated: the inner frame and its
+    /// interface, the receive loop's next frame (the outer frame's own
+    /// outcome is none). Only the path with the GRO stage gives it.
+    Inner(u16, Mbuf),
+}
+
+impl Step {
+    /// The outcome, on a path without the GRO stage (which never
+    /// decapsulates).
+    #[inline(always)]
+    pub(super) fn outcome(self) -> Option<Counter> {
+        match self {
+            Step::Done(outcome) => outcome,
+            Step::Inner(..) => unreachable!("only the GRO stage decapsulates"),
+        }
+    }
+}
+
 impl parse::Tally for &Worker<'_> {
     #[inline(always)]
     fn inc(&mut self, c: Counter) {
@@ -36,11 +60,11 @@ impl Worker<'_> {
     /// of the code), so the path without it is what it was before the
     /// stage existed.
     #[inline]
-    pub(super) fn rx_frame<const GRO: bool>(&mut self, net: &Net, ifx: u16, m: Mbuf) -> Option<Counter> {
+    pub(super) fn rx_frame<const GRO: bool>(&mut self, net: &Net, ifx: u16, m: Mbuf) -> Step {
         let iface: &Interface = &net.ifaces[ifx as usize];
-        match parse::frame(iface, m, &mut &*self) {
+        Step::Done(match parse::frame(iface, m, &mut &*self) {
             Frame::Done(outcome) => Some(outcome),
-            Frame::Udp { m, at } => self.rx_udp::<GRO>(iface, m, at),
+            Frame::Udp { m, at } => return self.rx_udp::<GRO>(iface, m, at),
             Frame::Fragment { key, f, src, dst, group } => self.reassemble(iface, key, f, src, dst, group),
             Frame::Arp { m, l2 } => Some(self.rx_arp(iface, m, l2)),
             Frame::Icmpv4 { m, l4, src, dst, broadcast } => Some(self.rx_icmpv4(iface, m, l4, src, dst, broadcast)),
@@ -63,15 +87,15 @@ impl Worker<'_> {
                 }
                 Some(Counter::RxIpv6UnknownProto)
             }
-        }
+        })
     }
 
     /// UDP: validate, look the socket up, queue the datagram.
     #[inline]
-    pub(super) fn rx_udp<const GRO: bool>(&mut self, iface: &Interface, m: Mbuf, at: UdpInFrame) -> Option<Counter> {
+    pub(super) fn rx_udp<const GRO: bool>(&mut self, iface: &Interface, m: Mbuf, at: UdpInFrame) -> Step {
         match parse::udp(&m, &at, &mut &*self) {
             Ok(h) => self.rx_udp_deliver::<GRO>(iface, m, at, h.src_port, h.dst_port, h.payload),
-            Err(outcome) => Some(outcome),
+            Err(outcome) => Step::Done(Some(outcome)),
         }
     }
 
@@ -86,7 +110,7 @@ impl Worker<'_> {
         src_port: u16,
         dst_port: u16,
         payload: usize,
-    ) -> Option<Counter> {
+    ) -> Step {
         let c = parse::udp_counters(&at.src);
         let key = FlowKey {
             src: ip_key(&at.src),
@@ -100,13 +124,13 @@ impl Worker<'_> {
         };
         if at.group {
             // Every socket that matches gets it.
-            return match self.deliver_group(iface, m, &at, &key, payload) {
+            return Step::Done(match self.deliver_group(iface, m, &at, &key, payload) {
                 Ok(()) => None,
                 Err(_unwanted) => {
                     self.inc(c.ignored_multi);
                     Some(Counter::RxIgnoredMulti)
                 }
-            };
+            });
         }
         if let Some((index, b)) = self.snapshot.lookup(&key) {
             let mapped = b.family == Family::V6 && at.src.is_ipv4();
@@ -122,13 +146,13 @@ impl Worker<'_> {
             let after = m.pkt_len() - (at.l4 + udp::HEADER_LEN + payload);
             if m.adj(at.l4 + udp::HEADER_LEN).is_err() || (after > 0 && m.trim(after).is_err()) {
                 self.inc(c.in_errors);
-                return Some(Counter::RxUdpErrors);
+                return Step::Done(Some(Counter::RxUdpErrors));
             }
             let d = Datagram::new(m, header_span(at.l3, at.l4), mapped, iface.index);
             // Staged: for the callback, or queued with one charge and one
             // lock per socket.
             self.stage(index, iface.index, at.src.is_ipv4(), d);
-            return None;
+            return Step::Done(None);
         }
         self.inc(c.no_ports);
         match (at.src, at.dst) {
@@ -146,7 +170,7 @@ impl Worker<'_> {
             ),
             _ => {}
         }
-        Some(Counter::RxNoPort)
+        Step::Done(Some(Counter::RxNoPort))
     }
 
     fn rx_arp(&mut self, iface: &Interface, mut m: Mbuf, l2: usize) -> Counter {
@@ -262,6 +286,6 @@ impl Worker<'_> {
         {
             return Some(Counter::RxVxlanFragmented);
         }
-        self.rx_udp_deliver::<false>(iface, m, at, src_port, dst_port, udp_len - udp::HEADER_LEN)
+        self.rx_udp_deliver::<false>(iface, m, at, src_port, dst_port, udp_len - udp::HEADER_LEN).outcome()
     }
 }

@@ -23,6 +23,7 @@ use spate_dpdk::Mbuf;
 
 use super::Worker;
 use super::offsets::UdpInFrame;
+use super::rx::Step;
 use crate::buf::PacketBuf;
 use crate::hdr::{UdpHeaders, push_udp_ip};
 use crate::iface::{Interface, Tunnel};
@@ -33,17 +34,17 @@ use crate::wire::{ethernet, udp, vxlan};
 impl Worker<'_> {
     /// A datagram that came in on interface `iface` for a tunnel endpoint
     /// on UDP port `port`, decapsulated ([`decapsulate`]).
-    pub(super) fn rx_vxlan(&mut self, iface: u16, port: u16, mut m: Mbuf, at: UdpInFrame) -> Option<Counter> {
-        let inner = match decapsulate(&self.shared.links, iface, port, &mut m, &at) {
-            Ok(inner) => inner,
-            Err(outcome) => return Some(outcome),
-        };
-        self.inc(Counter::VxlanInPackets);
-        // The receive loop takes it next, as a frame of the inner
-        // interface (no recursion: the loop's one call of `rx_frame`
-        // stays inlined), and counts its outcome for the outer frame.
-        self.decapsulated = Some((inner, m));
-        None
+    /// The inner frame goes back to the receive loop, which takes it next
+    /// as a frame of the inner interface (no recursion: the loop's one
+    /// call of `rx_frame` stays inlined).
+    pub(super) fn rx_vxlan(&mut self, iface: u16, port: u16, mut m: Mbuf, at: UdpInFrame) -> Step {
+        match decapsulate(&self.shared.links, iface, port, &mut m, &at) {
+            Ok(inner) => {
+                self.inc(Counter::VxlanInPackets);
+                Step::Inner(inner, m)
+            }
+            Err(outcome) => Step::Done(Some(outcome)),
+        }
     }
 
     /// Sends frame `m` of inner interface `ifc` to its tunnel's remote.
