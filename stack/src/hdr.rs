@@ -223,15 +223,15 @@ fn push_udp_ip_any(m: &mut impl PacketBuf, h: &UdpHeaders, offload: bool) -> Res
 #[inline]
 pub fn push_ethernet(
     m: &mut impl PacketBuf,
-    iface: &Interface,
+    ifc: &Interface,
     dst: MacAddr,
     ethertype: u16,
 ) -> Result<(), &'static str> {
-    if iface.vlan.is_none() {
+    if ifc.vlan.is_none() {
         // Untagged, the common case: one 14-byte write.
-        return push_untagged(m, &untagged_header(dst, iface.mac, ethertype));
+        return push_untagged(m, &untagged_header(dst, ifc.mac, ethertype));
     }
-    let repr = ethernet::Repr { src: iface.mac, dst, ethertype, vlan: iface.vlan };
+    let repr = ethernet::Repr { src: ifc.mac, dst, ethertype, vlan: ifc.vlan };
     let l2 = repr.buffer_len();
     repr.emit(m.prepend(l2).map_err(|_| "no headroom")?);
     set_offload_lengths(m, l2);

@@ -248,8 +248,8 @@ pub fn multicast_route(
     Some(route(iface, *group, src))
 }
 
-fn route(iface: &Interface, next_hop: IpAddr, src: IpAddr) -> Route {
-    Route { iface: iface.index, next_hop, src, mtu: iface.mtu, offload: iface.tx_checksum }
+fn route(ifc: &Interface, next_hop: IpAddr, src: IpAddr) -> Route {
+    Route { iface: ifc.index, next_hop, src, mtu: ifc.mtu, offload: ifc.tx_checksum }
 }
 
 /// The interface whose link gateway `g` is on (an IPv6 gateway may be

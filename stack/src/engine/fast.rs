@@ -35,12 +35,12 @@ fn udp_sum_ok(addresses_to_end: &[u8], udp_len: usize) -> bool {
 /// The EtherType of an untagged frame to the interface's own MAC, on an
 /// interface without a VLAN: the frames the fast path looks into.
 #[inline(always)]
-pub(super) fn to_us<B: PacketBuf>(iface: &Interface, m: &B) -> Option<u16> {
+pub(super) fn to_us<B: PacketBuf>(ifc: &Interface, m: &B) -> Option<u16> {
     let h = m.data().get(..ethernet::HEADER_LEN)?;
-    let mac = &iface.mac.0;
+    let mac = &ifc.mac.0;
     let to_us = u32::from_ne_bytes([h[0], h[1], h[2], h[3]]) == u32::from_ne_bytes([mac[0], mac[1], mac[2], mac[3]])
         && u16::from_ne_bytes([h[4], h[5]]) == u16::from_ne_bytes([mac[4], mac[5]]);
-    if iface.vlan.is_some() || !to_us {
+    if ifc.vlan.is_some() || !to_us {
         return None;
     }
     Some(u16::from_be_bytes([h[12], h[13]]))
@@ -64,7 +64,7 @@ pub(super) struct Fast {
 /// addresses from an address that is not a group or broadcast, its UDP
 /// length the IP payload's, both checksums good. None for anything else.
 #[inline(always)]
-pub(super) fn parse_v4<B: PacketBuf>(iface: &Interface, m: &B) -> Option<Fast> {
+pub(super) fn parse_v4<B: PacketBuf>(ifc: &Interface, m: &B) -> Option<Fast> {
     let d = m.data();
     // The headers as one fixed-size array: no bounds checks below.
     let h: &[u8; FAST_L4 + udp::HEADER_LEN] =
@@ -92,7 +92,7 @@ pub(super) fn parse_v4<B: PacketBuf>(iface: &Interface, m: &B) -> Option<Fast> {
         }
     };
     let (src, dst) = (Ipv4Addr::from(be32(FAST_L3 + 12)), Ipv4Addr::from(be32(FAST_L3 + 16)));
-    if !ip_ok || !iface.has_ipv4(dst) || src.is_multicast() || iface.is_ipv4_broadcast(src) {
+    if !ip_ok || !ifc.has_ipv4(dst) || src.is_multicast() || ifc.is_ipv4_broadcast(src) {
         return None;
     }
     let udp_len = be16(FAST_L4 + 4) as usize;
@@ -123,7 +123,7 @@ pub(super) fn parse_v4<B: PacketBuf>(iface: &Interface, m: &B) -> Option<Fast> {
 /// payload's, the UDP checksum present and good (IPv6 has no datagram
 /// without one). None for anything else.
 #[inline(always)]
-pub(super) fn parse_v6<B: PacketBuf>(iface: &Interface, m: &B) -> Option<Fast> {
+pub(super) fn parse_v6<B: PacketBuf>(ifc: &Interface, m: &B) -> Option<Fast> {
     let d = m.data();
     let h: &[u8; FAST6_L4 + udp::HEADER_LEN] =
         d.get(..FAST6_L4 + udp::HEADER_LEN)?.try_into().expect("sliced to the size");
@@ -134,7 +134,7 @@ pub(super) fn parse_v6<B: PacketBuf>(iface: &Interface, m: &B) -> Option<Fast> {
         return None;
     }
     let (src, dst) = (addr(FAST_L3 + 8), addr(FAST_L3 + 24));
-    if dst.is_multicast() || src.is_multicast() || !iface.has_ipv6(&dst) {
+    if dst.is_multicast() || src.is_multicast() || !ifc.has_ipv6(&dst) {
         return None;
     }
     let udp_len = be16(FAST6_L4 + 4) as usize;
@@ -173,10 +173,10 @@ impl Worker<'_> {
     /// (ICMP port unreachable included): nothing here is counted or
     /// changed before the datagram is known to be the common case.
     #[inline(always)]
-    pub(super) fn rx_fast(&mut self, iface: &Interface, m: Mbuf) -> Result<bool, Mbuf> {
-        match to_us(iface, &m) {
-            Some(ethernet::ethertype::IPV4) => self.rx_fast_v4(iface, m).map(|()| true),
-            Some(ethernet::ethertype::IPV6) => self.rx_fast_v6(iface, m).map(|()| false),
+    pub(super) fn rx_fast(&mut self, ifc: &Interface, m: Mbuf) -> Result<bool, Mbuf> {
+        match to_us(ifc, &m) {
+            Some(ethernet::ethertype::IPV4) => self.rx_fast_v4(ifc, m).map(|()| true),
+            Some(ethernet::ethertype::IPV6) => self.rx_fast_v6(ifc, m).map(|()| false),
             _ => Err(m),
         }
     }
@@ -184,26 +184,26 @@ impl Worker<'_> {
     /// [`rx_fast`](Self::rx_fast) for IPv4, the frame's Ethernet header
     /// already checked.
     #[inline(always)]
-    fn rx_fast_v4(&mut self, iface: &Interface, m: Mbuf) -> Result<(), Mbuf> {
-        let ifx = iface.index;
-        let Some(f) = parse_v4(iface, &m) else { return Err(m) };
-        let Some((index, mapped)) = self.fast_lookup(&m, ifx, true, (f.src, f.src_port), (f.dst, f.dst_port)) else {
+    fn rx_fast_v4(&mut self, ifc: &Interface, m: Mbuf) -> Result<(), Mbuf> {
+        let iface = ifc.index;
+        let Some(f) = parse_v4(ifc, &m) else { return Err(m) };
+        let Some((index, mapped)) = self.fast_lookup(&m, iface, true, (f.src, f.src_port), (f.dst, f.dst_port)) else {
             return Err(m);
         };
-        self.stage_fast(ifx, true, m, f.padding, FAST_L4, index, mapped)
+        self.stage_fast(iface, true, m, f.padding, FAST_L4, index, mapped)
     }
 
     /// [`rx_fast`](Self::rx_fast) for IPv6, the frame's Ethernet header
     /// already checked.
     #[inline(always)]
-    fn rx_fast_v6(&mut self, iface: &Interface, m: Mbuf) -> Result<(), Mbuf> {
-        let ifx = iface.index;
-        let Some(f) = parse_v6(iface, &m) else { return Err(m) };
+    fn rx_fast_v6(&mut self, ifc: &Interface, m: Mbuf) -> Result<(), Mbuf> {
+        let iface = ifc.index;
+        let Some(f) = parse_v6(ifc, &m) else { return Err(m) };
         // An IPv6 datagram is never mapped: its socket is IPv6.
-        let Some((index, _)) = self.fast_lookup(&m, ifx, false, (f.src, f.src_port), (f.dst, f.dst_port)) else {
+        let Some((index, _)) = self.fast_lookup(&m, iface, false, (f.src, f.src_port), (f.dst, f.dst_port)) else {
             return Err(m);
         };
-        self.stage_fast(ifx, false, m, f.padding, FAST6_L4, index, false)
+        self.stage_fast(iface, false, m, f.padding, FAST6_L4, index, false)
     }
 
     /// The fast paths' look-up: the port's shortcut decision, the group's
@@ -281,10 +281,10 @@ mod tests {
     use crate::stats::Counter;
 
     /// What the fast path makes of `m`: whether IPv4, and the datagram.
-    fn fast(iface: &Interface, m: &MemBuf) -> Option<(bool, Fast)> {
-        match to_us(iface, m)? {
-            ethernet::ethertype::IPV4 => parse_v4(iface, m).map(|f| (true, f)),
-            ethernet::ethertype::IPV6 => parse_v6(iface, m).map(|f| (false, f)),
+    fn fast(ifc: &Interface, m: &MemBuf) -> Option<(bool, Fast)> {
+        match to_us(ifc, m)? {
+            ethernet::ethertype::IPV4 => parse_v4(ifc, m).map(|f| (true, f)),
+            ethernet::ethertype::IPV6 => parse_v6(ifc, m).map(|f| (false, f)),
             _ => None,
         }
     }

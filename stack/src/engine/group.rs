@@ -28,7 +28,7 @@ impl Worker<'_> {
     #[inline(never)]
     pub(super) fn deliver_group(
         &mut self,
-        iface: &Interface,
+        ifc: &Interface,
         m: Mbuf,
         at: &UdpInFrame,
         key: &FlowKey,
@@ -44,7 +44,7 @@ impl Worker<'_> {
         matches.retain(|&i| {
             let b = self.snapshot.binding(i);
             let all = || b.sock.mcast_all.load(std::sync::atomic::Ordering::Relaxed);
-            b.sock.tunnel.is_none() && (!mcast || net.mcast.socket_allows(b.id, iface.index, &at.dst, &at.src, all()))
+            b.sock.tunnel.is_none() && (!mcast || net.mcast.socket_allows(b.id, ifc.index, &at.dst, &at.src, all()))
         });
         let Some((&last, rest)) = matches.split_last() else {
             self.group_matches = matches;
@@ -66,7 +66,7 @@ impl Worker<'_> {
             match copy {
                 Some(c) => {
                     self.group_copies += 1;
-                    self.stage_group(iface, c, at, index, payload);
+                    self.stage_group(ifc, c, at, index, payload);
                 }
                 None => {
                     // Linux counts a failed clone as the socket's drop.
@@ -75,14 +75,14 @@ impl Worker<'_> {
                 }
             }
         }
-        self.stage_group(iface, m, at, last, payload);
+        self.stage_group(ifc, m, at, last, payload);
         self.group_matches = matches;
         Ok(())
     }
 
     /// Stages one socket's copy: only the payload left in the mbuf, the
     /// headers in its headroom.
-    fn stage_group(&mut self, iface: &Interface, mut m: Mbuf, at: &UdpInFrame, index: u32, payload: usize) {
+    fn stage_group(&mut self, ifc: &Interface, mut m: Mbuf, at: &UdpInFrame, index: u32, payload: usize) {
         let v4 = at.src.is_ipv4();
         let after = m.pkt_len() - (at.l4 + udp::HEADER_LEN + payload);
         if m.adj(at.l4 + udp::HEADER_LEN).is_err() || (after > 0 && m.trim(after).is_err()) {
@@ -90,9 +90,9 @@ impl Worker<'_> {
             return;
         }
         let mapped = self.snapshot.binding(index).family == Family::V6 && v4;
-        let mut d = Datagram::new(m, header_span(at.l3, at.l4), mapped, iface.index);
+        let mut d = Datagram::new(m, header_span(at.l3, at.l4), mapped, ifc.index);
         d.set_group_copy();
-        self.stage(index, iface.index, v4, d);
+        self.stage(index, ifc.index, v4, d);
     }
 }
 

@@ -33,7 +33,7 @@ impl Worker<'_> {
     #[allow(clippy::too_many_arguments)]
     pub(super) fn rx_icmpv4(
         &mut self,
-        iface: &Interface,
+        ifc: &Interface,
         m: Mbuf,
         l4: usize,
         src: Ipv4Addr,
@@ -66,14 +66,14 @@ impl Worker<'_> {
                 if code == icmpv4::unreachable::PORT
                     && let Some((local, peer)) = quoted_udp_v4(p.data())
                 {
-                    self.socket_error(iface, local, peer, libc::ECONNREFUSED);
+                    self.socket_error(ifc, local, peer, libc::ECONNREFUSED);
                 }
                 if code == icmpv4::unreachable::FRAG_NEEDED {
                     // The next-hop MTU sits in the header's second word
                     // (RFC 1191); 0 from routers older than it.
                     let mtu = get_u16(data, 6);
                     match quoted_udp_v4(p.data()) {
-                        Some((local, peer)) if self.could_have_sent(iface, local, peer) => {
+                        Some((local, peer)) if self.could_have_sent(ifc, local, peer) => {
                             let mtu = if mtu == 0 { crate::frag::pmtu::MIN_V4 } else { mtu };
                             let now = self.shared.pmtu.learn(peer.ip(), mtu);
                             self.inc(Counter::PmtuLearnt);
@@ -180,7 +180,7 @@ impl Worker<'_> {
     #[allow(clippy::too_many_arguments)]
     pub(super) fn rx_icmpv6(
         &mut self,
-        iface: &Interface,
+        ifc: &Interface,
         m: Mbuf,
         l4: usize,
         src: Ipv6Addr,
@@ -205,7 +205,7 @@ impl Worker<'_> {
             let query = crate::config::is_link_local(&src).then(|| crate::mcast::report::mld_query(data)).flatten();
             if let Some(q) = query {
                 self.inc(Counter::Mld6InQueries);
-                self.heard_query(iface.index, true, q);
+                self.heard_query(ifc.index, true, q);
             }
             return Counter::RxIcmp;
         }
@@ -242,7 +242,7 @@ impl Worker<'_> {
             icmpv6::Repr::PacketTooBig { mtu, data } => {
                 self.inc(Counter::Icmp6InPktTooBigs);
                 match quoted_udp_v6(data) {
-                    Some((local, peer)) if self.could_have_sent(iface, local, peer) => {
+                    Some((local, peer)) if self.could_have_sent(ifc, local, peer) => {
                         let now = self.shared.pmtu.learn(peer.ip(), mtu.min(u16::MAX as u32) as u16);
                         self.inc(Counter::PmtuLearnt);
                         log::debug!("path MTU to {} is {now}", peer.ip());
@@ -268,7 +268,7 @@ impl Worker<'_> {
         match action {
             Icmp6Action::Nd => {
                 let rx = nd::Received { src, dst, hop_limit, eth_src, msg: &repr };
-                match nd::handle(&self.shared.neigh, self.now, iface, &rx) {
+                match nd::handle(&self.shared.neigh, self.now, ifc, &rx) {
                     Err(_) => {
                         self.inc(Counter::Icmp6InErrors);
                         return Counter::RxNdErrors;
@@ -281,7 +281,7 @@ impl Worker<'_> {
                             }
                         }
                         if let Some(out) = h.reply {
-                            self.send_nd(iface.index, out);
+                            self.send_nd(ifc.index, out);
                         }
                     }
                 }
@@ -289,7 +289,7 @@ impl Worker<'_> {
             }
             Icmp6Action::Echo => self.echo_reply_v6(m, l4, src, dst),
             Icmp6Action::Unreachable(Some(local), Some(peer)) => {
-                self.socket_error(iface, local, peer, libc::ECONNREFUSED)
+                self.socket_error(ifc, local, peer, libc::ECONNREFUSED)
             }
             _ => {}
         }
@@ -398,23 +398,23 @@ impl Worker<'_> {
     }
 
     /// Whether the UDP datagram `local` -> `peer` an ICMP error quotes is
-    /// one spate could have sent: from an address of `iface`'s, from a
+    /// one spate could have sent: from an address of `ifc`'s, from a
     /// port a socket holds that would take the answer (as Linux's UDP
     /// error handler looks the socket up before it believes a path MTU).
     /// A forged message quoting anything else changes nothing.
-    fn could_have_sent(&self, iface: &Interface, local: SocketAddr, peer: SocketAddr) -> bool {
+    fn could_have_sent(&self, ifc: &Interface, local: SocketAddr, peer: SocketAddr) -> bool {
         let ours = match local.ip() {
-            IpAddr::V4(a) => iface.has_ipv4(a),
-            IpAddr::V6(a) => iface.has_ipv6(&a),
+            IpAddr::V4(a) => ifc.has_ipv4(a),
+            IpAddr::V6(a) => ifc.has_ipv6(&a),
         };
-        ours && self.snapshot.lookup(&FlowKey::new(&peer, &local, iface.index)).is_some()
+        ours && self.snapshot.lookup(&FlowKey::new(&peer, &local, ifc.index)).is_some()
     }
 
     /// Reports `errno` to the connected socket `local` <-> `peer` (the next
     /// receive or send returns it, as Linux reports ICMP errors to connected
     /// UDP sockets).
-    fn socket_error(&self, iface: &Interface, local: SocketAddr, peer: SocketAddr, errno: i32) {
-        let key = FlowKey::new(&peer, &local, iface.index);
+    fn socket_error(&self, ifc: &Interface, local: SocketAddr, peer: SocketAddr, errno: i32) {
+        let key = FlowKey::new(&peer, &local, ifc.index);
         if let Some((_, b)) = self.snapshot.lookup(&key)
             && b.peer.is_some()
         {

@@ -26,6 +26,9 @@
 //!    `ready` list; the iteration's last burst after the callback, which
 //!    may take its sockets' datagrams first, without the queue.
 //!
+//! Names: `iface` is an interface's index (a `u16`, as the tables key
+//! it), `ifc` the [`Interface`](crate::iface::Interface) itself.
+//!
 //! Transmit ([`tx`]) resolves neighbours through the lcore's [`memo`] and
 //! the shared table and sends bursts. The engine reaches the sockets only
 //! through the shared state ([`crate::shared`]), never their API.

@@ -114,33 +114,33 @@ pub(crate) fn udp_counters(src: &IpAddr) -> &'static UdpCounters {
     if src.is_ipv4() { &UDP4 } else { &UDP6 }
 }
 
-/// A frame that came in on `iface`: its Ethernet header checked, then its
+/// A frame that came in on `ifc`: its Ethernet header checked, then its
 /// IPv4 or IPv6 header.
 #[inline]
-pub(crate) fn frame<B: PacketBuf>(iface: &Interface, m: B, t: &mut impl Tally) -> Frame<B> {
+pub(crate) fn frame<B: PacketBuf>(ifc: &Interface, m: B, t: &mut impl Tally) -> Frame<B> {
     let data = m.data();
     let frame = ethernet::Frame::new_unchecked(data);
     if frame.check_len().is_err() {
         return Frame::Done(Counter::RxEthTruncated);
     }
-    if !iface.accepts_mac(&frame.dst()) {
+    if !ifc.accepts_mac(&frame.dst()) {
         return Frame::Done(Counter::RxNotForUs);
     }
-    if frame.vlan_id() != iface.vlan {
+    if frame.vlan_id() != ifc.vlan {
         return Frame::Done(Counter::RxVlanMismatch);
     }
     let l2 = frame.header_len();
     let eth_src = frame.src();
     match frame.ethertype() {
-        ethernet::ethertype::IPV4 => ipv4(iface, m, l2, t),
-        ethernet::ethertype::IPV6 => ipv6(iface, m, l2, eth_src, t),
+        ethernet::ethertype::IPV4 => ipv4(ifc, m, l2, t),
+        ethernet::ethertype::IPV6 => ipv6(ifc, m, l2, eth_src, t),
         ethernet::ethertype::ARP => Frame::Arp { m, l2 },
         _ => Frame::Done(Counter::RxUnknownEtherType),
     }
 }
 
 /// An IPv4 packet at `l2`.
-fn ipv4<B: PacketBuf>(iface: &Interface, mut m: B, l2: usize, t: &mut impl Tally) -> Frame<B> {
+fn ipv4<B: PacketBuf>(ifc: &Interface, mut m: B, l2: usize, t: &mut impl Tally) -> Frame<B> {
     t.inc(Counter::IpInReceives);
     let data = &m.data()[l2..];
     let ip = ipv4::Packet::new_unchecked(data);
@@ -171,13 +171,13 @@ fn ipv4<B: PacketBuf>(iface: &Interface, mut m: B, l2: usize, t: &mut impl Tally
     // A group the interface is in (the sockets' own filters apply at
     // delivery), or every host's.
     let query = protocol == ip_proto::IGMP;
-    let group = dst.is_multicast() && t.joined(iface.index, dst.into(), src.into(), query);
-    let broadcast = group || (!iface.has_ipv4(dst) && iface.is_ipv4_broadcast(dst));
-    if !broadcast && !iface.has_ipv4(dst) {
+    let group = dst.is_multicast() && t.joined(ifc.index, dst.into(), src.into(), query);
+    let broadcast = group || (!ifc.has_ipv4(dst) && ifc.is_ipv4_broadcast(dst));
+    if !broadcast && !ifc.has_ipv4(dst) {
         t.inc(Counter::IpInAddrErrors);
         return Frame::Done(Counter::RxIpv4NotForUs);
     }
-    if src.is_broadcast() || src.is_multicast() || iface.is_ipv4_broadcast(src) {
+    if src.is_broadcast() || src.is_multicast() || ifc.is_ipv4_broadcast(src) {
         t.inc(Counter::IpInHdrErrors);
         return Frame::Done(Counter::RxIpv4HdrErrors);
     }
@@ -227,7 +227,7 @@ fn ipv4<B: PacketBuf>(iface: &Interface, mut m: B, l2: usize, t: &mut impl Tally
 }
 
 /// An IPv6 packet at `l2`, from the Ethernet source `eth_src`.
-fn ipv6<B: PacketBuf>(iface: &Interface, mut m: B, l2: usize, eth_src: MacAddr, t: &mut impl Tally) -> Frame<B> {
+fn ipv6<B: PacketBuf>(ifc: &Interface, mut m: B, l2: usize, eth_src: MacAddr, t: &mut impl Tally) -> Frame<B> {
     t.inc(Counter::Ip6InReceives);
     let data = &m.data()[l2..];
     let ip = ipv6::Packet::new_unchecked(data);
@@ -243,8 +243,8 @@ fn ipv6<B: PacketBuf>(iface: &Interface, mut m: B, l2: usize, eth_src: MacAddr, 
     let len = ipv6::HEADER_LEN + ip.payload_len() as usize;
     // MLD comes behind a hop-by-hop Router Alert; UDP to a group does not.
     let query = ip.next_header() == ip_proto::HOP_BY_HOP;
-    let joined = dst.is_multicast() && t.joined(iface.index, dst.into(), src.into(), query);
-    if !joined && !iface.accepts_ipv6(&dst) {
+    let joined = dst.is_multicast() && t.joined(ifc.index, dst.into(), src.into(), query);
+    if !joined && !ifc.accepts_ipv6(&dst) {
         t.inc(Counter::Ip6InAddrErrors);
         return Frame::Done(Counter::RxIpv6NotForUs);
     }

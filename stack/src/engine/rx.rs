@@ -60,16 +60,16 @@ impl Worker<'_> {
     /// of the code), so the path without it is what it was before the
     /// stage existed.
     #[inline]
-    pub(super) fn rx_frame<const GRO: bool>(&mut self, net: &Net, ifx: u16, m: Mbuf) -> Step {
-        let iface: &Interface = &net.ifaces[ifx as usize];
-        Step::Done(match parse::frame(iface, m, &mut &*self) {
+    pub(super) fn rx_frame<const GRO: bool>(&mut self, net: &Net, iface: u16, m: Mbuf) -> Step {
+        let ifc: &Interface = &net.ifaces[iface as usize];
+        Step::Done(match parse::frame(ifc, m, &mut &*self) {
             Frame::Done(outcome) => Some(outcome),
-            Frame::Udp { m, at } => return self.rx_udp::<GRO>(iface, m, at),
-            Frame::Fragment { key, f, src, dst, group } => self.reassemble(iface, key, f, src, dst, group),
-            Frame::Arp { m, l2 } => Some(self.rx_arp(iface, m, l2)),
-            Frame::Icmpv4 { m, l4, src, dst, broadcast } => Some(self.rx_icmpv4(iface, m, l4, src, dst, broadcast)),
+            Frame::Udp { m, at } => return self.rx_udp::<GRO>(ifc, m, at),
+            Frame::Fragment { key, f, src, dst, group } => self.reassemble(ifc, key, f, src, dst, group),
+            Frame::Arp { m, l2 } => Some(self.rx_arp(ifc, m, l2)),
+            Frame::Icmpv4 { m, l4, src, dst, broadcast } => Some(self.rx_icmpv4(ifc, m, l4, src, dst, broadcast)),
             Frame::Igmp { m, l4, end } => {
-                self.rx_igmp(iface.index, &m.data()[l4..end]);
+                self.rx_igmp(ifc.index, &m.data()[l4..end]);
                 Some(Counter::RxIgmp)
             }
             Frame::UnknownV4 { m, l2, src, dst, broadcast } => {
@@ -79,7 +79,7 @@ impl Worker<'_> {
                 Some(Counter::RxIpv4UnknownProto)
             }
             Frame::Icmpv6 { m, l4, src, dst, hop_limit, eth_src } => {
-                Some(self.rx_icmpv6(iface, m, l4, src, dst, hop_limit, eth_src))
+                Some(self.rx_icmpv6(ifc, m, l4, src, dst, hop_limit, eth_src))
             }
             Frame::UnknownV6 { m, l2, src, dst, answer } => {
                 if answer {
@@ -92,9 +92,9 @@ impl Worker<'_> {
 
     /// UDP: validate, look the socket up, queue the datagram.
     #[inline]
-    pub(super) fn rx_udp<const GRO: bool>(&mut self, iface: &Interface, m: Mbuf, at: UdpInFrame) -> Step {
+    pub(super) fn rx_udp<const GRO: bool>(&mut self, ifc: &Interface, m: Mbuf, at: UdpInFrame) -> Step {
         match parse::udp(&m, &at, &mut &*self) {
-            Ok(h) => self.rx_udp_deliver::<GRO>(iface, m, at, h.src_port, h.dst_port, h.payload),
+            Ok(h) => self.rx_udp_deliver::<GRO>(ifc, m, at, h.src_port, h.dst_port, h.payload),
             Err(outcome) => Step::Done(Some(outcome)),
         }
     }
@@ -104,7 +104,7 @@ impl Worker<'_> {
     #[inline(always)]
     fn rx_udp_deliver<const GRO: bool>(
         &mut self,
-        iface: &Interface,
+        ifc: &Interface,
         mut m: Mbuf,
         at: UdpInFrame,
         src_port: u16,
@@ -118,13 +118,13 @@ impl Worker<'_> {
             dst: ip_key(&at.dst),
             dst_port,
             v4: at.src.is_ipv4(),
-            iface: iface.index,
+            iface: ifc.index,
             lcore: self.idx as u32,
             rss_hash: m.rss_hash(),
         };
         if at.group {
             // Every socket that matches gets it.
-            return Step::Done(match self.deliver_group(iface, m, &at, &key, payload) {
+            return Step::Done(match self.deliver_group(ifc, m, &at, &key, payload) {
                 Ok(()) => None,
                 Err(_unwanted) => {
                     self.inc(c.ignored_multi);
@@ -139,7 +139,7 @@ impl Worker<'_> {
                 let (tunnel, coalesce) = (b.sock.tunnel, b.sock.gro.load(std::sync::atomic::Ordering::Relaxed));
                 let ip = Flow::ip_word(m.data().get(at.l3..).unwrap_or(&[]), at.src.is_ipv4());
                 let flow = Flow { src: at.src, src_port: key.src_port, dst: at.dst, dst_port: key.dst_port, ip };
-                return self.gro_stage_udp(iface.index, m, at, index, mapped, tunnel, coalesce, flow, payload);
+                return self.gro_stage_udp(ifc.index, m, at, index, mapped, tunnel, coalesce, flow, payload);
             }
             // Leave only the payload in the mbuf: the headers stay in the
             // headroom, where the datagram reads its addresses from.
@@ -148,10 +148,10 @@ impl Worker<'_> {
                 self.inc(c.in_errors);
                 return Step::Done(Some(Counter::RxUdpErrors));
             }
-            let d = Datagram::new(m, header_span(at.l3, at.l4), mapped, iface.index);
+            let d = Datagram::new(m, header_span(at.l3, at.l4), mapped, ifc.index);
             // Staged: for the callback, or queued with one charge and one
             // lock per socket.
-            self.stage(index, iface.index, at.src.is_ipv4(), d);
+            self.stage(index, ifc.index, at.src.is_ipv4(), d);
             return Step::Done(None);
         }
         self.inc(c.no_ports);
@@ -173,12 +173,12 @@ impl Worker<'_> {
         Step::Done(Some(Counter::RxNoPort))
     }
 
-    fn rx_arp(&mut self, iface: &Interface, mut m: Mbuf, l2: usize) -> Counter {
+    fn rx_arp(&mut self, ifc: &Interface, mut m: Mbuf, l2: usize) -> Counter {
         let parsed = arp::Packet::new_checked(&m.data()[l2..]).and_then(|p| arp::Repr::parse(&p));
         let Ok(repr) = parsed else {
             return Counter::RxArpErrors;
         };
-        let h = neigh::arp::handle(&self.shared.neigh, self.now, iface, &repr);
+        let h = neigh::arp::handle(&self.shared.neigh, self.now, ifc, &repr);
         if h.request_for_us {
             self.inc(Counter::ArpInRequests);
         } else if repr.operation == arp::Operation::Reply {
@@ -196,7 +196,7 @@ impl Worker<'_> {
             if m.adj(l2).is_ok() && m.trim(excess).is_ok() {
                 reply.emit(m.data_mut());
                 self.inc(Counter::ArpOutReplies);
-                self.send_frame(iface.index, m, reply.target_mac, ethernet::ethertype::ARP);
+                self.send_frame(ifc.index, m, reply.target_mac, ethernet::ethertype::ARP);
             }
         }
         Counter::RxArp
@@ -208,7 +208,7 @@ impl Worker<'_> {
     /// had arrived whole (only UDP is reassembled).
     fn reassemble(
         &mut self,
-        iface: &Interface,
+        ifc: &Interface,
         key: reassembly::Key,
         f: reassembly::Fragment,
         src: IpAddr,
@@ -230,9 +230,9 @@ impl Worker<'_> {
                 }
                 self.inc(if v6 { Counter::Ip6InDelivers } else { Counter::IpInDelivers });
                 // Another lcore may own the datagram's flow (software RSS).
-                let mbuf = self.hand_datagram(iface, mbuf, l3, data_at, len)?;
+                let mbuf = self.hand_datagram(ifc, mbuf, l3, data_at, len)?;
                 let at = UdpInFrame { l3, l4: data_at, end: data_at + len as usize, src, dst, group };
-                self.rx_udp_reassembled(iface, mbuf, at)
+                self.rx_udp_reassembled(ifc, mbuf, at)
             }
         }
     }
@@ -269,7 +269,7 @@ impl Worker<'_> {
     /// A reassembled UDP datagram (an mbuf chain, the UDP header in the
     /// first segment): its length and checksum checked over the segments,
     /// then delivered as any other.
-    fn rx_udp_reassembled(&mut self, iface: &Interface, m: Mbuf, at: UdpInFrame) -> Option<Counter> {
+    fn rx_udp_reassembled(&mut self, ifc: &Interface, m: Mbuf, at: UdpInFrame) -> Option<Counter> {
         let h = match parse::reassembled_udp(&m, &at, &mut &*self) {
             Ok(h) => h,
             Err(outcome) => return Some(outcome),
@@ -286,6 +286,6 @@ impl Worker<'_> {
         {
             return Some(Counter::RxVxlanFragmented);
         }
-        self.rx_udp_deliver::<false>(iface, m, at, src_port, dst_port, udp_len - udp::HEADER_LEN).outcome()
+        self.rx_udp_deliver::<false>(ifc, m, at, src_port, dst_port, udp_len - udp::HEADER_LEN).outcome()
     }
 }

@@ -147,7 +147,7 @@ impl Worker<'_> {
         }
     }
 
-    /// Hands a reassembled datagram of interface `iface` to the lcore
+    /// Hands a reassembled datagram of interface `ifc` to the lcore
     /// owning its flow, when that is another; gives it back otherwise. Its
     /// offsets travel in the mbuf's hash field ([`Handed`]); one whose
     /// headers lie further in stays here. So does a tunnel's inner datagram: the
@@ -156,7 +156,7 @@ impl Worker<'_> {
     /// are).
     pub(super) fn hand_datagram(
         &mut self,
-        iface: &Interface,
+        ifc: &Interface,
         mut m: Mbuf,
         l3: usize,
         l4: usize,
@@ -166,7 +166,7 @@ impl Worker<'_> {
         let Some(s) = self.steer.as_mut() else { return Some(m) };
         let how = self.shared.port_steered(m.port());
         let packed = Handed { l3, l4, len }.encode();
-        let Some(packed) = packed.filter(|_| iface.tunnel.is_none() && how != PortSteering::None) else {
+        let Some(packed) = packed.filter(|_| ifc.tunnel.is_none() && how != PortSteering::None) else {
             return Some(m);
         };
         let mut key = [0u8; 36];

@@ -22,10 +22,10 @@ pub struct Handled<P> {
     pub request_for_us: bool,
 }
 
-/// Handles a received ARP packet on `iface`.
-pub fn handle<P>(table: &NeighTable<P>, now: Instant, iface: &Interface, arp: &Repr) -> Handled<P> {
-    let for_us = iface.has_ipv4(arp.target_ip);
-    let key = (iface.index, IpAddr::V4(arp.sender_ip));
+/// Handles a received ARP packet on `ifc`.
+pub fn handle<P>(table: &NeighTable<P>, now: Instant, ifc: &Interface, arp: &Repr) -> Handled<P> {
+    let for_us = ifc.has_ipv4(arp.target_ip);
+    let key = (ifc.index, IpAddr::V4(arp.sender_ip));
     // Only a sender on one of the interface's prefixes is a neighbour: one
     // from elsewhere gets its answer but no entry (packets to it go by a
     // gateway), so requests from spoofed addresses off the link cannot
@@ -33,7 +33,7 @@ pub fn handle<P>(table: &NeighTable<P>, now: Instant, iface: &Interface, arp: &R
     let sender_valid = !arp.sender_ip.is_unspecified()
         && !arp.sender_ip.is_broadcast()
         && arp.sender_mac.is_unicast()
-        && iface.on_link(&key.1);
+        && ifc.on_link(&key.1);
     let released = if !sender_valid {
         None
     } else if arp.operation == Operation::Reply && for_us {
@@ -49,7 +49,7 @@ pub fn handle<P>(table: &NeighTable<P>, now: Instant, iface: &Interface, arp: &R
     // that is how the prober learns the address is taken.
     let reply = request_for_us.then_some(Repr {
         operation: Operation::Reply,
-        sender_mac: iface.mac,
+        sender_mac: ifc.mac,
         sender_ip: arp.target_ip,
         target_mac: arp.sender_mac,
         target_ip: arp.sender_ip,
@@ -59,14 +59,14 @@ pub fn handle<P>(table: &NeighTable<P>, now: Instant, iface: &Interface, arp: &R
 
 /// A request for `target`, broadcast, or unicast to `probe_mac` when
 /// confirming a stale entry.
-pub fn request(iface: &Interface, target: Ipv4Addr, probe_mac: Option<MacAddr>) -> Option<Repr> {
-    let sender_ip = match iface.source_for(&IpAddr::V4(target))? {
+pub fn request(ifc: &Interface, target: Ipv4Addr, probe_mac: Option<MacAddr>) -> Option<Repr> {
+    let sender_ip = match ifc.source_for(&IpAddr::V4(target))? {
         IpAddr::V4(a) => a,
         IpAddr::V6(_) => return None,
     };
     Some(Repr {
         operation: Operation::Request,
-        sender_mac: iface.mac,
+        sender_mac: ifc.mac,
         sender_ip,
         target_mac: probe_mac.unwrap_or(MacAddr::ZERO),
         target_ip: target,
@@ -74,10 +74,10 @@ pub fn request(iface: &Interface, target: Ipv4Addr, probe_mac: Option<MacAddr>) 
 }
 
 /// A gratuitous ARP announcing `ip` (a request with sender = target).
-pub fn gratuitous(iface: &Interface, ip: Ipv4Addr) -> Repr {
+pub fn gratuitous(ifc: &Interface, ip: Ipv4Addr) -> Repr {
     Repr {
         operation: Operation::Request,
-        sender_mac: iface.mac,
+        sender_mac: ifc.mac,
         sender_ip: ip,
         target_mac: MacAddr::ZERO,
         target_ip: ip,

@@ -66,7 +66,7 @@ pub struct Received<'a> {
 pub fn handle<P>(
     table: &NeighTable<P>,
     now: Instant,
-    iface: &Interface,
+    ifc: &Interface,
     rx: &Received<'_>,
 ) -> Result<Handled<P>, Invalid> {
     if rx.hop_limit != 255 {
@@ -82,14 +82,14 @@ pub fn handle<P>(
             if dad && (source_ll.is_some() || !ipv6::is_solicited_node_of(&rx.dst, &target)) {
                 return Err(Invalid::BadProbe);
             }
-            if !iface.has_ipv6(&target) {
+            if !ifc.has_ipv6(&target) {
                 return Ok(out);
             }
             // As for ARP: a source off the link's prefixes is answered but
             // not learnt.
-            let on_link = iface.on_link(&IpAddr::V6(rx.src));
+            let on_link = ifc.on_link(&IpAddr::V6(rx.src));
             if let (false, true, Some(mac)) = (dad, on_link, source_ll) {
-                out.released = table.learn(now, (iface.index, IpAddr::V6(rx.src)), mac, Learn::Heard);
+                out.released = table.learn(now, (ifc.index, IpAddr::V6(rx.src)), mac, Learn::Heard);
             }
             let (dst, dst_mac, solicited) = if dad {
                 (ipv6::ALL_NODES, MacAddr::ipv6_multicast(&ipv6::ALL_NODES), false)
@@ -100,7 +100,7 @@ pub fn handle<P>(
                 msg: Repr::NeighborAdvert {
                     flags: NaFlags { router: false, solicited, override_: true },
                     target,
-                    target_ll: Some(iface.mac),
+                    target_ll: Some(ifc.mac),
                 },
                 src: target,
                 dst,
@@ -116,12 +116,12 @@ pub fn handle<P>(
             }
             let mac = target_ll.unwrap_or(rx.eth_src);
             let how = if flags.solicited { Learn::Confirmed } else { Learn::Announced };
-            out.released = table.learn(now, (iface.index, IpAddr::V6(target)), mac, how);
+            out.released = table.learn(now, (ifc.index, IpAddr::V6(target)), mac, how);
         }
         Repr::RouterAdvert(ra) => {
             // RFC 4861 sends an RA from a link-local address.
             if let (true, Some(mac)) = (crate::config::is_link_local(&rx.src), ra.source_ll) {
-                out.released = table.learn(now, (iface.index, IpAddr::V6(rx.src)), mac, Learn::Heard);
+                out.released = table.learn(now, (ifc.index, IpAddr::V6(rx.src)), mac, Learn::Heard);
             }
         }
         _ => {}
@@ -131,8 +131,8 @@ pub fn handle<P>(
 
 /// A solicitation for `target`: to its solicited-node group, or unicast to
 /// `probe_mac` when confirming a stale entry.
-pub fn solicitation(iface: &Interface, target: Ipv6Addr, probe_mac: Option<MacAddr>) -> Option<Outgoing> {
-    let src = match iface.source_for(&IpAddr::V6(target))? {
+pub fn solicitation(ifc: &Interface, target: Ipv6Addr, probe_mac: Option<MacAddr>) -> Option<Outgoing> {
+    let src = match ifc.source_for(&IpAddr::V6(target))? {
         IpAddr::V6(a) => a,
         IpAddr::V4(_) => return None,
     };
@@ -143,16 +143,16 @@ pub fn solicitation(iface: &Interface, target: Ipv6Addr, probe_mac: Option<MacAd
             (g, MacAddr::ipv6_multicast(&g))
         }
     };
-    Some(Outgoing { msg: Repr::NeighborSolicit { target, source_ll: Some(iface.mac) }, src, dst, dst_mac })
+    Some(Outgoing { msg: Repr::NeighborSolicit { target, source_ll: Some(ifc.mac) }, src, dst, dst_mac })
 }
 
 /// An unsolicited advertisement of `addr` to all nodes.
-pub fn unsolicited_advert(iface: &Interface, addr: Ipv6Addr) -> Outgoing {
+pub fn unsolicited_advert(ifc: &Interface, addr: Ipv6Addr) -> Outgoing {
     Outgoing {
         msg: Repr::NeighborAdvert {
             flags: NaFlags { router: false, solicited: false, override_: true },
             target: addr,
-            target_ll: Some(iface.mac),
+            target_ll: Some(ifc.mac),
         },
         src: addr,
         dst: ipv6::ALL_NODES,
