@@ -909,9 +909,9 @@ fn scale_instructions() -> Option<(f64, f64, f64)> {
     };
     let (steer, _) = diff("steer_burst", None);
     let (handed, frames) = diff("rx_handed_frames", None);
-    // The RX lcore's own frames: rx_run called from its loop (poll_rx is
+    // The RX lcore's own frames: receive_burst called from its loop (poll_rx is
     // inlined there), in the same run, on the same reuseport group.
-    let (local, _) = diff("rx_run", Some("run"));
+    let (local, _) = diff("receive_burst", Some("run"));
     let (steer, handed, local) = (steer / n as f64, handed / frames.max(1.0), local / (n as f64 - frames).max(1.0));
     println!(
         "The same parts in instructions (callgrind, one function's inclusive count, {n} and {} datagrams):",
@@ -921,7 +921,7 @@ fn scale_instructions() -> Option<(f64, f64, f64)> {
     println!("|---|---|");
     println!("| the RX lcore's steering per frame (steer_burst) | {steer:.1} |");
     println!("| a handed-over frame through its owner's pipeline (rx_handed_frames) | {handed:.1} |");
-    println!("| a local frame through the same pipeline, on the RX lcore (rx_run) | {local:.1} |");
+    println!("| a local frame through the same pipeline, on the RX lcore (receive_burst) | {local:.1} |");
     println!("| the owner's extra instructions for a handed-over frame | {:.1} |", handed - local);
     Some((steer, handed, local))
 }

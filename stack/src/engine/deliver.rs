@@ -1,9 +1,9 @@
 //! The queueing stage: the burst's datagrams that found a socket go to
-//! its receive queue, a run of them per socket under one lock; datagrams
+//! its receive queue, a share of them per socket under one lock; datagrams
 //! whose socket changed since the lookup are looked up again.
 //!
 //! The loop iteration's last burst waits for the application's callback:
-//! a run-to-completion reader takes each socket's run where it lies
+//! a run-to-completion reader takes each socket's share where it lies
 //! ([`LcoreCtx::recv_staged`]), without the queue's locks, copies and
 //! charges on either side, and what it does not take is queued after the
 //! callback returns. An earlier burst of the same iteration (a second RX
@@ -11,8 +11,8 @@
 //! is staged, so at most one burst's mbufs (and its `GROUP_COPIES` copies
 //! of group datagrams) wait uncharged.
 //!
-//! Staging sorts nothing: each datagram joins its socket's run as it is
-//! staged (a 64-entry table from binding index to run answers which), so
+//! Staging sorts nothing: each datagram joins its socket's share as it is
+//! staged (a 64-entry table from binding index to share answers which), so
 //! a burst that reuseport spread over many sockets costs one push per
 //! datagram and one queue append per socket, and every socket's datagrams
 //! keep the order they arrived in.
@@ -25,13 +25,13 @@ use crate::rx_queue::Refusal;
 use crate::shared::BURST;
 use crate::stats::Counter;
 
-/// Entries in the table from binding index to run (a power of two).
+/// Entries in the table from binding index to share (a power of two).
 const SLOTS: usize = 64;
 
 /// One socket's datagrams of the burst, in arrival order (generic, so the
 /// unit tests below stage plain values; the lcores stage [`Datagram`]s).
 #[derive(Debug)]
-struct Run<D = Datagram> {
+struct Share<D = Datagram> {
     /// The binding's index in the lcore's snapshot.
     index: u32,
     /// The interface its first datagram came in on (a re-lookup's key).
@@ -41,20 +41,21 @@ struct Run<D = Datagram> {
     datagrams: Vec<D>,
 }
 
-impl<D> Default for Run<D> {
+impl<D> Default for Share<D> {
     fn default() -> Self {
-        Run { index: 0, iface: 0, v4: 0, datagrams: Vec::new() }
+        Share { index: 0, iface: 0, v4: 0, datagrams: Vec::new() }
     }
 }
 
-/// The burst's staged datagrams, grouped by socket as they arrive. Runs
-/// past `used` are kept, with their capacity, for the next burst.
+/// The burst's staged datagrams, grouped by socket as they arrive: each
+/// socket's share. Shares past `used` are kept, with their capacity, for
+/// the next burst.
 #[derive(Debug)]
-pub(super) struct Runs<D = Datagram> {
-    runs: Vec<Run<D>>,
+pub(super) struct Staging<D = Datagram> {
+    shares: Vec<Share<D>>,
     used: usize,
-    /// 1 + the run of a binding index, at `index % SLOTS`; 0: none. An index
-    /// whose entry another holds is found by a scan of the used runs.
+    /// 1 + the share of a binding index, at `index % SLOTS`; 0: none. An index
+    /// whose entry another holds is found by a scan of the used shares.
     slot: [u8; SLOTS],
     /// Datagrams staged; those the callback took, and how many of them
     /// IPv4: counted delivered with the rest of the burst.
@@ -63,10 +64,10 @@ pub(super) struct Runs<D = Datagram> {
     taken_v4: u64,
 }
 
-impl<D> Runs<D> {
-    pub(super) fn new() -> Runs<D> {
-        Runs {
-            runs: (0..BURST).map(|_| Run { datagrams: Vec::with_capacity(BURST), ..Run::default() }).collect(),
+impl<D> Staging<D> {
+    pub(super) fn new() -> Staging<D> {
+        Staging {
+            shares: (0..BURST).map(|_| Share { datagrams: Vec::with_capacity(BURST), ..Share::default() }).collect(),
             used: 0,
             slot: [0; SLOTS],
             staged: 0,
@@ -75,36 +76,36 @@ impl<D> Runs<D> {
         }
     }
 
-    /// Adds `d` to binding `index`'s run; returns where it went (run,
+    /// Adds `d` to binding `index`'s share; returns where it went (share,
     /// position), for a GRO train to grow it.
     #[inline(always)]
     pub(super) fn push(&mut self, index: u32, iface: u16, v4: bool, d: D) -> (usize, usize) {
         let h = index as usize % SLOTS;
         let r = match self.slot[h] as usize {
-            s if s > 0 && self.runs[s - 1].index == index => s - 1,
+            s if s > 0 && self.shares[s - 1].index == index => s - 1,
             s => self.open(index, iface, h, s == 0),
         };
         self.staged += 1;
-        let run = &mut self.runs[r];
-        run.v4 += v4 as u32;
-        run.datagrams.push(d);
-        (r, run.datagrams.len() - 1)
+        let share = &mut self.shares[r];
+        share.v4 += v4 as u32;
+        share.datagrams.push(d);
+        (r, share.datagrams.len() - 1)
     }
 
-    /// The run of an index the table does not answer for: found among the
-    /// used runs (its entry taken by another), or a new one.
+    /// The share of an index the table does not answer for: found among the
+    /// used shares (its entry taken by another), or a new one.
     #[inline(always)]
     fn open(&mut self, index: u32, iface: u16, h: usize, free: bool) -> usize {
-        if !free && let Some(r) = self.runs[..self.used].iter().position(|r| r.index == index) {
+        if !free && let Some(r) = self.shares[..self.used].iter().position(|r| r.index == index) {
             return r;
         }
-        if self.used == self.runs.len() {
-            self.runs.push(Run::default());
+        if self.used == self.shares.len() {
+            self.shares.push(Share::default());
         }
         let r = self.used;
         self.used += 1;
-        let run = &mut self.runs[r];
-        (run.index, run.iface, run.v4) = (index, iface, 0);
+        let share = &mut self.shares[r];
+        (share.index, share.iface, share.v4) = (index, iface, 0);
         if free && r < u8::MAX as usize {
             self.slot[h] = r as u8 + 1;
         }
@@ -113,10 +114,10 @@ impl<D> Runs<D> {
 
     /// The staged datagram at `at` (from [`push`](Self::push)).
     pub(super) fn get_mut(&mut self, (r, i): (usize, usize)) -> &mut D {
-        &mut self.runs[r].datagrams[i]
+        &mut self.shares[r].datagrams[i]
     }
 
-    /// Forgets the burst's runs (each already emptied by its delivery).
+    /// Forgets the burst's shares (each already emptied by its delivery).
     #[inline]
     fn reset(&mut self) {
         // The whole table: 64 bytes, a few stores, no loop.
@@ -126,12 +127,12 @@ impl<D> Runs<D> {
     }
 }
 
-impl Runs<Datagram> {
+impl Staging<Datagram> {
     /// Notes `ns` as the receive time of every staged datagram.
     #[cold]
     pub(super) fn stamp(&mut self, ns: u64) {
-        for run in &mut self.runs[..self.used] {
-            for d in &mut run.datagrams {
+        for share in &mut self.shares[..self.used] {
+            for d in &mut share.datagrams {
                 d.stamp(ns);
             }
         }
@@ -166,48 +167,48 @@ impl LcoreCtx<'_> {
         let Ok(mut staged) = self.staged.try_borrow_mut() else { return };
         let staged = &mut **staged;
         for r in 0..staged.used {
-            let run = &mut staged.runs[r];
-            if run.datagrams.is_empty() {
+            let share = &mut staged.shares[r];
+            if share.datagrams.is_empty() {
                 continue;
             }
-            let b = self.snapshot.get(run.index);
+            let b = self.snapshot.get(share.index);
             // A socket that changed after the lookup: looked up again when
-            // the runs are queued.
+            // the shares are queued.
             if b.sock.epoch.load(Ordering::Acquire) != b.epoch || !b.sock.queue.looks_empty() {
                 continue;
             }
             // Counted taken before `f` runs: a panic in it drops them with
             // the iterator, counted.
-            let (n, v4) = (run.datagrams.len() as u64, run.v4);
+            let (n, v4) = (share.datagrams.len() as u64, share.v4);
             (staged.taken, staged.taken_v4) = (staged.taken + n, staged.taken_v4 + v4 as u64);
-            f(b.id, Staged::new(&mut run.datagrams));
+            f(b.id, Staged::new(&mut share.datagrams));
             // All or none: none, and they are queued after the callback.
-            if !run.datagrams.is_empty() {
+            if !share.datagrams.is_empty() {
                 (staged.taken, staged.taken_v4) = (staged.taken - n, staged.taken_v4 - v4 as u64);
             } else {
-                run.v4 = 0;
+                share.v4 = 0;
             }
         }
     }
 }
 
 impl Worker<'_> {
-    /// Queues the burst's datagrams to their sockets: each socket's run
-    /// with one lock, the runs in the order their sockets first appeared.
+    /// Queues the burst's datagrams to their sockets: each socket's share
+    /// with one lock, the shares in the order their sockets first appeared.
     /// The burst's delivered datagrams are counted once, after them all.
     /// Called before a burst is staged too (nothing staged: one load), so
     /// that at most one burst waits for the callback.
     #[inline]
     pub(super) fn deliver_staged(&mut self) {
         self.group_copies = 0;
-        if self.runs.used == 0 {
+        if self.staging.used == 0 {
             return;
         }
-        let runs = &mut self.runs;
-        if runs.taken == runs.staged {
+        let staging = &mut self.staging;
+        if staging.taken == staging.staged {
             // The callback took them all: only the counting is left.
-            let (delivered, v4) = (runs.taken, runs.taken_v4);
-            runs.reset();
+            let (delivered, v4) = (staging.taken, staging.taken_v4);
+            staging.reset();
             self.count_delivered(delivered, v4);
             return;
         }
@@ -226,43 +227,43 @@ impl Worker<'_> {
     #[inline(never)]
     fn queue_staged(&mut self) {
         // What the callback took, and then what is queued.
-        let (mut delivered, mut v4) = (self.runs.taken, self.runs.taken_v4);
-        for r in 0..self.runs.used {
-            // The fields apart, so the run's datagrams go to the queue where
+        let (mut delivered, mut v4) = (self.staging.taken, self.staging.taken_v4);
+        for r in 0..self.staging.used {
+            // The fields apart, so the share's datagrams go to the queue where
             // they lie (no move of the `Vec` in and out).
-            let run = &mut self.runs.runs[r];
-            if run.datagrams.is_empty() {
+            let share = &mut self.staging.shares[r];
+            if share.datagrams.is_empty() {
                 // The callback took them all.
                 continue;
             }
-            let b = self.snapshot.get(run.index);
+            let b = self.snapshot.get(share.index);
             if b.sock.epoch.load(Ordering::Acquire) != b.epoch {
                 // The socket changed (connected, left its group, closed)
                 // after this snapshot: look again in the current one.
-                let (iface, mut datagrams) = (run.iface, std::mem::take(&mut run.datagrams));
+                let (iface, mut datagrams) = (share.iface, std::mem::take(&mut share.datagrams));
                 self.redeliver(iface, &mut datagrams);
-                self.runs.runs[r].datagrams = datagrams;
+                self.staging.shares[r].datagrams = datagrams;
                 continue;
             }
-            let offered = run.datagrams.len();
-            let refusal = b.sock.queue.push_batch_gathering(self.idx, &mut run.datagrams, Some(&mut self.wakers));
-            let accepted = offered - run.datagrams.len();
+            let offered = share.datagrams.len();
+            let refusal = b.sock.queue.push_batch_gathering(self.idx, &mut share.datagrams, Some(&mut self.wakers));
+            let accepted = offered - share.datagrams.len();
             if accepted > 0 {
                 mark_ready(&mut self.ready, &mut self.ready_bits, b.id);
             }
-            let n4 = run.v4 as u64;
+            let n4 = share.v4 as u64;
             let (n, n4) = match refusal {
                 Ok(()) => (accepted as u64, n4),
                 Err(refusal) => {
-                    let mut datagrams = std::mem::take(&mut run.datagrams);
+                    let mut datagrams = std::mem::take(&mut share.datagrams);
                     let counted = self.refused(n4, &mut datagrams, refusal, accepted as u64);
-                    self.runs.runs[r].datagrams = datagrams;
+                    self.staging.shares[r].datagrams = datagrams;
                     counted
                 }
             };
             (delivered, v4) = (delivered + n, v4 + n4);
         }
-        self.runs.reset();
+        self.staging.reset();
         self.count_delivered(delivered, v4);
         if !self.wakers.is_empty() {
             self.wake_tasks();
@@ -278,7 +279,7 @@ impl Worker<'_> {
         }
     }
 
-    /// Counts and frees the tail of a run its queue refused; returns what
+    /// Counts and frees the tail of a share its queue refused; returns what
     /// was queued.
     #[cold]
     fn refused(&mut self, v4: u64, datagrams: &mut Vec<Datagram>, refusal: Refusal, accepted: u64) -> (u64, u64) {
@@ -324,7 +325,7 @@ impl Worker<'_> {
     /// after a fresh lookup in the current snapshot.
     #[cold]
     fn redeliver(&mut self, iface: u16, batch: &mut Vec<Datagram>) {
-        // The current snapshot, kept apart: the burst's other runs hold
+        // The current snapshot, kept apart: the burst's other shares hold
         // binding indices into the one they were staged against, which
         // stays the lcore's until its next poll takes the new one.
         let fresh = self.shared.sockets.snapshot();
@@ -373,61 +374,61 @@ fn mark_ready(ready: &mut Vec<u64>, bits: &mut u64, id: u64) {
 mod tests {
     use super::*;
 
-    /// The runs staged so far: (binding index, IPv4 count, datagrams).
-    fn runs(r: &Runs<u32>) -> Vec<(u32, u32, Vec<u32>)> {
-        r.runs[..r.used].iter().map(|run| (run.index, run.v4, run.datagrams.clone())).collect()
+    /// The shares staged so far: (binding index, IPv4 count, datagrams).
+    fn shares(r: &Staging<u32>) -> Vec<(u32, u32, Vec<u32>)> {
+        r.shares[..r.used].iter().map(|share| (share.index, share.v4, share.datagrams.clone())).collect()
     }
 
     #[test]
     fn each_socket_keeps_its_datagrams_in_order_and_runs_follow_first_arrival() {
-        let mut r: Runs<u32> = Runs::new();
+        let mut r: Staging<u32> = Staging::new();
         let at: Vec<_> = [(7, 0), (2, 1), (7, 2), (9, 3), (2, 4), (7, 5)]
             .into_iter()
             .map(|(index, d)| r.push(index, 0, d % 2 == 0, d))
             .collect();
-        assert_eq!(runs(&r), [(7, 2, vec![0, 2, 5]), (2, 1, vec![1, 4]), (9, 0, vec![3])]);
+        assert_eq!(shares(&r), [(7, 2, vec![0, 2, 5]), (2, 1, vec![1, 4]), (9, 0, vec![3])]);
         assert_eq!(at, [(0, 0), (1, 0), (0, 1), (2, 0), (1, 1), (0, 2)]);
         *r.get_mut((1, 1)) = 40;
-        assert_eq!(runs(&r)[1].2, [1, 40]);
+        assert_eq!(shares(&r)[1].2, [1, 40]);
         assert_eq!(r.staged, 6);
     }
 
     #[test]
     fn indexes_that_share_a_slot_keep_runs_of_their_own() {
-        let mut r: Runs<u32> = Runs::new();
+        let mut r: Staging<u32> = Staging::new();
         for (i, index) in [1, 65, 1, 129, 65, 129, 1].into_iter().enumerate() {
             r.push(index, 0, true, i as u32);
         }
-        assert_eq!(runs(&r), [(1, 3, vec![0, 2, 6]), (65, 2, vec![1, 4]), (129, 2, vec![3, 5])]);
+        assert_eq!(shares(&r), [(1, 3, vec![0, 2, 6]), (65, 2, vec![1, 4]), (129, 2, vec![3, 5])]);
     }
 
     #[test]
     fn more_sockets_than_runs_made_ahead_still_each_get_one() {
-        let mut r: Runs<u32> = Runs::new();
+        let mut r: Staging<u32> = Staging::new();
         let n = BURST as u32 + 300;
         for index in 0..n {
             r.push(index * 3, index as u16, false, index);
         }
         r.push(0, 0, false, n);
-        let got = runs(&r);
+        let got = shares(&r);
         assert_eq!(got.len(), n as usize);
-        assert_eq!(got[0].2, [0, n], "the first socket's second datagram found its run");
-        assert!(got.iter().enumerate().all(|(i, run)| run.0 == i as u32 * 3));
-        assert_eq!(r.runs[5].iface, 5, "a run keeps its first datagram's interface");
+        assert_eq!(got[0].2, [0, n], "the first socket's second datagram found its share");
+        assert!(got.iter().enumerate().all(|(i, share)| share.0 == i as u32 * 3));
+        assert_eq!(r.shares[5].iface, 5, "a share keeps its first datagram's interface");
     }
 
     #[test]
     fn a_reset_forgets_the_runs_and_the_table() {
-        let mut r: Runs<u32> = Runs::new();
+        let mut r: Staging<u32> = Staging::new();
         r.push(7, 0, true, 1);
-        for run in &mut r.runs[..r.used] {
-            run.datagrams.clear();
+        for share in &mut r.shares[..r.used] {
+            share.datagrams.clear();
         }
         r.reset();
-        assert_eq!(runs(&r), []);
+        assert_eq!(shares(&r), []);
         r.push(8, 0, false, 2);
         r.push(7, 0, true, 3);
-        assert_eq!(runs(&r), [(8, 0, vec![2]), (7, 1, vec![3])], "7 is a new run, behind 8");
+        assert_eq!(shares(&r), [(8, 0, vec![2]), (7, 1, vec![3])], "7 is a new share, behind 8");
         assert_eq!(r.staged, 2);
     }
 }

@@ -198,7 +198,7 @@ impl Worker<'_> {
     #[inline]
     pub(super) fn gro_flush(&mut self) {
         if let Some((pos, seg)) = self.train.end() {
-            self.runs.get_mut(pos).append_segments(&mut self.train_segments, seg);
+            self.staging.get_mut(pos).append_segments(&mut self.train_segments, seg);
         }
     }
 }

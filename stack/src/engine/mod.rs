@@ -76,7 +76,7 @@ pub struct LcoreCtx<'a> {
     ready: &'a [u64],
     /// The last burst's datagrams, by socket, not yet queued: the
     /// callback may take them ([`recv_staged`](Self::recv_staged)).
-    staged: std::cell::RefCell<&'a mut deliver::Runs>,
+    staged: std::cell::RefCell<&'a mut deliver::Staging>,
     snapshot: &'a TableSnapshot<Arc<SocketCore>>,
 }
 
@@ -139,7 +139,7 @@ pub(crate) struct Worker<'s> {
     /// Datagrams that found a socket during this burst, by socket: lent to
     /// the callback, and what it leaves queued after it (or before the
     /// next burst is staged).
-    runs: deliver::Runs,
+    staging: deliver::Staging,
     /// Sockets this lcore queued datagrams to since the application's
     /// callback last ran, and a bit per id modulo 64 of those in it.
     ready: Vec<u64>,
@@ -254,7 +254,7 @@ impl<'s> Worker<'s> {
             direct_until: Instant(0),
             idle_polls: 0,
             counters: shared.stats.lcore(idx),
-            runs: deliver::Runs::new(),
+            staging: deliver::Staging::new(),
             ready: Vec::with_capacity(64),
             ready_bits: 0,
             gro_active: false,
@@ -328,7 +328,7 @@ impl<'s> Worker<'s> {
     /// returns where it waits (for a GRO train to grow it).
     #[inline(always)]
     fn stage(&mut self, index: u32, iface: u16, v4: bool, d: Datagram) -> (usize, usize) {
-        self.runs.push(index, iface, v4, d)
+        self.staging.push(index, iface, v4, d)
     }
 
     /// Stamps the datagrams staged so far with the iteration's time, while
@@ -336,7 +336,7 @@ impl<'s> Worker<'s> {
     #[inline(always)]
     fn stamp_staged(&mut self) {
         if let Some(ns) = self.stamp {
-            self.runs.stamp(ns);
+            self.staging.stamp(ns);
         }
     }
 }

@@ -53,7 +53,7 @@ impl Worker<'_> {
             let start = spate_dpdk::lcore::tsc();
             self.now = self.shared.clock.at(start);
             let mut work = self.poll_rx();
-            work += self.run_app(app);
+            work += self.call_app(app);
             work += self.drain_inbox();
             // Timers before the flush: what they send (ARP and ND retries,
             // reports, announcements) goes with this iteration's frames,
@@ -154,7 +154,7 @@ impl Worker<'_> {
                     add_single_writer(&self.shared.load[self.idx].steer_cycles, spent);
                 }
             }
-            self.rx_run(iface, &mut burst);
+            self.receive_burst(iface, &mut burst);
         }
         if self.steer.is_some() {
             total += self.poll_steered();
@@ -176,7 +176,7 @@ impl Worker<'_> {
             let _ = burst.push(m);
             let next_elsewhere = frames.peek().is_none_or(|(i, _)| *i != iface);
             if burst.is_full() || next_elsewhere {
-                self.rx_run(iface, &mut burst);
+                self.receive_burst(iface, &mut burst);
             }
         }
         drop(frames);
@@ -193,7 +193,7 @@ impl Worker<'_> {
     /// first). Not inlined: one call per burst, and the benchmark reads its
     /// cost.
     #[inline(never)]
-    pub(super) fn rx_run(&mut self, iface: u16, burst: &mut Burst<BURST>) {
+    pub(super) fn receive_burst(&mut self, iface: u16, burst: &mut Burst<BURST>) {
         self.deliver_staged();
         // The burst's view of the interfaces' addresses (the receive path
         // holds it while it calls methods of the worker).
@@ -234,9 +234,9 @@ impl Worker<'_> {
     fn rx_frames_gro(&mut self, net: &Net, iface: u16, burst: &mut Burst<BURST>) {
         for m in burst.drain() {
             self.frame_no += 1;
-            let (mut ifc, mut m) = (iface, m);
+            let (mut on, mut m) = (iface, m);
             loop {
-                match self.rx_frame::<true>(net, ifc, m) {
+                match self.rx_frame::<true>(net, on, m) {
                     Step::Done(outcome) => {
                         if let Some(outcome) = outcome {
                             self.inc(outcome);
@@ -245,7 +245,7 @@ impl Worker<'_> {
                     }
                     Step::Inner(inner, frame) => {
                         self.tap(inner, false, std::slice::from_ref(&frame));
-                        (ifc, m) = (inner, frame)
+                        (on, m) = (inner, frame)
                     }
                 }
             }
@@ -255,7 +255,7 @@ impl Worker<'_> {
 
     /// Calls the application, queues the staged datagrams it did not take,
     /// and sends what it sent.
-    fn run_app(&mut self, app: &mut dyn FnMut(&mut LcoreCtx<'_>)) -> usize {
+    fn call_app(&mut self, app: &mut dyn FnMut(&mut LcoreCtx<'_>)) -> usize {
         if self.direct.is_some() && self.now >= self.direct_until {
             // The memo's time for it is up: looked up again.
             self.set_direct(None);
@@ -266,7 +266,7 @@ impl Worker<'_> {
             now: self.now,
             stack: self.stack,
             ready: &self.ready,
-            staged: std::cell::RefCell::new(&mut self.runs),
+            staged: std::cell::RefCell::new(&mut self.staging),
             snapshot: &self.snapshot,
         };
         app(&mut ctx);

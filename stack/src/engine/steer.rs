@@ -137,13 +137,13 @@ impl Worker<'_> {
         for m in burst.drain() {
             let i = self.shared.iface_of_port(m.port());
             if let Some(prev) = iface.filter(|&p| p != i) {
-                self.rx_run(prev, &mut run);
+                self.receive_burst(prev, &mut run);
             }
             iface = Some(i);
             let _ = run.push(m);
         }
         if let Some(i) = iface {
-            self.rx_run(i, &mut run);
+            self.receive_burst(i, &mut run);
         }
     }
 

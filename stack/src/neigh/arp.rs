@@ -75,13 +75,7 @@ pub fn request(ifc: &Interface, target: Ipv4Addr, probe_mac: Option<MacAddr>) ->
 
 /// A gratuitous ARP announcing `ip` (a request with sender = target).
 pub fn gratuitous(ifc: &Interface, ip: Ipv4Addr) -> Repr {
-    Repr {
-        operation: Operation::Request,
-        sender_mac: ifc.mac,
-        sender_ip: ip,
-        target_mac: MacAddr::ZERO,
-        target_ip: ip,
-    }
+    Repr { operation: Operation::Request, sender_mac: ifc.mac, sender_ip: ip, target_mac: MacAddr::ZERO, target_ip: ip }
 }
 
 #[cfg(test)]
