@@ -19,6 +19,7 @@ use std::time::{Duration, Instant};
 
 use spate::dpdk::{Burst, Memory};
 use spate::{Counter, Event, Interest, Poller, PortSpec, Stack, StackConfig, UdpSocket};
+use spate_testkit::stats::median;
 use spate_testkit::wire_peer::udp_frame;
 use spate_testkit::{WirePeer, cpu_model, shared_eal};
 
@@ -148,23 +149,19 @@ fn main() {
         }
     }
     running.stop();
-    let median = |v: &mut Vec<f64>| {
-        v.sort_by(|a, b| a.total_cmp(b));
-        v[v.len() / 2]
-    };
     println!("async sockets and the poller, {n} datagrams of 64 bytes, 5 rounds, medians ({})", cpu_model());
     println!("| receive | ns per datagram | ratio |");
     println!("|---|---|---|");
-    let base = median(&mut rx[0].clone());
+    let base = median(&rx[0]);
     for (m, name) in modes.iter().enumerate() {
-        let v = median(&mut rx[m]);
+        let v = median(&rx[m]);
         println!("| {name} | {v:.1} | {:.2}x |", v / base);
     }
     println!("| send | ns per datagram | ratio |");
     println!("|---|---|---|");
-    let base = median(&mut tx[0].clone());
+    let base = median(&tx[0]);
     for (m, name) in ["send_to", "send_to_async"].iter().enumerate() {
-        let v = median(&mut tx[m]);
+        let v = median(&tx[m]);
         println!("| {name} | {v:.1} | {:.2}x |", v / base);
     }
 }

@@ -309,15 +309,6 @@ fn tsc_ghz() -> f64 {
         .map_or(2.0, |mhz| mhz / 1000.0)
 }
 
-fn median_and_spread(mut v: Vec<f64>) -> (f64, f64, f64) {
-    v.sort_by(f64::total_cmp);
-    match v.is_empty() {
-        // --instructions: no rounds run.
-        true => (f64::NAN, f64::NAN, f64::NAN),
-        false => (v[v.len() / 2], v[0], v[v.len() - 1]),
-    }
-}
-
 fn main() {
     let args: Vec<String> = std::env::args().collect();
     if args.iter().any(|a| a == "--rust-sink") {
@@ -362,7 +353,7 @@ fn main() {
     let base = ins[0].0;
     let mut rows = vec![];
     for (i, s) in SINKS.iter().enumerate() {
-        let (med, lo, hi) = median_and_spread(cyc[i].clone());
+        let (med, lo, hi) = spate_testkit::stats::median_and_spread(&cyc[i]);
         let name = match *s {
             "rust" => "Rust recv_batch",
             "mmsg" => "C spate_recvmmsg",

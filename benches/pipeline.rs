@@ -808,9 +808,8 @@ fn scale_table(json: Option<String>) {
 /// the median of seven exchanges (a vCPU descheduled mid-exchange makes
 /// one read several times the rest). See [`line_move_once`].
 fn line_move_cycles(a: usize, b: usize) -> Option<f64> {
-    let mut runs = (0..7).map(|_| line_move_once(a, b)).collect::<Option<Vec<f64>>>()?;
-    runs.sort_by(f64::total_cmp);
-    Some(runs[runs.len() / 2])
+    let moves = (0..7).map(|_| line_move_once(a, b)).collect::<Option<Vec<f64>>>()?;
+    Some(spate_testkit::stats::median(&moves))
 }
 
 /// One exchange for [`line_move_cycles`]: two threads pinned to `a` and

@@ -25,6 +25,7 @@
 //! `target/c-api-release`, `cargo xtask install --prefix
 //! target/c-api-release`, or `SPATE_C_PREFIX`).
 
+use spate_testkit::stats::median;
 use std::net::UdpSocket;
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -141,11 +142,6 @@ fn sink_round(spate: bool, sink: &Path, n: u64) -> Round {
     }
 }
 
-fn median(mut v: Vec<f64>) -> f64 {
-    v.sort_by(f64::total_cmp);
-    v[v.len() / 2]
-}
-
 /// The p50, p99 and p99.9 of `rounds` round trips of one 64-byte datagram
 /// from the kernel's namespace to 198.18.0.2:7, in microseconds.
 fn round_trips(kernel: &Netns, rounds: usize) -> [f64; 3] {
@@ -237,13 +233,15 @@ fn main() {
     let mut medians = vec![];
     for (name, counted, v, sys) in rows {
         let each: Vec<String> = v.iter().map(|r| format!("{:.0}", r.per_cpu_second(sys))).collect();
-        let m = median(v.iter().map(|r| r.per_cpu_second(sys)).collect());
+        let m = median(&v.iter().map(|r| r.per_cpu_second(sys)).collect::<Vec<_>>());
         medians.push(m);
-        let cpus = median(v.iter().map(|r| (r.cpu_ns + if sys { r.source_sys_ns } else { 0.0 }) / r.wall_ns).collect());
+        let cpus = median(
+            &v.iter().map(|r| (r.cpu_ns + if sys { r.source_sys_ns } else { 0.0 }) / r.wall_ns).collect::<Vec<_>>(),
+        );
         println!(
             "| {name} | {counted} | {} | {m:.0} | {:.0} | {cpus:.2} |",
             each.join(", "),
-            median(v.iter().map(|r| r.datagrams / (r.wall_ns / 1e9)).collect()),
+            median(&v.iter().map(|r| r.datagrams / (r.wall_ns / 1e9)).collect::<Vec<_>>()),
         );
     }
     println!(
@@ -279,7 +277,7 @@ fn main() {
     println!("| sockets | p50 | p99 | p99.9 | p99.9 of each run |");
     println!("|---|---|---|---|---|");
     for (i, name) in ["spate (spate-run, adaptive polling)", "kernel"].iter().enumerate() {
-        let col = |k: usize| median(lat[i].iter().map(|r| r[k]).collect());
+        let col = |k: usize| median(&lat[i].iter().map(|r| r[k]).collect::<Vec<_>>());
         let each: Vec<String> = lat[i].iter().map(|r| format!("{:.1}", r[2])).collect();
         println!("| {name} | {:.1} | {:.1} | {:.1} | {} |", col(0), col(1), col(2), each.join(", "));
     }

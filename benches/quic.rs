@@ -29,6 +29,7 @@
 //! cargo bench --bench quic -- [--quick] [--json PATH]
 //! ```
 
+use spate_testkit::stats::median;
 use std::path::PathBuf;
 use std::time::Duration;
 
@@ -220,11 +221,6 @@ fn as_server(net: &Net, side: Side, download: bool, n: u32) -> Cost {
     Cost { secs: v["secs"].as_f64().unwrap(), cpu, peer_cpu: v["cpu_secs"].as_f64().unwrap(), units }
 }
 
-fn median(mut v: Vec<f64>) -> f64 {
-    v.sort_by(f64::total_cmp);
-    v[v.len() / 2]
-}
-
 fn main() {
     let args: Vec<String> = std::env::args().collect();
     let quick = args.iter().any(|a| a == "--quick");
@@ -252,7 +248,7 @@ fn main() {
         }
         for (i, side) in Side::ALL.into_iter().enumerate() {
             let c = &costs[i];
-            let m = |f: fn(&Cost) -> f64| median(c.iter().map(f).collect());
+            let m = |f: fn(&Cost) -> f64| median(&c.iter().map(f).collect::<Vec<_>>());
             let cost = Cost { secs: m(|c| c.secs), cpu: m(|c| c.cpu), peer_cpu: m(|c| c.peer_cpu), units: c[0].units };
             results.push((job.to_string(), side, cost));
         }

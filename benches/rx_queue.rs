@@ -18,6 +18,7 @@
 //!
 //! `cargo bench --bench rx_queue -- [--quick] [--json PATH]`
 
+use spate_testkit::stats::median;
 use std::collections::VecDeque;
 use std::hint::black_box;
 use std::sync::Mutex;
@@ -269,11 +270,6 @@ fn backoff(idle: &mut u32) {
     }
 }
 
-fn median(mut v: Vec<f64>) -> f64 {
-    v.sort_by(f64::total_cmp);
-    v[v.len() / 2]
-}
-
 fn main() {
     let args: Vec<String> = std::env::args().skip(1).collect();
     let flag = |name: &str| args.iter().position(|a| a == name).and_then(|i| args.get(i + 1)).cloned();
@@ -298,7 +294,7 @@ fn main() {
             results[2][i].push(threaded(q.as_ref(), 2, n / 2));
         }
     }
-    let m: Vec<Vec<f64>> = results.into_iter().map(|s| s.into_iter().map(median).collect()).collect();
+    let m: Vec<Vec<f64>> = results.into_iter().map(|s| s.iter().map(|v| median(v)).collect()).collect();
     println!("receive queue, Mitems/s (median of {rounds} rounds of {n} items; ratio: spate / that queue)");
     println!(
         "| queue | 1 producer -> 1 reader, 2 cores | ratio | one core | ratio | 2 producers -> 1 reader | ratio |"

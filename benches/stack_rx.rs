@@ -8,6 +8,7 @@
 //!
 //! `cargo bench --bench stack_rx -- [--quick] [--rounds N] [--seconds S] [--json PATH]`
 
+use spate_testkit::stats::median;
 use std::path::Path;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -262,11 +263,6 @@ fn read_every_byte(data: &[u8]) -> u64 {
     acc
 }
 
-fn median(v: &mut [f64]) -> f64 {
-    v.sort_by(f64::total_cmp);
-    v[v.len() / 2]
-}
-
 fn main() {
     let args: Vec<String> = std::env::args().skip(1).collect();
     let flag = |name: &str| args.iter().position(|a| a == name).and_then(|i| args.get(i + 1)).cloned();
@@ -326,7 +322,7 @@ fn main() {
         s_cyc.push(s.cycles);
         recs.push(rec);
     }
-    let (tp, tc, sp, sc) = (median(&mut t_pps), median(&mut t_cyc), median(&mut s_pps), median(&mut s_cyc));
+    let (tp, tc, sp, sc) = (median(&t_pps), median(&t_cyc), median(&s_pps), median(&s_cyc));
     println!();
     println!(
         "single-core receive, 64-byte UDP frames over a vhost-user pair, median of {rounds} round(s) of {seconds} s"
@@ -355,7 +351,7 @@ fn main() {
         if sc / tc <= 2.0 { "met" } else { "missed" }
     );
     let (tn, tr, td, tp2, rn) =
-        (median(&mut th_ns), median(&mut th_reader), median(&mut th_drop), median(&mut th_pps), median(&mut rtc_ns));
+        (median(&th_ns), median(&th_reader), median(&th_drop), median(&th_pps), median(&rtc_ns));
     println!();
     println!("thread mode: CPU per delivered datagram, median of {rounds} round(s)");
     println!("| sink | ns/datagram | of which reader thread | delivered Mpps | dropped at the socket | ratio to RTC |");
@@ -363,7 +359,7 @@ fn main() {
     println!(
         "| run-to-completion (lcore busy) | {rn:.1} | | {:.2} | {:.3}% | 1.000 |",
         sp / 1e6,
-        median(&mut rtc_drop) * 100.0
+        median(&rtc_drop) * 100.0
     );
     println!(
         "| reader thread (lcore busy + reader CPU) | {tn:.1} | {tr:.1} | {:.2} | {:.3}% | {:.3} |",

@@ -11,6 +11,7 @@ pub mod netns;
 pub mod ovs;
 pub mod process;
 pub mod spate;
+pub mod stats;
 pub mod testpmd;
 mod unsafe_libc;
 pub mod wire_peer;
