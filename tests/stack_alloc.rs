@@ -9,11 +9,11 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
-use spate::dpdk::{Burst, Memory};
+use spate::dpdk::Burst;
 use spate::wire::{ethernet, ip_proto, ipv4};
-use spate::{DatagramBatch, LcoreCtx, PortSpec, Stack, StackConfig, UdpSocket};
+use spate::{DatagramBatch, LcoreCtx, UdpSocket};
 use spate_testkit::wire_peer::{ip_fragments, udp_datagram, udp_frame};
-use spate_testkit::{WirePeer, device_lock, shared_eal};
+use spate_testkit::{WirePeer, WireRig, device_lock, spate_port, stack_config};
 
 struct Counting;
 
@@ -95,13 +95,11 @@ fn no_heap_allocation_per_datagram() {
     let probe = std::hint::black_box(Box::new([0u8; 64]));
     assert!(ALLOCS.load(Ordering::SeqCst) > before);
     drop(probe);
-    shared_eal(Memory::Auto);
-    let (mut peer, spate_port, _a) = WirePeer::new(4095);
-    let mut spec = PortSpec::new(&spate_port).addr("198.18.0.2/24").unwrap();
-    spec.mac = Some("02:53:50:41:54:45".parse().unwrap());
-    let cfg = StackConfig { lcores: "1".into(), ports: vec![spec], stop_on_signal: false, ..StackConfig::default() };
-    let stack = Stack::new(cfg).unwrap();
-    let mac = stack.interfaces()[0].mac;
+    let WireRig { spate_side: _a, mut peer, mac, stack } = WireRig::new(4095, |name| {
+        let mut spec = spate_port(name);
+        spec.mac = Some("02:53:50:41:54:45".parse().unwrap());
+        stack_config(spec)
+    });
     let frames: Vec<Vec<u8>> =
         (0..16).map(|i| udp_frame(mac, false, 40000 + i, 7, &vec![i as u8; 64 + 50 * i as usize])).collect();
     let sock = Arc::new(UdpSocket::bind(&stack, "0.0.0.0:7").unwrap());

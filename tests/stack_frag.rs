@@ -15,11 +15,11 @@ use std::sync::{Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
 use proptest::prelude::*;
-use spate::dpdk::{Burst, Memory};
+use spate::dpdk::Burst;
 use spate::wire::MacAddr;
-use spate::{Counter, Counters, DatagramBatch, PortSpec, Stack, StackConfig, UdpSocket};
+use spate::{Counter, Counters, DatagramBatch, Stack, StackConfig, UdpSocket};
 use spate_testkit::wire_peer::{PEER_IP, PEER_IP6, ip_fragment as fragment, ip_fragments as cut, udp_datagram};
-use spate_testkit::{WirePeer, device_lock, shared_eal};
+use spate_testkit::{WirePeer, WireRig, device_lock, recv_datagrams, spate_port_dual, stack_config};
 
 const PORT: u16 = 9;
 /// The rig's reassembly budget.
@@ -39,20 +39,13 @@ struct Rig {
 fn rig() -> &'static Mutex<Rig> {
     static RIG: OnceLock<Mutex<Rig>> = OnceLock::new();
     RIG.get_or_init(|| {
-        shared_eal(Memory::Auto);
-        let (peer, port, spate_side) = WirePeer::new(8191);
-        let cfg = StackConfig {
-            lcores: "1".into(),
-            ports: vec![PortSpec::new(&port).addr("198.18.0.2/24").unwrap().addr("fd00::2/64").unwrap()],
-            stop_on_signal: false,
+        let WireRig { stack, peer, mac, spate_side } = WireRig::new(8191, |port| StackConfig {
             announce: false,
             reassembly_high_bytes: Some(HIGH),
             reassembly_low_bytes: Some(LOW),
             reassembly_timeout_ms: TIMEOUT_MS,
-            ..StackConfig::default()
-        };
-        let stack = Stack::new(cfg).unwrap();
-        let mac = stack.interfaces()[0].mac;
+            ..stack_config(spate_port_dual(port))
+        });
         let sock = UdpSocket::builder(&stack).recv_buffer_size(8 << 20).bind(("::", PORT)).unwrap();
         sock.set_nonblocking(true).unwrap();
         let running = stack.spawn_polling().unwrap();
@@ -90,18 +83,7 @@ fn until(stack: &Stack, what: &str, done: impl Fn(&Counters) -> bool) -> Counter
 
 /// The datagrams the socket holds now (waiting for `want` of them).
 fn take(sock: &UdpSocket, want: usize) -> Vec<(IpAddr, Vec<u8>)> {
-    let mut out = Vec::new();
-    let mut batch = DatagramBatch::with_capacity(64);
-    let deadline = Instant::now() + Duration::from_secs(10);
-    while out.len() < want {
-        assert!(Instant::now() < deadline, "got {} of {want} datagrams", out.len());
-        if sock.recv_batch(&mut batch, 64).is_ok() {
-            out.extend(batch.drain().map(|d| (d.src().ip(), d.to_vec())));
-        } else {
-            std::thread::sleep(Duration::from_micros(200));
-        }
-    }
-    out
+    recv_datagrams(sock, want).into_iter().map(|d| (d.src().ip(), d.to_vec())).collect()
 }
 
 fn nothing_more(sock: &UdpSocket) {

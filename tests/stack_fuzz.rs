@@ -6,10 +6,10 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use spate::dpdk::{Burst, Memory};
+use spate::dpdk::Burst;
 use spate::internals::fixtures;
-use spate::{Counter, DatagramBatch, LcoreCtx, PortSpec, Stack, StackConfig, UdpSocket};
-use spate_testkit::{Rng, WirePeer, device_lock, shared_eal};
+use spate::{Counter, DatagramBatch, LcoreCtx, StackConfig, UdpSocket};
+use spate_testkit::{Rng, WireRig, device_lock, spate_port_dual, stack_config};
 
 const FRAMES: u64 = 100_000;
 
@@ -42,19 +42,12 @@ fn mutate(rng: &mut Rng, seeds: &[Vec<u8>]) -> Vec<u8> {
 #[test]
 fn hundred_thousand_hostile_frames() {
     let _serial = device_lock();
-    shared_eal(Memory::Auto);
-    let (mut peer, spate_port, _a) = WirePeer::new(8191);
     // The captured frames are addressed to 02:53:50:41:54:45, 198.18.0.2 and fd00::2.
-    let mut port = PortSpec::new(&spate_port).addr("198.18.0.2/24").unwrap().addr("fd00::2/64").unwrap();
-    port.mac = Some("02:53:50:41:54:45".parse().unwrap());
-    let cfg = StackConfig {
-        lcores: "1".into(),
-        ports: vec![port],
-        mempool_size: 4095,
-        stop_on_signal: false,
-        ..StackConfig::default()
-    };
-    let stack = Stack::new(cfg).unwrap();
+    let WireRig { spate_side: _a, mut peer, mac: _, stack } = WireRig::new(8191, |name| {
+        let mut port = spate_port_dual(name);
+        port.mac = Some("02:53:50:41:54:45".parse().unwrap());
+        StackConfig { mempool_size: 4095, ..stack_config(port) }
+    });
     let sock = Arc::new(UdpSocket::bind(&stack, "[::]:7").unwrap());
     sock.set_nonblocking(true).unwrap();
     let s = sock.clone();

@@ -15,9 +15,9 @@ use std::time::{Duration, Instant};
 use proptest::prelude::*;
 use spate::dpdk::{Burst, Memory};
 use spate::wire::{MacAddr, ethernet, ip_proto};
-use spate::{Counter, Datagram, DatagramBatch, PortSpec, Stack, StackConfig, UdpSocket};
+use spate::{Counter, Datagram, DatagramBatch, Stack, StackConfig, UdpSocket};
 use spate_testkit::wire_peer::{PEER_IP, eth, ipv4_packet, udp_datagram_between, udp_frame};
-use spate_testkit::{WirePeer, device_lock, shared_eal};
+use spate_testkit::{WirePeer, WireRig, device_lock, recv_datagrams, shared_eal, spate_port, stack_config};
 
 const GRO_PORT: u16 = 9;
 const PLAIN_PORT: u16 = 10;
@@ -110,17 +110,8 @@ struct Rig {
 fn rig() -> &'static Mutex<Rig> {
     static RIG: OnceLock<Mutex<Rig>> = OnceLock::new();
     RIG.get_or_init(|| {
-        shared_eal(Memory::Auto);
-        let (peer, port, spate_side) = WirePeer::new(8191);
-        let cfg = StackConfig {
-            lcores: "1".into(),
-            ports: vec![PortSpec::new(&port).addr("198.18.0.2/24").unwrap()],
-            stop_on_signal: false,
-            announce: false,
-            ..StackConfig::default()
-        };
-        let stack = Stack::new(cfg).unwrap();
-        let mac = stack.interfaces()[0].mac;
+        let WireRig { stack, peer, mac, spate_side } =
+            WireRig::new(8191, |port| StackConfig { announce: false, ..stack_config(spate_port(port)) });
         let gro = UdpSocket::builder(&stack).recv_buffer_size(8 << 20).bind(("0.0.0.0", GRO_PORT)).unwrap();
         gro.set_gro(true).unwrap();
         let plain = UdpSocket::builder(&stack).recv_buffer_size(8 << 20).bind(("0.0.0.0", PLAIN_PORT)).unwrap();
@@ -146,17 +137,8 @@ fn send_burst(peer: &mut WirePeer, frames: &[Vec<u8>]) {
 
 /// Takes `want` datagrams from `s`.
 fn take(s: &UdpSocket, want: usize) -> Vec<Datagram> {
-    let mut out = Vec::new();
+    let out = recv_datagrams(s, want);
     let mut batch = DatagramBatch::with_capacity(64);
-    let deadline = Instant::now() + Duration::from_secs(10);
-    while out.len() < want {
-        assert!(Instant::now() < deadline, "got {} of {want} datagrams", out.len());
-        if s.recv_batch(&mut batch, 64).is_ok() {
-            out.extend(batch.drain());
-        } else {
-            std::thread::sleep(Duration::from_micros(200));
-        }
-    }
     assert!(s.recv_batch(&mut batch, 64).is_err(), "no more than expected");
     out
 }
@@ -293,13 +275,7 @@ fn gro_stage_runs_only_while_someone_needs_it() {
 /// A stack polling lcore 1 on `port` (198.18.0.2/24), with a VXLAN
 /// tunnel for each (VNI, remote, inner address).
 fn tunnel_stack(port: &str, tunnels: &[(u32, std::net::Ipv4Addr, &str)]) -> Stack {
-    let mut cfg = StackConfig {
-        lcores: "1".into(),
-        ports: vec![PortSpec::new(port).addr("198.18.0.2/24").unwrap()],
-        stop_on_signal: false,
-        announce: false,
-        ..StackConfig::default()
-    };
+    let mut cfg = StackConfig { announce: false, ..stack_config(spate_port(port)) };
     for &(vni, remote, inner) in tunnels {
         let mut t = spate::config::VxlanSpec::new(vni, remote.into());
         t.ipv4.push(inner.parse().unwrap());

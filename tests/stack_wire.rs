@@ -10,7 +10,7 @@ use spate::dpdk::Memory;
 use spate::wire::{MacAddr, arp, ethernet, ip_proto, ipv4, udp};
 use spate::{Counter, LcoreCtx, PortSpec, Stack, StackConfig, UdpSocket};
 use spate_testkit::wire_peer::{PEER_IP, PEER_MAC, SPATE_IP, eth, frag_needed_icmp, udp_frame};
-use spate_testkit::{WirePeer, device_lock, shared_eal};
+use spate_testkit::{WirePeer, device_lock, rig, shared_eal, stack_config};
 
 fn is_announcement(f: &[u8]) -> bool {
     let e = ethernet::Frame::new_unchecked(f);
@@ -36,16 +36,7 @@ fn udp_to_peer(frame: &[u8], what: &str) -> (u16, u16, u16, Vec<u8>) {
 /// A stack polling lcore 1 on `port` (announcing itself or not), with a
 /// small pool whose in-use count each test brings back to zero.
 fn wire_stack(port: PortSpec, announce: bool) -> Stack {
-    let cfg = StackConfig {
-        lcores: "1".into(),
-        ports: vec![port],
-        mempool_size: 2047,
-        idle_sleep_us: 50,
-        stop_on_signal: false,
-        announce,
-        ..StackConfig::default()
-    };
-    Stack::new(cfg).unwrap()
+    Stack::new(StackConfig { mempool_size: 2047, idle_sleep_us: 50, announce, ..stack_config(port) }).unwrap()
 }
 
 #[test]
@@ -53,7 +44,7 @@ fn arp_udp_and_port_unreachable_over_a_wire_pair() {
     let _serial = device_lock();
     shared_eal(Memory::Auto);
     let (mut peer, spate_port, _a) = WirePeer::new(1023);
-    let stack = wire_stack(PortSpec::new(&spate_port).addr("198.18.0.2/24").unwrap(), true);
+    let stack = wire_stack(rig::spate_port(&spate_port), true);
     let spate_mac = stack.interfaces()[0].mac;
     let sock = UdpSocket::bind(&stack, "0.0.0.0:7").unwrap();
     let running = stack.spawn_polling().unwrap();
@@ -125,7 +116,7 @@ fn slow_reader_overflow_counts_drops_and_keeps_order() {
     let _serial = device_lock();
     shared_eal(Memory::Auto);
     let (mut peer, spate_port, _a) = WirePeer::new(1023);
-    let stack = wire_stack(PortSpec::new(&spate_port).addr("198.18.0.2/24").unwrap(), false);
+    let stack = wire_stack(rig::spate_port(&spate_port), false);
     let spate_mac = stack.interfaces()[0].mac;
     let truesize = stack.datagram_truesize();
     let sock = UdpSocket::builder(&stack).recv_buffer_size(10 * truesize).bind("0.0.0.0:9").unwrap();
@@ -281,7 +272,7 @@ fn path_mtu_is_learnt_only_for_what_a_socket_could_have_sent() {
     let _serial = device_lock();
     shared_eal(Memory::Auto);
     let (mut peer, spate_port, _a) = WirePeer::new(1023);
-    let stack = wire_stack(PortSpec::new(&spate_port).addr("198.18.0.2/24").unwrap(), false);
+    let stack = wire_stack(rig::spate_port(&spate_port), false);
     let spate_mac = stack.interfaces()[0].mac;
     let _sock = UdpSocket::bind(&stack, "0.0.0.0:5353").unwrap();
     let running = stack.spawn_polling().unwrap();
@@ -313,7 +304,7 @@ fn stalled_readers_share_a_stack_wide_cap() {
     // What a datagram is charged, from a stack of the same pool.
     let truesize = {
         let (_peer, port, _a) = WirePeer::new(1023);
-        wire_stack(PortSpec::new(&port).addr("198.18.0.2/24").unwrap(), false).datagram_truesize()
+        wire_stack(rig::spate_port(&port), false).datagram_truesize()
     };
     let (mut peer, spate_port, _a) = WirePeer::new(1023);
     let cfg = StackConfig {
@@ -610,7 +601,7 @@ fn the_callback_takes_staged_datagrams_in_order_and_leaves_the_rest_queued() {
     let _serial = device_lock();
     shared_eal(Memory::Auto);
     let (mut peer, spate_port, _a) = WirePeer::new(1023);
-    let stack = wire_stack(PortSpec::new(&spate_port).addr("198.18.0.2/24").unwrap(), false);
+    let stack = wire_stack(rig::spate_port(&spate_port), false);
     let spate_mac = stack.interfaces()[0].mac;
     let truesize = stack.datagram_truesize();
     let sock = Arc::new(UdpSocket::builder(&stack).recv_buffer_size(truesize).bind("0.0.0.0:9").unwrap());
@@ -740,7 +731,7 @@ fn the_callbacks_replies_follow_the_neighbours_mac() {
     let _serial = device_lock();
     shared_eal(Memory::Auto);
     let (mut peer, spate_port, _a) = WirePeer::new(1023);
-    let stack = wire_stack(PortSpec::new(&spate_port).addr("198.18.0.2/24").unwrap(), false);
+    let stack = wire_stack(rig::spate_port(&spate_port), false);
     let spate_mac = stack.interfaces()[0].mac;
     let sock = Arc::new(UdpSocket::bind(&stack, "0.0.0.0:7").unwrap());
     let s = sock.clone();

@@ -10,6 +10,7 @@ pub mod names;
 pub mod netns;
 pub mod ovs;
 pub mod process;
+pub mod rig;
 pub mod spate;
 pub mod stats;
 pub mod testpmd;
@@ -22,6 +23,7 @@ pub use netns::{
     Netns, af_packet_stack, behind_a_small_link, echo_every_size, echo_sizes, kernel_peer, spate_and_kernel, veth,
 };
 pub use process::Proc;
+pub use rig::{WireRig, recv_datagrams, spate_port, spate_port_dual, stack_config};
 pub use spate::{
     RelayLeg, SpateApp, capture_frames, counter, echo_after_gaps, parse_counters, port_counter, start_dump, stop_relay,
 };
