@@ -6,7 +6,7 @@
 //!    to its flow's lcore in software where the port cannot ([`steer`]);
 //! 2. classification and validation: the fast path first ([`fast`]: IPv4
 //!    or IPv6 UDP to a bound socket, nothing else), then the full path
-//!    ([`rx`]):
+//!    ([`rx`], which acts on what [`parse`] reads of the frame):
 //!    Ethernet, ARP, IPv4, IPv6, fragments (reassembled here, before the
 //!    lookup), ICMP ([`icmp`]), IGMP and MLD ([`mcast`]), UDP; every frame
 //!    ends in exactly one `Rx` counter; where the UDP datagram lies is an
@@ -18,13 +18,21 @@
 //!    (one load per burst decides, and the receive path is built twice, so
 //!    without them it is the code it was before the stage existed); it
 //!    takes the lookup's answer, hands a tunnel's datagrams to
-//!    decapsulation ([`vxlan`]), coalesces trains for GRO sockets and
+//!    decapsulation ([`vxlan`], the inner frame returned to the loop as
+//!    its next frame), coalesces trains for GRO sockets and
 //!    passes the rest on. Linux looks the socket up inside its GRO stage;
 //!    spate's stage takes the answer of the one lookup each datagram gets;
-//! 5. staging and queueing ([`deliver`]): each socket's datagrams of the
+//! 5. staging and queueing ([`deliver`]): each socket's share of the
 //!    burst under one lock, the sockets named for the application's
 //!    `ready` list; the iteration's last burst after the callback, which
 //!    may take its sockets' datagrams first, without the queue.
+//!
+//! The stages' rules are written over any [`PacketBuf`](crate::buf::PacketBuf)
+//! and return their results: [`parse`] (the full path's reading of a
+//! frame), the fast path's `parse_v4`/`parse_v6`, [`gro::Train`]'s rules,
+//! [`deliver::Staging`] and [`vxlan::decapsulate`]; their unit tests drive
+//! them with frames in memory, no EAL. The `Worker` keeps the device side:
+//! queues, the sleeper, rings, the steering hand-off, the pool.
 //!
 //! Names: `iface` is an interface's index (a `u16`, as the tables key
 //! it), `ifc` the [`Interface`](crate::iface::Interface) itself.
@@ -111,7 +119,7 @@ impl LcoreCtx<'_> {
     }
 }
 
-/// One polling lcore's state, private to the engine, by concern.
+/// One polling lcore's state, private to the engine, by stage.
 pub(crate) struct Worker<'s> {
     // Who it is.
     idx: usize,

@@ -57,7 +57,7 @@ pub(crate) enum Frame<B> {
     Done(Counter),
     /// ARP, its header at `l2`.
     Arp { m: B, l2: usize },
-    /// UDP, its length and checksum not yet checked ([`udp`]).
+    /// UDP, its length and checksum not yet checked ([`udp()`]).
     Udp { m: B, at: UdpInFrame },
     /// An IPv4 or IPv6 fragment, for reassembly.
     Fragment { key: reassembly::Key, f: reassembly::Fragment<B>, src: IpAddr, dst: IpAddr, group: bool },
