@@ -11,11 +11,10 @@ use std::net::IpAddr;
 use spate_dpdk::Mbuf;
 
 use super::offsets::UdpInFrame;
-use super::rx::Step;
 use crate::datagram::{Datagram, header_span};
 use crate::wire::udp;
 
-use super::Worker;
+use super::{Step, Worker};
 use crate::stats::Counter;
 
 /// Segments in one coalesced datagram at most (Linux's `UDP_GRO` limit).

@@ -119,6 +119,30 @@ impl LcoreCtx<'_> {
     }
 }
 
+/// What the receive path made of a frame.
+#[derive(Debug)]
+pub(super) enum Step {
+    /// Its `Rx` outcome; none when a socket took it (counted as delivered
+    /// when queued) or a GRO train grew by it.
+    Done(Option<Counter>),
+    /// A tunnel's datagram, decapsulated: the inner frame and its
+    /// interface, the receive loop's next frame (the outer frame's own
+    /// outcome is none). Only the path with the GRO stage gives it.
+    Inner(u16, Mbuf),
+}
+
+impl Step {
+    /// The outcome, on a path without the GRO stage (which never
+    /// decapsulates).
+    #[inline(always)]
+    pub(super) fn outcome(self) -> Option<Counter> {
+        match self {
+            Step::Done(outcome) => outcome,
+            Step::Inner(..) => unreachable!("only the GRO stage decapsulates"),
+        }
+    }
+}
+
 /// One polling lcore's state, private to the engine, by stage.
 pub(crate) struct Worker<'s> {
     // Who it is.

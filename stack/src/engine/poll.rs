@@ -7,8 +7,7 @@ use std::sync::atomic::Ordering;
 
 use spate_dpdk::Burst;
 
-use super::rx::Step;
-use super::{LcoreCtx, Worker};
+use super::{LcoreCtx, Step, Worker};
 use crate::shared::{BURST, Direct, LOCAL_TX, LOCAL_TX_CAPACITY, LocalTx, Net, PortSteering, TxPacket};
 use crate::stats::{Counter, add_single_writer};
 use crate::time::Instant;

@@ -4,10 +4,10 @@ use std::net::IpAddr;
 
 use spate_dpdk::Mbuf;
 
-use super::Worker;
 use super::gro::Flow;
 use super::offsets::{Handed, UdpInFrame};
 use super::parse::{self, Frame};
+use super::{Step, Worker};
 use crate::datagram::{Datagram, header_span};
 use crate::frag::reassembly;
 use crate::iface::Interface;
@@ -16,30 +16,6 @@ use crate::neigh;
 use crate::shared::Net;
 use crate::stats::Counter;
 use crate::wire::{arp, ethernet, ip_proto, ipv4, ipv6, udp};
-
-/// What the receive path made of a frame.
-#[derive(Debug)]
-pub(super) enum Step {
-    /// Its `Rx` outcome; none when a socket took it (counted as delivered
-    /// when queued) or a GRO train grew by it.
-    Done(Option<Counter>),
-    /// A tunnel's datagram, decapsulated: the inner frame and its
-    /// interface, the receive loop's next frame (the outer frame's own
-    /// outcome is none). Only the path with the GRO stage gives it.
-    Inner(u16, Mbuf),
-}
-
-impl Step {
-    /// The outcome, on a path without the GRO stage (which never
-    /// decapsulates).
-    #[inline(always)]
-    pub(super) fn outcome(self) -> Option<Counter> {
-        match self {
-            Step::Done(outcome) => outcome,
-            Step::Inner(..) => unreachable!("only the GRO stage decapsulates"),
-        }
-    }
-}
 
 impl parse::Tally for &Worker<'_> {
     #[inline(always)]

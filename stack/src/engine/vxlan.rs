@@ -21,9 +21,8 @@ use std::net::{IpAddr, SocketAddr};
 
 use spate_dpdk::Mbuf;
 
-use super::Worker;
 use super::offsets::UdpInFrame;
-use super::rx::Step;
+use super::{Step, Worker};
 use crate::buf::PacketBuf;
 use crate::hdr::{UdpHeaders, push_udp_ip};
 use crate::iface::{Interface, Tunnel};
