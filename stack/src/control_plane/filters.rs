@@ -34,7 +34,7 @@ impl Stack {
     /// Programs interface `iface`'s port with the group MACs it must hear
     /// now, when the port is configured not promiscuous. Each fallback is
     /// logged: the port then hears more than it needs, never less.
-    pub fn sync_multicast_filter(&self, iface: u16) {
+    pub(crate) fn sync_multicast_filter(&self, iface: u16) {
         let Some(spec) = self.shared.cfg.ports.get(iface as usize) else { return };
         let Some(port) = self.shared.ports.get(iface as usize) else { return };
         if spec.promiscuous {

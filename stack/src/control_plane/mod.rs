@@ -26,35 +26,38 @@ use service::ServiceThread;
 #[derive(Debug, Clone)]
 pub struct Stack {
     // The control plane first: its service threads stop before the
-    // datapath's state (and its pool) can go.
+    // datapath's state (and its pool) can go (it holds the state too).
     pub(crate) control: Arc<ControlPlane>,
     pub(crate) shared: Arc<Shared>,
 }
 
 /// A [`Stack`] held without keeping it alive (the service threads hold
-/// one between requests).
+/// one between requests): the control plane, which keeps the datapath's
+/// state alive as long as it lives.
 #[derive(Debug, Clone)]
 pub(crate) struct WeakStack {
     control: Weak<ControlPlane>,
-    shared: Weak<Shared>,
 }
 
 impl Stack {
-    /// A handle over the datapath's state `shared` and its control plane.
-    pub(crate) fn from_parts(shared: Shared, control: ControlPlane) -> Stack {
-        Stack { control: Arc::new(control), shared: Arc::new(shared) }
+    /// A handle over the datapath's state `shared` and a control plane for
+    /// it, the ports' device filters as set up.
+    pub(crate) fn from_parts(shared: Shared, filters: Vec<DeviceFilter>) -> Stack {
+        let shared = Arc::new(shared);
+        Stack { control: Arc::new(ControlPlane::new(shared.clone(), filters)), shared }
     }
 
     /// A handle that does not keep the stack alive.
     pub(crate) fn downgrade(&self) -> WeakStack {
-        WeakStack { control: Arc::downgrade(&self.control), shared: Arc::downgrade(&self.shared) }
+        WeakStack { control: Arc::downgrade(&self.control) }
     }
 }
 
 impl WeakStack {
     /// The stack, while a handle to it lives.
     pub(crate) fn upgrade(&self) -> Option<Stack> {
-        Some(Stack { control: self.control.upgrade()?, shared: self.shared.upgrade()? })
+        let control = self.control.upgrade()?;
+        Some(Stack { shared: control.shared.clone(), control })
     }
 
     /// Whether every handle to the stack is gone.
@@ -64,13 +67,17 @@ impl WeakStack {
 
     /// The datapath's state alone, while the stack lives.
     pub(crate) fn shared(&self) -> Option<Arc<Shared>> {
-        self.shared.upgrade()
+        self.control.upgrade().map(|c| c.shared.clone())
     }
 }
 
 /// What the control plane keeps.
 #[derive(Debug)]
 pub(crate) struct ControlPlane {
+    /// The datapath's state it manages, kept alive while the control
+    /// plane lives: its service threads stop before the pool can go,
+    /// whichever thread drops the last handle.
+    shared: Arc<Shared>,
     /// The sockets' multicast memberships (the lcores read their view,
     /// published in `Net`).
     pub memberships: Mutex<Memberships>,
@@ -86,8 +93,9 @@ pub(crate) struct ControlPlane {
 
 impl ControlPlane {
     /// No memberships or endpoints yet; the ports' filters as set up.
-    pub(crate) fn new(filters: Vec<DeviceFilter>) -> ControlPlane {
+    fn new(shared: Arc<Shared>, filters: Vec<DeviceFilter>) -> ControlPlane {
         ControlPlane {
+            shared,
             memberships: Mutex::default(),
             filters: Mutex::new(filters),
             endpoint: OnceLock::new(),
@@ -106,7 +114,13 @@ impl Stack {
     /// interfaces' new state; a change of an interface's state is reported
     /// (IGMPv3 or MLDv2) at once and again within a second, as RFC 3376's
     /// robustness variable of 2 asks.
-    pub fn change_membership(&self, socket: u64, iface: u16, group: IpAddr, change: Change) -> std::io::Result<()> {
+    pub(crate) fn change_membership(
+        &self,
+        socket: u64,
+        iface: u16,
+        group: IpAddr,
+        change: Change,
+    ) -> std::io::Result<()> {
         let mut m = self.control.memberships.lock().unwrap_or_else(|p| p.into_inner());
         let before = state_of(&m, iface, &group);
         m.change(socket, iface, group, change).map_err(|r| std::io::Error::from_raw_os_error(r.errno()))?;
@@ -130,7 +144,7 @@ impl Stack {
     }
 
     /// Drops every membership of a socket that closed.
-    pub fn leave_all_groups(&self, socket: u64) {
+    pub(crate) fn leave_all_groups(&self, socket: u64) {
         let mut m = self.control.memberships.lock().unwrap_or_else(|p| p.into_inner());
         let groups: Vec<(u16, IpAddr)> =
             m.all().iter().filter(|x| x.socket == socket).map(|x| (x.iface, x.group)).collect();

@@ -11,7 +11,7 @@ use crossbeam_utils::CachePadded;
 use spate_dpdk::{Eal, EalBuilder, Memory, Mempool, MempoolConfig, Port, PortConfig, PortStats, lcore};
 
 use crate::config::{Hugepages, PollMode, StackConfig, lcore_ids, mac_from_device};
-use crate::control_plane::{ControlPlane, Stack};
+use crate::control_plane::Stack;
 use crate::error::{Error, Result};
 use crate::iface::Interface;
 use crate::ip_id::IpIdGen;
@@ -384,7 +384,7 @@ impl Stack {
         for iface in shared.links.iter().filter(|i| !i.ipv4.is_empty()) {
             shared.add_broadcast_neighbors(iface.index, &iface.ipv4_broadcast);
         }
-        let stack = Stack::from_parts(shared, ControlPlane::new(device_filters));
+        let stack = Stack::from_parts(shared, device_filters);
         for iface in 0..stack.shared.ports.len() as u16 {
             stack.sync_multicast_filter(iface);
         }
