@@ -234,7 +234,7 @@ pub fn multicast_route(
 ) -> Option<Route> {
     let v4 = group.is_ipv4();
     let has_family = |i: &&Interface| if v4 { !i.ipv4.is_empty() } else { !i.ipv6.is_empty() };
-    let iface = match out {
+    let ifc = match out {
         Some(o) => ifaces.get(o as usize),
         None => routes
             .lookup(ifaces, group, src)
@@ -243,9 +243,9 @@ pub fn multicast_route(
     }?;
     let src = match src {
         Some(s) if !s.is_unspecified() => *s,
-        _ => iface.source_for(group)?,
+        _ => ifc.source_for(group)?,
     };
-    Some(route(iface, *group, src))
+    Some(route(ifc, *group, src))
 }
 
 fn route(ifc: &Interface, next_hop: IpAddr, src: IpAddr) -> Route {

@@ -214,7 +214,7 @@ impl Worker<'_> {
     fn fast_lookup(
         &self,
         m: &Mbuf,
-        ifx: u16,
+        iface: u16,
         v4: bool,
         (src, src_port): (u128, u16),
         (dst, dst_port): (u128, u16),
@@ -227,16 +227,8 @@ impl Worker<'_> {
                 self.snapshot.pick(g, hash, self.idx as u32)
             }
             Shortcut::Walk => {
-                let key = FlowKey {
-                    src,
-                    src_port,
-                    dst,
-                    dst_port,
-                    v4,
-                    iface: ifx,
-                    lcore: self.idx as u32,
-                    rss_hash: m.rss_hash(),
-                };
+                let key =
+                    FlowKey { src, src_port, dst, dst_port, v4, iface, lcore: self.idx as u32, rss_hash: m.rss_hash() };
                 self.snapshot.lookup(&key)
             }
         };
@@ -250,7 +242,7 @@ impl Worker<'_> {
     #[inline(always)]
     fn stage_fast(
         &mut self,
-        ifx: u16,
+        iface: u16,
         v4: bool,
         mut m: Mbuf,
         padding: usize,
@@ -261,8 +253,8 @@ impl Worker<'_> {
         if (padding > 0 && m.trim(padding).is_err()) || m.adj(l4 + udp::HEADER_LEN).is_err() {
             return Err(m);
         }
-        let d = Datagram::new(m, header_span(FAST_L3, l4), mapped, ifx);
-        self.stage(index, ifx, v4, d);
+        let d = Datagram::new(m, header_span(FAST_L3, l4), mapped, iface);
+        self.stage(index, iface, v4, d);
         Ok(())
     }
 }
@@ -296,7 +288,7 @@ mod tests {
     /// delivered), the UDP header in the same place. Returns whether the
     /// fast path took it.
     fn agree(m: &MemBuf) -> bool {
-        let ifc = iface();
+        let ifc = interface();
         let Some((v4, f)) = fast(&ifc, m) else { return false };
         let mut t = Record::default();
         let full = parse::frame(&ifc, m.clone(), &mut t);
@@ -396,7 +388,7 @@ mod tests {
         let (s6, d6) = to_us6();
         let mut taken = 0;
         for good in [udp_frame(s4, d4, b"0123456789"), udp_frame(s6, d6, b"0123456789")] {
-            let l4 = if to_us(&iface(), &good) == Some(ethernet::ethertype::IPV4) { FAST_L4 } else { FAST6_L4 };
+            let l4 = if to_us(&interface(), &good) == Some(ethernet::ethertype::IPV4) { FAST_L4 } else { FAST6_L4 };
             for at in 0..l4 + udp::HEADER_LEN {
                 for flip in [0x01u8, 0x10, 0x80, 0xff] {
                     let m = edited(&good, |b| b[at] ^= flip);

@@ -53,7 +53,7 @@ impl Worker<'_> {
         let v4 = at.src.is_ipv4();
         if self.group_copies > 0 && self.group_copies + rest.len() > GROUP_COPIES {
             // What the burst staged so far goes to its queues first (a
-            // GRO train ended there: its place in the runs goes with it).
+            // GRO train ended there: its place in the staging goes with it).
             self.gro_flush();
             self.stamp_staged();
             self.deliver_staged();

@@ -122,8 +122,8 @@ impl LcoreCtx<'_> {
 /// What the receive path made of a frame.
 #[derive(Debug)]
 pub(super) enum Step {
-    /// Its `Rx` outcome; none when a socket took it (counted as delivered
-    /// when queued) or a GRO train grew by it.
+    /// Its `Rx` outcome (`RxGroMerged` when a GRO train grew by it);
+    /// none when a socket took it (counted as delivered when queued).
     Done(Option<Counter>),
     /// A tunnel's datagram, decapsulated: the inner frame and its
     /// interface, the receive loop's next frame (the outer frame's own
@@ -178,11 +178,6 @@ pub(crate) struct Worker<'s> {
     ready_bits: u64,
     /// IPv4 and IPv6 fragments waiting for the rest of their datagram.
     reasm: Reassembler,
-
-    // The GRO stage and tunnels.
-    /// Whether this burst runs the GRO stage (a tunnel or a GRO socket
-    /// exists): read once per burst.
-    gro_active: bool,
     /// While some socket asks for receive timestamps: this iteration's
     /// start as `CLOCK_REALTIME` nanoseconds, read once per burst.
     stamp: Option<u64>,
@@ -193,6 +188,11 @@ pub(crate) struct Worker<'s> {
     /// The wakers of tasks waiting on sockets this burst reached, woken
     /// once it is queued.
     wakers: Vec<std::task::Waker>,
+
+    // The GRO stage and tunnels.
+    /// Whether this burst runs the GRO stage (a tunnel or a GRO socket
+    /// exists): read once per burst.
+    gro_active: bool,
     /// Frames taken from the ports so far (a GRO train grows only from one
     /// frame to the very next).
     frame_no: u64,

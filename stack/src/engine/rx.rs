@@ -221,7 +221,7 @@ impl Worker<'_> {
         // spread one flow over the members).
         let Handed { l3, l4, len } = Handed::decode(m.take_rss_hash().unwrap_or(0));
         let len = len as usize;
-        let iface = &net.ifaces[self.shared.iface_of_port(m.port()) as usize];
+        let ifc = &net.ifaces[self.shared.iface_of_port(m.port()) as usize];
         let ip = m.data().get(l3..l4).unwrap_or(&[]);
         let (src, dst): (IpAddr, IpAddr) = match ip.first().map(|v| v >> 4) {
             Some(4) if ip.len() >= ipv4::HEADER_LEN => {
@@ -235,11 +235,11 @@ impl Worker<'_> {
             _ => return Some(Counter::RxUdpErrors),
         };
         let group = match dst {
-            IpAddr::V4(d) => d.is_multicast() || (!iface.has_ipv4(d) && iface.is_ipv4_broadcast(d)),
+            IpAddr::V4(d) => d.is_multicast() || (!ifc.has_ipv4(d) && ifc.is_ipv4_broadcast(d)),
             IpAddr::V6(d) => d.is_multicast(),
         };
         let at = UdpInFrame { l3, l4, end: l4 + len, src, dst, group };
-        self.rx_udp_reassembled(iface, m, at)
+        self.rx_udp_reassembled(ifc, m, at)
     }
 
     /// A reassembled UDP datagram (an mbuf chain, the UDP header in the

@@ -123,7 +123,7 @@ impl Worker<'_> {
     }
 
     /// Frames another lcore handed over, through the receive pipeline in
-    /// runs of one port (their interface is the port's). Not inlined: the
+    /// bursts of one port (their interface is the port's). Not inlined: the
     /// benchmark reads the owner's cost of a handed frame from it.
     #[inline(never)]
     fn rx_handed_frames(&mut self, burst: &mut Burst<BURST>) {

@@ -241,15 +241,15 @@ impl Worker<'_> {
 
     /// Sends an ARP request or neighbour solicitation.
     pub(super) fn solicit(&mut self, s: Solicit) {
-        let iface = &self.net.ifaces[s.iface as usize];
+        let ifc = &self.net.ifaces[s.iface as usize];
         match s.target {
             IpAddr::V4(t) => {
-                if let Some(req) = neigh_arp::request(iface, t, s.unicast) {
+                if let Some(req) = neigh_arp::request(ifc, t, s.unicast) {
                     self.send_arp(s.iface, req, s.unicast.unwrap_or(MacAddr::BROADCAST));
                 }
             }
             IpAddr::V6(t) => {
-                if let Some(out) = nd::solicitation(iface, t, s.unicast) {
+                if let Some(out) = nd::solicitation(ifc, t, s.unicast) {
                     self.send_nd(s.iface, out);
                 }
             }
@@ -260,15 +260,15 @@ impl Worker<'_> {
     /// address, so peers update their caches when spate (re)starts.
     pub(super) fn announce(&mut self) {
         let net = self.net.clone();
-        for iface in net.ifaces.iter() {
-            for c in &iface.ipv4 {
+        for ifc in net.ifaces.iter() {
+            for c in &ifc.ipv4 {
                 if let IpAddr::V4(a) = c.addr {
-                    self.send_arp(iface.index, neigh_arp::gratuitous(iface, a), MacAddr::BROADCAST);
+                    self.send_arp(ifc.index, neigh_arp::gratuitous(ifc, a), MacAddr::BROADCAST);
                 }
             }
-            for c in &iface.ipv6 {
+            for c in &ifc.ipv6 {
                 if let IpAddr::V6(a) = c.addr {
-                    self.send_nd(iface.index, nd::unsolicited_advert(iface, a));
+                    self.send_nd(ifc.index, nd::unsolicited_advert(ifc, a));
                 }
             }
         }
@@ -279,12 +279,10 @@ impl Worker<'_> {
     pub(super) fn announce_added(&mut self, added: &[(u16, IpAddr)]) {
         let net = self.shared.net();
         for &(i, ip) in added {
-            let Some(iface) = net.ifaces.get(i as usize) else { continue };
+            let Some(ifc) = net.ifaces.get(i as usize) else { continue };
             match ip {
-                IpAddr::V4(a) if iface.has_ipv4(a) => {
-                    self.send_arp(i, neigh_arp::gratuitous(iface, a), MacAddr::BROADCAST)
-                }
-                IpAddr::V6(a) if iface.has_ipv6(&a) => self.send_nd(i, nd::unsolicited_advert(iface, a)),
+                IpAddr::V4(a) if ifc.has_ipv4(a) => self.send_arp(i, neigh_arp::gratuitous(ifc, a), MacAddr::BROADCAST),
+                IpAddr::V6(a) if ifc.has_ipv6(&a) => self.send_nd(i, nd::unsolicited_advert(ifc, a)),
                 _ => {}
             }
         }
