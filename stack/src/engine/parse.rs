@@ -45,7 +45,11 @@ impl Tally for Record {
     }
 
     fn joined(&mut self, _iface: u16, dst: IpAddr, _src: IpAddr, _query: bool) -> bool {
-        self.groups.contains(&dst)
+        let ok = self.groups.contains(&dst);
+        if ok {
+            self.counts.push(if dst.is_ipv4() { Counter::IpExtInMcastPkts } else { Counter::Ip6InMcastPkts });
+        }
+        ok
     }
 }
 
@@ -380,7 +384,7 @@ mod tests {
     /// `m` through the parse: what it became and what it counted.
     fn parse(m: MemBuf) -> (Frame<MemBuf>, Vec<Counter>) {
         let mut t = Record::default();
-        let f = frame(&iface(), m, &mut t);
+        let f = frame(&interface(), m, &mut t);
         (f, t.counts)
     }
 
@@ -481,8 +485,9 @@ mod tests {
         let group = udp_frame(peer, to([239, 1, 2, 3]), b"x");
         assert_eq!(done(group.clone()).0, Counter::RxIpv4NotForUs);
         let mut t = Record { groups: vec![IpAddr::from([239, 1, 2, 3])], ..Record::default() };
-        let Frame::Udp { at, .. } = frame(&iface(), group, &mut t) else { panic!("a joined group's datagram") };
+        let Frame::Udp { at, .. } = frame(&interface(), group, &mut t) else { panic!("a joined group's datagram") };
         assert!(at.group);
+        assert_eq!(t.counts, [Counter::IpInReceives, Counter::IpExtInMcastPkts, Counter::IpInDelivers]);
     }
 
     #[test]
@@ -557,6 +562,33 @@ mod tests {
             b[L3 + 4..L3 + 6].copy_from_slice(&len.to_be_bytes());
         });
         assert_eq!(done(routing).0, Counter::RxIpv6ExtErrors, "segments left: spate is no router");
+    }
+
+    #[test]
+    fn icmp_igmp_and_unknown_protocols_go_to_their_steps() {
+        let (s, d) = to_us4();
+        let good = udp_frame(s, d, b"12345678");
+        let proto = |m: &MemBuf, p: u8| {
+            edited(m, |b| {
+                b[L3 + 9] = p;
+                refill_ipv4_checksum(b, L3);
+            })
+        };
+        assert!(matches!(parse(proto(&good, ip_proto::ICMP)).0, Frame::Icmpv4 { l4: L4, broadcast: false, .. }));
+        let (f, counts) = parse(proto(&good, ip_proto::IGMP));
+        assert!(matches!(f, Frame::Igmp { l4: L4, end: 50, .. }), "{f:?}");
+        assert_eq!(counts, [Counter::IpInReceives, Counter::IpInDelivers]);
+        let (f, counts) = parse(proto(&good, 99));
+        assert!(matches!(f, Frame::UnknownV4 { broadcast: false, l2: L3, .. }), "{f:?}");
+        assert_eq!(counts, [Counter::IpInReceives, Counter::IpInUnknownProtos]);
+        // To the subnet's broadcast: not answered.
+        let broadcast = udp_frame((PEER4, 5000).into(), (Ipv4Addr::new(198, 18, 0, 255), 7).into(), b"x");
+        assert!(matches!(parse(proto(&broadcast, 99)).0, Frame::UnknownV4 { broadcast: true, .. }));
+        let (s6, d6) = to_us6();
+        let icmp6 = edited(&udp_frame(s6, d6, b"x"), |b| b[L3 + 6] = ip_proto::ICMPV6);
+        let (f, counts) = parse(icmp6);
+        assert!(matches!(f, Frame::Icmpv6 { l4: L4_V6, hop_limit: 64, .. }), "{f:?}");
+        assert_eq!(counts, [Counter::Ip6InReceives, Counter::Ip6InDelivers]);
     }
 
     /// `whole`'s IP payload cut into fragments of `chunk` bytes (a

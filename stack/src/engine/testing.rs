@@ -19,7 +19,7 @@ pub const ADDR6: Ipv6Addr = Ipv6Addr::new(0x2001, 0xdb8, 0, 0, 0, 0, 0, 1);
 pub const PEER6: Ipv6Addr = Ipv6Addr::new(0x2001, 0xdb8, 0, 0, 0, 0, 0, 2);
 
 /// Interface 0: untagged, [`ADDR4`]/24 and [`ADDR6`]/64.
-pub fn iface() -> Interface {
+pub fn interface() -> Interface {
     let v4 = [Cidr { addr: ADDR4.into(), prefix_len: 24 }];
     let v6 = [Cidr { addr: ADDR6.into(), prefix_len: 64 }];
     Interface::new(0, 0, "test0".into(), MAC, 1500, None, &v4, &v6)

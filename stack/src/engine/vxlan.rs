@@ -46,7 +46,8 @@ impl Worker<'_> {
         }
     }
 
-    /// Sends frame `m` of inner interface `ifc` to its tunnel's remote.
+    /// Sends frame `m`, leaving the inner interface of tunnel `t`, to the
+    /// tunnel's remote.
     pub(super) fn vxlan_encap(&mut self, t: Tunnel, mut m: Mbuf) {
         let sport = source_port(m.data());
         let header = vxlan::Repr { vni: t.vni };
@@ -163,7 +164,7 @@ mod tests {
         let mut inner = Interface::new(1, u16::MAX, "vxlan42".into(), PEER_MAC, 1450, None, &[], &[]);
         let remote = SocketAddr::from((PEER4, PORT));
         inner.tunnel = Some(Tunnel { vni: VNI, remote, local_port: PORT, outer: 0, local: ADDR4.into() });
-        vec![iface(), inner]
+        vec![interface(), inner]
     }
 
     /// The frame `inner` in a VXLAN packet of `vni` from `src`, with the
