@@ -394,7 +394,7 @@ mod tests {
     }
 
     #[test]
-    fn indexes_that_share_a_slot_keep_runs_of_their_own() {
+    fn indexes_that_share_a_slot_keep_shares_of_their_own() {
         let mut r: Staging<u32> = Staging::new();
         for (i, index) in [1, 65, 1, 129, 65, 129, 1].into_iter().enumerate() {
             r.push(index, 0, true, i as u32);
