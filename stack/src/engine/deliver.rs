@@ -380,7 +380,7 @@ mod tests {
     }
 
     #[test]
-    fn each_socket_keeps_its_datagrams_in_order_and_runs_follow_first_arrival() {
+    fn each_socket_keeps_its_datagrams_in_order_and_shares_follow_first_arrival() {
         let mut r: Staging<u32> = Staging::new();
         let at: Vec<_> = [(7, 0), (2, 1), (7, 2), (9, 3), (2, 4), (7, 5)]
             .into_iter()
