@@ -13,16 +13,23 @@
 //! Each prints busy cycles per echoed datagram (testpmd's own count of the
 //! iterations that moved packets; spate's of its loop iterations that
 //! found work) and the echo rate; the table gives spate's ratio to
-//! 5tswap, with the CPU model.
+//! 5tswap, with the CPU model. The two take turns for 7 rounds (1 with
+//! `--quick`); the table gives each side's median with the least and the
+//! most, and the ratio's median with every round's, so a reader sees how
+//! far one round strays. Beside the cycles, spate's own instructions per
+//! echoed datagram as perf-guard counts them (callgrind, the pipeline
+//! benchmark's echo paths: the reply in the request's mbuf, and one
+//! datagram per loop iteration), unless `--no-instructions`.
 //!
 //! ```text
-//! cargo bench --bench echo -- [--quick] [--rounds N] [--json PATH]
+//! cargo bench --bench echo -- [--quick] [--rounds N] [--no-instructions] [--json PATH]
 //! ```
 
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use spate_testkit::process::Proc;
+use spate_testkit::stats::median_and_spread;
 use spate_testkit::testpmd::measuring_client;
 use spate_testkit::{FwdStats, TestPmd, TestPmdBuilder, cpu_model, unique, unique_socket_path};
 
@@ -160,6 +167,28 @@ fn spate_echo(src: &mut Source, sock: &Path, warmup: u64, seconds: u64) -> Point
     }
 }
 
+/// spate's own instructions per echoed datagram as perf-guard counts
+/// them: the pipeline benchmark's `--guard` run, (echo, echo with one
+/// datagram per loop iteration).
+fn echo_instructions() -> (f64, f64) {
+    // The benchmarks are spate-apps' targets: the workspace is one up.
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).parent().expect("apps/ sits in the workspace");
+    let json = std::env::temp_dir().join(format!("{}.json", unique("spate-echo-guard-")));
+    let status = std::process::Command::new(std::env::var("CARGO").unwrap_or_else(|_| "cargo".into()))
+        .current_dir(root)
+        .args(["bench", "-p", "spate-apps", "--bench", "pipeline", "--", "--guard", "--json"])
+        .arg(&json)
+        .stdout(std::process::Stdio::null())
+        .status()
+        .expect("cargo bench --bench pipeline");
+    assert!(status.success(), "the pipeline benchmark's --guard run failed");
+    let text = std::fs::read_to_string(&json).expect("the guard run's JSON");
+    let _ = std::fs::remove_file(&json);
+    let v: serde_json::Value = serde_json::from_str(&text).expect("JSON");
+    let get = |k: &str| v[k].as_f64().unwrap_or_else(|| panic!("no {k} in {text}"));
+    (get("echo"), get("echo_burst_1"))
+}
+
 fn main() {
     let args: Vec<String> = std::env::args().collect();
     let quick = args.iter().any(|a| a == "--quick");
@@ -169,7 +198,7 @@ fn main() {
         .iter()
         .position(|a| a == "--rounds")
         .and_then(|i| args.get(i + 1)?.parse().ok())
-        .unwrap_or(if quick { 1 } else { 3 });
+        .unwrap_or(if quick { 1 } else { 7 });
     let sock = unique_socket_path("spate-echo-bench");
     let mut src = Source::new(&sock);
     // Alternating rounds, medians: this machine's drift moves both alike
@@ -183,34 +212,47 @@ fn main() {
         spates.push(spate);
     }
     drop(src);
+    let swap_cycles: Vec<f64> = swaps.iter().map(|p| p.cycles).collect();
+    let spate_cycles: Vec<f64> = spates.iter().map(|p| p.cycles).collect();
     let median_point = |v: &mut Vec<Point>| {
         v.sort_by(|a, b| a.cycles.total_cmp(&b.cycles));
         v.swap_remove(v.len() / 2)
     };
     let (swap, spate) = (median_point(&mut swaps), median_point(&mut spates));
-    ratios.sort_by(f64::total_cmp);
-    let ratio = ratios[ratios.len() / 2];
+    let (ratio, ratio_lo, ratio_hi) = median_and_spread(&ratios);
+    let instructions = (!args.iter().any(|a| a == "--no-instructions")).then(echo_instructions);
     println!(
-        "echo of 60-byte UDP frames over vhost-user, fed by dpdk-testpmd flowgen (CPU 0), echo on CPU 1; median of {} round(s)",
+        "echo of 60-byte UDP frames over vhost-user, fed by dpdk-testpmd flowgen (CPU 0), echo on CPU 1; {} round(s), taking turns",
         ratios.len()
     );
     println!("CPU: {}", cpu_model());
-    println!("| echo | busy cycles per datagram | echoed per second (source's count) | echoed |");
-    println!("|---|---|---|---|");
-    for p in [&swap, &spate] {
-        println!("| {} | {:.1} | {:.2} M | {} |", p.name, p.cycles, p.pps / 1e6, p.echoed);
+    println!(
+        "| echo | busy cycles per datagram, median | least | most | echoed per second (source's count, median round) | echoed |"
+    );
+    println!("|---|---|---|---|---|---|");
+    for (p, all) in [(&swap, &swap_cycles), (&spate, &spate_cycles)] {
+        let (med, lo, hi) = median_and_spread(all);
+        println!("| {} | {med:.1} | {lo:.1} | {hi:.1} | {:.2} M | {} |", p.name, p.pps / 1e6, p.echoed);
     }
     let each: Vec<String> = ratios.iter().map(|r| format!("{r:.2}")).collect();
     println!(
-        "spate-echo / 5tswap busy cycles: {ratio:.2}x, median of the rounds' ratios {} (target <= 2x)",
+        "spate-echo / 5tswap busy cycles: {ratio:.2}x, the median of the rounds' ratios (spread {ratio_lo:.2} to {ratio_hi:.2}; each: {}) (target <= 1.6x)",
         each.join(", ")
     );
+    if let Some((echo, thin)) = instructions {
+        println!(
+            "spate's own instructions per echoed datagram (perf-guard's count, callgrind): {echo:.1}; one datagram per loop iteration: {thin:.1}"
+        );
+    }
     assert!(swap.echoed > 0 && spate.echoed > 0, "both echoed traffic");
     if let Some(path) = json {
         let body = serde_json::json!({
             "bench": "echo", "cpu": cpu_model(),
             "five_tuple_swap_cycles": swap.cycles, "spate_cycles": spate.cycles, "ratio": ratio,
             "five_tuple_swap_pps": swap.pps, "spate_pps": spate.pps,
+            "ratio_least": ratio_lo, "ratio_most": ratio_hi, "ratios": ratios,
+            "five_tuple_swap_rounds": swap_cycles, "spate_rounds": spate_cycles,
+            "spate_instructions": instructions.map(|i| i.0), "spate_instructions_burst_1": instructions.map(|i| i.1),
         });
         std::fs::write(path, body.to_string()).expect("write JSON");
     }
