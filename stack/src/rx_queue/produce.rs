@@ -91,9 +91,13 @@ impl<T: Truesize> SocketQueue<T> {
         if let (1, [_]) = (taken, &batch[..]) {
             list.push(batch.pop().expect("one"));
         } else if taken == batch.len() {
-            if list.is_empty() && list.capacity() >= batch.capacity() {
+            if list.is_empty() && list.capacity() == batch.capacity() {
                 // The batch's buffer becomes the list, without a copy; the
-                // batch keeps the list's empty one, no smaller than its own.
+                // batch keeps the list's empty one, of the same size. A
+                // list that grew past a burst (a reader behind) keeps its
+                // buffer: handing it to the lcore would leave the list a
+                // burst's room to grow again, and every buffer the lcore
+                // passes round would grow in turn.
                 std::mem::swap(&mut *list, batch);
             } else {
                 list.append(batch);
