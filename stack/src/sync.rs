@@ -51,3 +51,16 @@ pub(crate) fn wait<'a, T>(
         g
     }
 }
+
+/// Sets up this thread's part of the locks' waiting, which parking_lot
+/// allocates (with its table of waiting threads, grown for each new
+/// thread) the first time a thread waits: a polling lcore does it before
+/// its loop, so a lock first contended on the datapath allocates nothing
+/// there. A wait of no time on a lock of its own; nothing under loom.
+pub(crate) fn prepare_thread() {
+    #[cfg(not(loom))]
+    {
+        let m = Mutex::new(());
+        drop(wait(&Condvar::new(), lock(&m), Some(std::time::Duration::ZERO)));
+    }
+}

@@ -32,6 +32,8 @@ const IDLE_POLLS: u32 = 256;
 impl Worker<'_> {
     /// Runs until the stack stops, calling `app` once per iteration.
     pub fn run(&mut self, app: &mut dyn FnMut(&mut LcoreCtx<'_>)) {
+        // The first contended lock (a socket's queue) must not allocate.
+        crate::sync::prepare_thread();
         let load = &self.shared.load[self.idx];
         if self.idx == 0 && self.shared.cfg.announce {
             self.now = self.shared.clock.now();
