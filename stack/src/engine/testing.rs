@@ -7,7 +7,7 @@ use crate::buf::{MemBuf, PacketBuf};
 use crate::config::Cidr;
 use crate::hdr::{UdpHeaders, ethertype_for, push_udp_ip, push_untagged, untagged_header};
 use crate::iface::Interface;
-use crate::wire::{MacAddr, checksum};
+use crate::wire::{MacAddr, ipv4};
 
 /// The interface's MAC, and the peer's.
 pub const MAC: MacAddr = MacAddr([0x02, 0, 0, 0, 0, 0x01]);
@@ -75,10 +75,7 @@ pub fn edited(m: &MemBuf, f: impl FnOnce(&mut Vec<u8>)) -> MemBuf {
 
 /// Writes the IPv4 header checksum at `l3` again.
 pub fn refill_ipv4_checksum(frame: &mut [u8], l3: usize) {
-    let ihl = (frame[l3] & 0x0f) as usize * 4;
-    frame[l3 + 10..l3 + 12].fill(0);
-    let sum = !checksum::fold(checksum::sum(&frame[l3..l3 + ihl]));
-    frame[l3 + 10..l3 + 12].copy_from_slice(&sum.to_be_bytes());
+    ipv4::Packet::new_unchecked(&mut frame[l3..]).fill_checksum();
 }
 
 /// The bytes a buffer holds, after `from`.
