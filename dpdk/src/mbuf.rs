@@ -564,6 +564,17 @@ impl Mbuf {
             | good as u64;
     }
 
+    /// Whether the port said nothing of either checksum (both verdicts
+    /// unknown: a port without receive offloads): one test of the flags
+    /// for what [`rx_ip_checksum`](Self::rx_ip_checksum) and
+    /// [`rx_l4_checksum`](Self::rx_l4_checksum) would both answer
+    /// [`RxChecksum::Unknown`].
+    #[inline]
+    pub fn rx_checksums_unknown(&self) -> bool {
+        // UNKNOWN is the mask's zero in both fields.
+        self.raw().ol_flags & (sys::RTE_MBUF_F_RX_IP_CKSUM_MASK | sys::RTE_MBUF_F_RX_L4_CKSUM_MASK) as u64 == 0
+    }
+
     /// The IPv4 header checksum status the port reported.
     #[inline]
     pub fn rx_ip_checksum(&self) -> RxChecksum {

@@ -30,6 +30,12 @@ pub trait PacketBuf {
     fn rx_ip_checksum(&self) -> RxChecksum;
     /// The port's verdict on the UDP checksum.
     fn rx_l4_checksum(&self) -> RxChecksum;
+    /// Whether both verdicts are [`RxChecksum::Unknown`] (a port without
+    /// receive offloads), in one test where the buffer can.
+    #[inline(always)]
+    fn rx_checksums_unknown(&self) -> bool {
+        self.rx_ip_checksum() == RxChecksum::Unknown && self.rx_l4_checksum() == RxChecksum::Unknown
+    }
     /// Forgets what the port said about the packet (checksum verdicts,
     /// hash) and every offload flag: a tunnel's inner frame was not what
     /// the port looked at.
@@ -80,6 +86,11 @@ impl PacketBuf for Mbuf {
     #[inline(always)]
     fn rx_l4_checksum(&self) -> RxChecksum {
         Mbuf::rx_l4_checksum(self)
+    }
+
+    #[inline(always)]
+    fn rx_checksums_unknown(&self) -> bool {
+        Mbuf::rx_checksums_unknown(self)
     }
 
     #[inline(always)]

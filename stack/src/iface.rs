@@ -30,6 +30,11 @@ pub struct Interface {
     pub ipv4_addrs: Vec<Ipv4Addr>,
     /// See `ipv4_addrs`.
     pub ipv4_broadcast: Vec<Ipv4Addr>,
+    /// With one IPv4 address (the common case), it and its subnet's
+    /// broadcast address (the limited one for a /31 or /32), each as the
+    /// wire's four bytes read in the machine's order: the fast path's
+    /// test, with no byte swap and no slice. 0 with none or several.
+    sole_ipv4: [u32; 2],
     /// IPv6 addresses, the link-local one first.
     pub ipv6: Vec<Cidr>,
     /// The addresses of `ipv6` alone, as the receive path compares them.
@@ -86,6 +91,7 @@ impl Interface {
             ipv4: ipv4.to_vec(),
             ipv4_addrs: Vec::new(),
             ipv4_broadcast: Vec::new(),
+            sole_ipv4: [0; 2],
             ipv6_addrs: Vec::new(),
             ipv6: v6,
             rx_checksum: false,
@@ -117,6 +123,25 @@ impl Interface {
                 [one] => *one == a,
                 all => all.contains(&a),
             }
+    }
+
+    /// Whether an IPv4 datagram from `src` to `dst` (each the wire's four
+    /// bytes read in the machine's order) is unicast to one of our
+    /// addresses from one that is not a group or broadcast address: what
+    /// [`has_ipv4`](Self::has_ipv4), [`Ipv4Addr::is_multicast`] and
+    /// [`is_ipv4_broadcast`](Self::is_ipv4_broadcast) answer together.
+    #[inline(always)]
+    pub fn is_ipv4_unicast_to_us(&self, src: u32, dst: u32) -> bool {
+        if src.to_ne_bytes()[0] & 0xf0 == 0xe0 || src == u32::MAX {
+            return false;
+        }
+        match self.sole_ipv4 {
+            [0, _] => {
+                let (src, dst) = (Ipv4Addr::from(src.to_ne_bytes()), Ipv4Addr::from(dst.to_ne_bytes()));
+                self.has_ipv4(dst) && !self.is_ipv4_broadcast(src)
+            }
+            [me, bcast] => dst == me && src != bcast,
+        }
     }
 
     /// Whether `a` is one of our IPv6 addresses.
@@ -217,6 +242,12 @@ impl Interface {
             })
             .collect();
         self.ipv4_broadcast = self.ipv4.iter().filter_map(|c| c.broadcast()).collect();
+        let ne = |a: Ipv4Addr| u32::from_ne_bytes(a.octets());
+        self.sole_ipv4 = match (&self.ipv4_addrs[..], &self.ipv4_broadcast[..]) {
+            ([one], [bcast]) => [ne(*one), ne(*bcast)],
+            ([one], []) => [ne(*one), u32::MAX],
+            _ => [0; 2],
+        };
         self.ipv6_addrs = self
             .ipv6
             .iter()

@@ -57,6 +57,9 @@ pub(super) struct Staging<D = Datagram> {
     /// 1 + the share of a binding index, at `index % SLOTS`; 0: none. An index
     /// whose entry another holds is found by a scan of the used shares.
     slot: [u8; SLOTS],
+    /// The binding index pushed last and its share (`u32::MAX`: none):
+    /// a burst's datagrams mostly go to the socket the one before went to.
+    last: (u32, usize),
     /// Datagrams staged; those the callback took, and how many of them
     /// IPv4: counted delivered with the rest of the burst.
     staged: u64,
@@ -70,6 +73,7 @@ impl<D> Staging<D> {
             shares: (0..BURST).map(|_| Share { datagrams: Vec::with_capacity(BURST), ..Share::default() }).collect(),
             used: 0,
             slot: [0; SLOTS],
+            last: (u32::MAX, 0),
             staged: 0,
             taken: 0,
             taken_v4: 0,
@@ -80,16 +84,28 @@ impl<D> Staging<D> {
     /// position), for a GRO train to grow it.
     #[inline(always)]
     pub(super) fn push(&mut self, index: u32, iface: u16, v4: bool, d: D) -> (usize, usize) {
-        let h = index as usize % SLOTS;
-        let r = match self.slot[h] as usize {
-            s if s > 0 && self.shares[s - 1].index == index => s - 1,
-            s => self.open(index, iface, h, s == 0),
+        let r = match self.last {
+            (last, r) if last == index => r,
+            _ => self.find(index, iface),
         };
         self.staged += 1;
         let share = &mut self.shares[r];
         share.v4 += v4 as u32;
         share.datagrams.push(d);
         (r, share.datagrams.len() - 1)
+    }
+
+    /// The share of binding `index`, from the table (or a new one), noted
+    /// as the last.
+    #[inline(always)]
+    fn find(&mut self, index: u32, iface: u16) -> usize {
+        let h = index as usize % SLOTS;
+        let r = match self.slot[h] as usize {
+            s if s > 0 && self.shares[s - 1].index == index => s - 1,
+            s => self.open(index, iface, h, s == 0),
+        };
+        self.last = (index, r);
+        r
     }
 
     /// The share of an index the table does not answer for: found among the
@@ -122,6 +138,7 @@ impl<D> Staging<D> {
     fn reset(&mut self) {
         // The whole table: 64 bytes, a few stores, no loop.
         self.slot = [0; SLOTS];
+        self.last = (u32::MAX, 0);
         self.used = 0;
         (self.staged, self.taken, self.taken_v4) = (0, 0, 0);
     }

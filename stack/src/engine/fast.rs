@@ -4,7 +4,7 @@
 //! goes back, untouched, to the full path (`rx.rs`), which counts and
 //! answers it.
 
-use std::net::{Ipv4Addr, Ipv6Addr};
+use std::net::Ipv6Addr;
 
 use spate_dpdk::{Mbuf, RxChecksum};
 
@@ -70,7 +70,6 @@ pub(super) fn parse_v4<B: PacketBuf>(ifc: &Interface, m: &B) -> Option<Fast> {
     let h: &[u8; FAST_L4 + udp::HEADER_LEN] =
         d.get(..FAST_L4 + udp::HEADER_LEN)?.try_into().expect("sliced to the size");
     let be16 = |i: usize| u16::from_be_bytes([h[i], h[i + 1]]);
-    let be32 = |i: usize| u32::from_be_bytes([h[i], h[i + 1], h[i + 2], h[i + 3]]);
     let total = be16(FAST_L3 + 2) as usize;
     let frag = be16(FAST_L3 + 6) & 0x3fff;
     if h[FAST_L3] != 0x45 || frag != 0 || h[FAST_L3 + 9] != ip_proto::UDP {
@@ -79,7 +78,11 @@ pub(super) fn parse_v4<B: PacketBuf>(ifc: &Interface, m: &B) -> Option<Fast> {
     if total < ipv4::HEADER_LEN + udp::HEADER_LEN || FAST_L3 + total > d.len() {
         return None;
     }
-    let ip_ok = match m.rx_ip_checksum() {
+    // A port without receive offloads (the verdicts unknown): one test of
+    // its flags for both checksums.
+    let offloaded = !m.rx_checksums_unknown();
+    let ip_verdict = if offloaded { m.rx_ip_checksum() } else { RxChecksum::Unknown };
+    let ip_ok = match ip_verdict {
         RxChecksum::Good => true,
         RxChecksum::Bad => false,
         _ => {
@@ -91,15 +94,17 @@ pub(super) fn parse_v4<B: PacketBuf>(ifc: &Interface, m: &B) -> Option<Fast> {
             checksum::fold(w(0) + w(4) + w(8) + w(12) + w(16)) == 0xffff
         }
     };
-    let (src, dst) = (Ipv4Addr::from(be32(FAST_L3 + 12)), Ipv4Addr::from(be32(FAST_L3 + 16)));
-    if !ip_ok || !ifc.has_ipv4(dst) || src.is_multicast() || ifc.is_ipv4_broadcast(src) {
+    let ne32 = |i: usize| u32::from_ne_bytes([h[i], h[i + 1], h[i + 2], h[i + 3]]);
+    let (src, dst) = (ne32(FAST_L3 + 12), ne32(FAST_L3 + 16));
+    if !ip_ok || !ifc.is_ipv4_unicast_to_us(src, dst) {
         return None;
     }
     let udp_len = be16(FAST_L4 + 4) as usize;
     if udp_len != total - ipv4::HEADER_LEN {
         return None;
     }
-    let udp_ok = match m.rx_l4_checksum() {
+    let udp_verdict = if offloaded { m.rx_l4_checksum() } else { RxChecksum::Unknown };
+    let udp_ok = match udp_verdict {
         RxChecksum::Good => true,
         RxChecksum::Bad => false,
         _ if be16(FAST_L4 + 6) == 0 => true,
@@ -109,9 +114,9 @@ pub(super) fn parse_v4<B: PacketBuf>(ifc: &Interface, m: &B) -> Option<Fast> {
         return None;
     }
     Some(Fast {
-        src: 0xffff_0000_0000 | u32::from(src) as u128,
+        src: 0xffff_0000_0000 | u32::from_be(src) as u128,
         src_port: be16(FAST_L4),
-        dst: 0xffff_0000_0000 | u32::from(dst) as u128,
+        dst: 0xffff_0000_0000 | u32::from_be(dst) as u128,
         dst_port: be16(FAST_L4 + 2),
         padding: d.len() - FAST_L3 - total,
     })
@@ -159,6 +164,61 @@ pub(super) fn parse_v6<B: PacketBuf>(ifc: &Interface, m: &B) -> Option<Fast> {
     })
 }
 
+/// The last port a burst's fast path looked up, and what the socket
+/// table's shortcut said of it: the datagrams of a burst mostly go to one
+/// port, and the table does not change during a burst. Made anew for each
+/// burst.
+#[derive(Debug, Clone, Copy)]
+pub(super) struct PortMemo {
+    /// The port and family (`dst_port | v4 << 16`), or `u32::MAX`.
+    key: u32,
+    /// 1 + the index of the port's sole socket for the family, or 0: the
+    /// common answer, tested first.
+    socket: u32,
+    /// Whether that socket is IPv6.
+    mapped: bool,
+    /// The answer otherwise.
+    route: Route,
+}
+
+impl PortMemo {
+    /// A memo that remembers nothing yet.
+    pub(super) fn new() -> PortMemo {
+        PortMemo { key: u32::MAX, socket: 0, mapped: false, route: Route::Walk }
+    }
+
+    #[inline(always)]
+    fn of<S>(key: u32, shortcut: Shortcut<'_, S>) -> PortMemo {
+        let route = Route::of(shortcut);
+        match route {
+            Route::Found(Some((index, mapped))) => PortMemo { key, socket: index + 1, mapped, route },
+            _ => PortMemo { key, socket: 0, mapped: false, route },
+        }
+    }
+}
+
+/// [`Shortcut`] without its borrow: a binding by index, with whether it
+/// is an IPv6 socket's.
+#[derive(Debug, Clone, Copy)]
+enum Route {
+    Found(Option<(u32, bool)>),
+    Group(u32),
+    LcoreGroup(u32),
+    Walk,
+}
+
+impl Route {
+    #[inline(always)]
+    fn of<S>(shortcut: Shortcut<'_, S>) -> Route {
+        match shortcut {
+            Shortcut::Found(found) => Route::Found(found.map(|(index, b)| (index, b.family == Family::V6))),
+            Shortcut::Group(g) => Route::Group(g),
+            Shortcut::LcoreGroup(g) => Route::LcoreGroup(g),
+            Shortcut::Walk => Route::Walk,
+        }
+    }
+}
+
 impl Worker<'_> {
     /// The common case without the branches of the others: an untagged
     /// Ethernet frame to the interface's own MAC carrying IPv4 without
@@ -173,10 +233,10 @@ impl Worker<'_> {
     /// (ICMP port unreachable included): nothing here is counted or
     /// changed before the datagram is known to be the common case.
     #[inline(always)]
-    pub(super) fn rx_fast(&mut self, ifc: &Interface, m: Mbuf) -> Result<bool, Mbuf> {
+    pub(super) fn rx_fast(&mut self, ifc: &Interface, memo: &mut PortMemo, m: Mbuf) -> Result<bool, Mbuf> {
         match to_us(ifc, &m) {
-            Some(ethernet::ethertype::IPV4) => self.rx_fast_v4(ifc, m).map(|()| true),
-            Some(ethernet::ethertype::IPV6) => self.rx_fast_v6(ifc, m).map(|()| false),
+            Some(ethernet::ethertype::IPV4) => self.rx_fast_v4(ifc, memo, m).map(|()| true),
+            Some(ethernet::ethertype::IPV6) => self.rx_fast_v6(ifc, memo, m).map(|()| false),
             _ => Err(m),
         }
     }
@@ -184,10 +244,11 @@ impl Worker<'_> {
     /// [`rx_fast`](Self::rx_fast) for IPv4, the frame's Ethernet header
     /// already checked.
     #[inline(always)]
-    fn rx_fast_v4(&mut self, ifc: &Interface, m: Mbuf) -> Result<(), Mbuf> {
+    fn rx_fast_v4(&mut self, ifc: &Interface, memo: &mut PortMemo, m: Mbuf) -> Result<(), Mbuf> {
         let iface = ifc.index;
         let Some(f) = parse_v4(ifc, &m) else { return Err(m) };
-        let Some((index, mapped)) = self.fast_lookup(&m, iface, true, (f.src, f.src_port), (f.dst, f.dst_port)) else {
+        let Some((index, mapped)) = self.fast_lookup(memo, &m, iface, true, (f.src, f.src_port), (f.dst, f.dst_port))
+        else {
             return Err(m);
         };
         self.stage_fast(iface, true, m, f.padding, FAST_L4, index, mapped)
@@ -196,37 +257,51 @@ impl Worker<'_> {
     /// [`rx_fast`](Self::rx_fast) for IPv6, the frame's Ethernet header
     /// already checked.
     #[inline(always)]
-    fn rx_fast_v6(&mut self, ifc: &Interface, m: Mbuf) -> Result<(), Mbuf> {
+    fn rx_fast_v6(&mut self, ifc: &Interface, memo: &mut PortMemo, m: Mbuf) -> Result<(), Mbuf> {
         let iface = ifc.index;
         let Some(f) = parse_v6(ifc, &m) else { return Err(m) };
         // An IPv6 datagram is never mapped: its socket is IPv6.
-        let Some((index, _)) = self.fast_lookup(&m, iface, false, (f.src, f.src_port), (f.dst, f.dst_port)) else {
+        let Some((index, _)) = self.fast_lookup(memo, &m, iface, false, (f.src, f.src_port), (f.dst, f.dst_port))
+        else {
             return Err(m);
         };
         self.stage_fast(iface, false, m, f.padding, FAST6_L4, index, false)
     }
 
-    /// The fast paths' look-up: the port's shortcut decision, the group's
-    /// hash from the port's RSS hash where there is one, the walk
-    /// otherwise. Returns the binding's index and whether the datagram
-    /// reaches an IPv6 socket (IPv4-mapped, for an IPv4 one).
+    /// The fast paths' look-up: the port's shortcut decision (the burst's
+    /// memo of it, for a datagram to the port and family the last one
+    /// looked up went to), the group's hash from the port's RSS hash where
+    /// there is one, the walk otherwise. Returns the binding's index and
+    /// whether the datagram reaches an IPv6 socket (IPv4-mapped, for an
+    /// IPv4 one).
     #[inline(always)]
     fn fast_lookup(
         &self,
+        memo: &mut PortMemo,
         m: &Mbuf,
         iface: u16,
         v4: bool,
         (src, src_port): (u128, u16),
         (dst, dst_port): (u128, u16),
     ) -> Option<(u32, bool)> {
-        let found = match self.snapshot.shortcut(dst_port, v4) {
-            Shortcut::Found(found) => found,
-            Shortcut::LcoreGroup(g) if let Some(found) = self.snapshot.sole_member(g, self.idx as u32) => Some(found),
-            Shortcut::Group(g) | Shortcut::LcoreGroup(g) => {
+        let key = dst_port as u32 | (v4 as u32) << 16;
+        if memo.key == key && memo.socket != 0 {
+            return Some((memo.socket - 1, memo.mapped));
+        }
+        if memo.key != key {
+            *memo = PortMemo::of(key, self.snapshot.shortcut(dst_port, v4));
+            if memo.socket != 0 {
+                return Some((memo.socket - 1, memo.mapped));
+            }
+        }
+        let found = match memo.route {
+            Route::Found(found) => return found,
+            Route::LcoreGroup(g) if let Some(found) = self.snapshot.sole_member(g, self.idx as u32) => Some(found),
+            Route::Group(g) | Route::LcoreGroup(g) => {
                 let hash = m.rss_hash().unwrap_or_else(|| self.snapshot.flow_hash_of(src, src_port, dst, dst_port));
                 self.snapshot.pick(g, hash, self.idx as u32)
             }
-            Shortcut::Walk => {
+            Route::Walk => {
                 let key =
                     FlowKey { src, src_port, dst, dst_port, v4, iface, lcore: self.idx as u32, rss_hash: m.rss_hash() };
                 self.snapshot.lookup(&key)

@@ -7,6 +7,7 @@ use std::sync::atomic::Ordering;
 
 use spate_dpdk::Burst;
 
+use super::fast::PortMemo;
 use super::{LcoreCtx, Step, Worker};
 use crate::shared::{BURST, Direct, LOCAL_TX, LOCAL_TX_CAPACITY, LocalTx, Net, PortSteering, TxPacket};
 use crate::stats::{Counter, add_single_writer};
@@ -206,8 +207,9 @@ impl Worker<'_> {
             // The common case first (IPv4 UDP to a socket, not a
             // fragment); what it does not take goes the whole way.
             let (mut fast4, mut fast6) = (0, 0);
+            let mut memo = PortMemo::new();
             for m in burst.drain() {
-                match self.rx_fast(ifc, m) {
+                match self.rx_fast(ifc, &mut memo, m) {
                     Ok(true) => fast4 += 1,
                     Ok(false) => fast6 += 1,
                     Err(m) => {
