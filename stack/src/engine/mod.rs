@@ -178,9 +178,9 @@ pub(crate) struct Worker<'s> {
     ready_bits: u64,
     /// IPv4 and IPv6 fragments waiting for the rest of their datagram.
     reasm: Reassembler,
-    /// While some socket asks for receive timestamps: this iteration's
-    /// start as `CLOCK_REALTIME` nanoseconds, read once per burst.
-    stamp: Option<u64>,
+    /// Whether some socket asks for receive timestamps (looked at once
+    /// per iteration).
+    stamp: bool,
     /// The sockets a group datagram reaches (kept for its capacity).
     group_matches: Vec<u32>,
     /// Copies of group datagrams made for the burst staged now.
@@ -290,7 +290,7 @@ impl<'s> Worker<'s> {
             ready: Vec::with_capacity(64),
             ready_bits: 0,
             gro_active: false,
-            stamp: None,
+            stamp: false,
             group_matches: Vec::with_capacity(64),
             group_copies: 0,
             wakers: Vec::with_capacity(64),
@@ -363,12 +363,13 @@ impl<'s> Worker<'s> {
         self.staging.push(index, iface, v4, d)
     }
 
-    /// Stamps the datagrams staged so far with the iteration's time, while
-    /// some socket asks for timestamps: one test per burst otherwise.
+    /// Stamps the datagrams staged so far with `CLOCK_REALTIME` read now,
+    /// after their burst came from the device, while some socket asks for
+    /// timestamps: one test per burst otherwise.
     #[inline(always)]
     fn stamp_staged(&mut self) {
-        if let Some(ns) = self.stamp {
-            self.staging.stamp(ns);
+        if self.stamp {
+            self.staging.stamp(crate::time::realtime_ns());
         }
     }
 }

@@ -106,10 +106,7 @@ impl Worker<'_> {
         // before it was published. The no-gro-stage build (the benchmark's
         // baseline) has no stage at all.
         self.gro_active = !cfg!(feature = "no-gro-stage") && self.shared.gro_users.load(Ordering::Acquire) != 0;
-        self.stamp = match self.shared.stamp_users.load(Ordering::Relaxed) {
-            0 => None,
-            _ => Some(self.now.0.wrapping_add(self.shared.realtime_offset.load(Ordering::Relaxed))),
-        };
+        self.stamp = self.shared.stamp_users.load(Ordering::Relaxed) != 0;
         let net_gen = self.shared.net_generation();
         if net_gen != self.net_gen {
             // A copy of its own: the burst's reference count stays on
@@ -384,9 +381,6 @@ impl Worker<'_> {
         self.send_due_reports();
         self.shared.pmtu.prune();
         self.shared.log_link_changes(&mut self.link_seen);
-        if self.shared.stamp_users.load(Ordering::Relaxed) != 0 {
-            self.shared.refresh_realtime();
-        }
         if self.shared.announce_pending.swap(false, Ordering::AcqRel) {
             let added = std::mem::take(&mut *self.shared.announce.lock().unwrap_or_else(|p| p.into_inner()));
             self.announce_added(&added);

@@ -349,7 +349,6 @@ impl Stack {
             next_tx_worker: AtomicUsize::new(0),
             gro_users: CachePadded::new(AtomicUsize::new(0)),
             stamp_users: CachePadded::new(AtomicUsize::new(0)),
-            realtime_offset: CachePadded::new(AtomicU64::new(0)),
             rcv_mem: Arc::new(crate::rx_queue::MemCap::new(budget.udp_mem_bytes, cfg.udp_rmem_min)),
             pmtu: crate::frag::pmtu::PathMtu::new(
                 std::time::Duration::from_secs(cfg.pmtu_expiry_secs),
@@ -388,7 +387,6 @@ impl Stack {
         for iface in 0..stack.shared.ports.len() as u16 {
             stack.sync_multicast_filter(iface);
         }
-        stack.shared.refresh_realtime();
         tunnels::register_endpoints(&stack.shared)?;
         control::open(&stack)?;
         metrics::open(&stack)?;

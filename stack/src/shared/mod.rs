@@ -188,12 +188,6 @@ pub(crate) struct Shared {
     /// Sockets that asked for receive timestamps: while zero, the lcores
     /// stamp no datagram (one load per burst).
     pub stamp_users: CachePadded<AtomicUsize>,
-    /// `CLOCK_REALTIME` less the stack's clock, in nanoseconds (wrapping):
-    /// what turns a TSC reading into a receive timestamp. Set when the
-    /// stack starts, refreshed by lcore 0's timer while timestamps are
-    /// asked for (the TSC rate DPDK measured drifts from the system
-    /// clock's).
-    pub realtime_offset: CachePadded<AtomicU64>,
     /// Path MTUs learnt from ICMP.
     pub pmtu: crate::frag::pmtu::PathMtu,
     /// The cap on what all sockets' receive queues hold (`udp_mem_bytes`).
@@ -229,15 +223,6 @@ pub fn in_callback(shared: &Shared) -> bool {
 }
 
 impl Shared {
-    /// Sets [`realtime_offset`](Self::realtime_offset) from the system
-    /// clock and the stack's clock read now.
-    pub fn refresh_realtime(&self) {
-        let real =
-            std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_nanos() as u64);
-        let offset = real.wrapping_sub(self.clock.now().0);
-        self.realtime_offset.store(offset, Ordering::Relaxed);
-    }
-
     /// Logs ports whose link went down or came up since the last call
     /// (`seen`: the link-change counts last looked at).
     pub fn log_link_changes(&self, seen: &mut Vec<u64>) {

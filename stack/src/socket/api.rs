@@ -530,15 +530,14 @@ impl UdpSocket {
     }
 
     /// The read-delay histogram and the time now on the stamps' clock
-    /// (the stack's, as CLOCK_REALTIME), when the socket keeps one.
+    /// (`CLOCK_REALTIME`), when the socket keeps one.
     #[inline]
     pub(super) fn read_delays(&self) -> Option<(&crate::stats::DelayHistogram, u64)> {
         let h = &self.core.read_delay;
         if !h.is_on() {
             return None;
         }
-        let shared = &self.stack.shared;
-        Some((h, shared.clock.now().0.wrapping_add(shared.realtime_offset.load(Ordering::Relaxed))))
+        Some((h, crate::time::realtime_ns()))
     }
 
     /// Moves up to `max` datagrams into `out` without copying them; waits

@@ -98,15 +98,13 @@ impl UdpSocket {
     /// of the stack has them on, the polling lcores note the time of each
     /// burst with its datagrams, and [`recv_msg`](Self::recv_msg) and
     /// [`Datagram::timestamp`](crate::Datagram::timestamp) tell it. The
-    /// time is the TSC read at the start of the loop iteration that
-    /// received the datagram, as `CLOCK_REALTIME` nanoseconds (the offset
-    /// between the two is taken again every 10 ms while timestamps are
-    /// on). A datagram handed from the lcore that received it to the one
+    /// time is `CLOCK_REALTIME`, read once per receive burst after the
+    /// device handed the burst over (as Linux stamps a packet when its
+    /// driver passes it up). A datagram handed from the lcore that received it to the one
     /// that owns its flow gets the second one's time.
     pub fn set_recv_timestamps(&self, on: bool) -> io::Result<()> {
         let shared = self.shared();
         if on && !self.inner.timestamps.swap(true, Ordering::AcqRel) {
-            shared.refresh_realtime();
             shared.stamp_users.fetch_add(1, Ordering::AcqRel);
         } else if !on && self.inner.timestamps.swap(false, Ordering::AcqRel) {
             shared.stamp_users.fetch_sub(1, Ordering::AcqRel);
@@ -131,7 +129,6 @@ impl UdpSocket {
     pub fn set_read_delay_histogram(&self, on: bool) -> io::Result<()> {
         let shared = self.shared();
         if on && !self.core.read_delay.set_on(true) {
-            shared.refresh_realtime();
             shared.stamp_users.fetch_add(1, Ordering::AcqRel);
         } else if !on && self.core.read_delay.set_on(false) {
             shared.stamp_users.fetch_sub(1, Ordering::AcqRel);
