@@ -12,7 +12,7 @@ use super::Worker;
 use crate::buf::PacketBuf;
 use crate::datagram::{Datagram, header_span};
 use crate::iface::Interface;
-use crate::lookup::{Family, FlowKey, Shortcut};
+use crate::lookup::{Family, FlowKey, Shortcut, TableSnapshot, reciprocal_scale};
 use crate::wire::{checksum, ethernet, ip_proto, ipv4, ipv6, udp};
 
 /// Where the fast path finds an untagged IPv4 frame's headers.
@@ -175,7 +175,7 @@ pub(super) struct PortMemo {
     /// 1 + the index of the port's sole socket for the family, or 0: the
     /// common answer, tested first.
     socket: u32,
-    /// Whether that socket is IPv6.
+    /// Whether that socket (or the group's sockets) is IPv6.
     mapped: bool,
     /// The answer otherwise.
     route: Route,
@@ -187,12 +187,19 @@ impl PortMemo {
         PortMemo { key: u32::MAX, socket: 0, mapped: false, route: Route::Walk }
     }
 
-    #[inline(always)]
-    fn of<S>(key: u32, shortcut: Shortcut<'_, S>) -> PortMemo {
-        let route = Route::of(shortcut);
+    /// What the table says of port and family `key`: out of line, as it
+    /// runs once per burst and port.
+    #[inline(never)]
+    fn of<S>(key: u32, snapshot: &TableSnapshot<S>) -> PortMemo {
+        let route = Route::of(snapshot.shortcut(key as u16, key >> 16 != 0));
+        let memo = PortMemo { key, route, ..PortMemo::new() };
         match route {
-            Route::Found(Some((index, mapped))) => PortMemo { key, socket: index + 1, mapped, route },
-            _ => PortMemo { key, socket: 0, mapped: false, route },
+            Route::Found(Some((index, mapped))) => PortMemo { socket: index + 1, mapped, ..memo },
+            Route::Group(g) => match snapshot.spread(g) {
+                Some((first, members, mapped)) => PortMemo { mapped, route: Route::Spread(first, members), ..memo },
+                None => memo,
+            },
+            _ => memo,
         }
     }
 }
@@ -202,6 +209,10 @@ impl PortMemo {
 #[derive(Debug, Clone, Copy)]
 enum Route {
     Found(Option<(u32, bool)>),
+    /// A group no member of which names an incoming lcore: its first
+    /// member's index and how many it has, so that a pick is the hash
+    /// scaled onto them, the group not looked at again.
+    Spread(u32, u32),
     Group(u32),
     LcoreGroup(u32),
     Walk,
@@ -289,12 +300,16 @@ impl Worker<'_> {
             return Some((memo.socket - 1, memo.mapped));
         }
         if memo.key != key {
-            *memo = PortMemo::of(key, self.snapshot.shortcut(dst_port, v4));
+            *memo = PortMemo::of(key, &*self.snapshot);
             if memo.socket != 0 {
                 return Some((memo.socket - 1, memo.mapped));
             }
         }
         let found = match memo.route {
+            Route::Spread(first, members) => {
+                let hash = m.rss_hash().unwrap_or_else(|| self.snapshot.flow_hash_of(src, src_port, dst, dst_port));
+                return Some((first + reciprocal_scale(hash, members), memo.mapped));
+            }
             Route::Found(found) => return found,
             Route::LcoreGroup(g) if let Some(found) = self.snapshot.sole_member(g, self.idx as u32) => Some(found),
             Route::Group(g) | Route::LcoreGroup(g) => {

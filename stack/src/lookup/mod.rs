@@ -23,6 +23,7 @@
 //! groups resolved by flow hash.
 
 mod reuseport;
+pub use reuseport::reciprocal_scale;
 mod score;
 mod table;
 

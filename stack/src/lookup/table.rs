@@ -332,6 +332,22 @@ impl<S> TableSnapshot<S> {
         Some((pick, &self.bindings[pick as usize]))
     }
 
+    /// Group `g`'s members as a block a hash spreads over, when no member
+    /// names an incoming lcore: the first's index, how many, and whether
+    /// they are IPv6 sockets (a group has one family). What
+    /// [`pick`](Self::pick) answers is then `first + reciprocal_scale(hash,
+    /// n)`, which a caller that picks for many datagrams of a burst can
+    /// compute without looking at the group again.
+    #[inline]
+    pub fn spread(&self, g: u32) -> Option<(u32, u32, bool)> {
+        let group = &self.groups[g as usize];
+        if !group.by_lcore.is_empty() || group.unconnected == 0 {
+            return None;
+        }
+        let v6 = self.bindings[group.first as usize].family == Family::V6;
+        Some((group.first, group.unconnected, v6))
+    }
+
     /// Group `g`'s member for any datagram looked up on `lcore`, when the
     /// lcore has exactly one: [`pick`](Self::pick) without a hash.
     #[inline(always)]

@@ -476,7 +476,7 @@ fn shortcuts_answer_as_the_walk_does() {
     let mut keys: Vec<FlowKey> = flows(200).collect();
     keys.extend((0..200).map(|i| key(&format!("[2001:db8::{:x}]:{}", i + 1, 1024 + i), "[2001:db8::2]:9")));
     keys.push(key("198.18.1.1:1024", "198.18.0.2:9"));
-    let mut shortcuts = 0;
+    let (mut shortcuts, mut spreads) = (0, 0);
     for (n, bind) in tables.into_iter().enumerate() {
         let t = SocketTable::new(SECRET);
         for x in bind {
@@ -498,7 +498,16 @@ fn shortcuts_answer_as_the_walk_does() {
                     Shortcut::LcoreGroup(g) if let Some(found) = s.sole_member(g, k.lcore) => Some(Some(found)),
                     Shortcut::Group(g) | Shortcut::LcoreGroup(g) => {
                         let hash = k.rss_hash.unwrap_or_else(|| s.flow_hash_of(k.src, k.src_port, k.dst, k.dst_port));
-                        Some(s.pick(g, hash, k.lcore))
+                        let picked = s.pick(g, hash, k.lcore);
+                        // The burst's memo of a group without lcore
+                        // members: the hash scaled onto its block.
+                        if let Some((first, members, v6)) = s.spread(g) {
+                            spreads += 1;
+                            let (i, b) = picked.expect("a spread group always picks");
+                            assert_eq!(first + super::reciprocal_scale(hash, members), i, "table {n}, spread, {k:?}");
+                            assert_eq!(b.family == Family::V6, v6, "table {n}, spread's family, {k:?}");
+                        }
+                        Some(picked)
                     }
                     Shortcut::Walk => None,
                 };
@@ -510,6 +519,7 @@ fn shortcuts_answer_as_the_walk_does() {
         }
     }
     assert!(shortcuts > 1000, "the tables take datagrams: {shortcuts}");
+    assert!(spreads > 100, "groups without lcore members were spread: {spreads}");
 }
 
 /// A broadcast reaches every socket that matches it, as Linux's
