@@ -39,6 +39,9 @@ pub(crate) struct Args {
     /// `--poll adaptive`: the stack polls adaptively (the load keeps it
     /// awake: what that costs a busy lcore).
     pub(crate) adaptive: bool,
+    /// The source's frames carry an RSS hash in their mbufs, as a NIC
+    /// with RSS gives one (a per-flow constant here; net_ring gives none).
+    pub(crate) rss_hash: bool,
 }
 
 pub(crate) fn parse() -> (Args, bool, Option<String>) {
@@ -61,6 +64,7 @@ pub(crate) fn parse() -> (Args, bool, Option<String>) {
         queued: args.iter().any(|a| a == "--queued"),
         capture: args.iter().any(|a| a == "--capture"),
         adaptive: flag("--poll").as_deref() == Some("adaptive"),
+        rss_hash: args.iter().any(|a| a == "--rss-hash"),
     };
     (a, args.iter().any(|a| a == "--callgrind"), flag("--json"))
 }

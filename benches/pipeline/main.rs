@@ -10,16 +10,19 @@
 //! datagram, repeatable to the instruction on a shared machine.
 //!
 //! ```text
-//! cargo bench --bench pipeline -- [--callgrind] [--datagrams N] [--flows F] [--sockets S] [--burst B] [--lcores L] [--yield-idle] [--queued] [--json PATH]
+//! cargo bench --bench pipeline -- [--callgrind] [--datagrams N] [--flows F] [--sockets S] [--burst B] [--lcores L] [--yield-idle] [--queued] [--rss-hash] [--json PATH]
 //! cargo bench --bench pipeline -- --gro-table | --frag-table | --scale-table | --capture-table | --guard
 //! ```
 //! `--capture` attaches a capture (as `spate-dump` does) before the run;
 //! `--capture-table` prints the echo's cost with none and with one.
 //! `--guard` prints spate's own instructions per datagram on the paths
 //! `cargo xtask perf-guard` holds to their budgets (receive with one
-//! socket and with a 64-member group, the group read through its receive
-//! queues, echo, and echo with one datagram per loop iteration, `--burst
-//! 1`), each less its floor; with
+//! socket and with a 64-member group, the group with frames that carry an
+//! RSS hash, the group read through its receive queues, echo, and echo with
+//! one datagram per loop iteration, `--burst 1`), each less its floor;
+//! `--rss-hash` puts a per-flow RSS hash in the source's mbufs, as a NIC
+//! with RSS would (net_ring gives none, so spate otherwise hashes the
+//! flow itself to pick a group's member); with
 //! `--echo`, `--inject-only` sends every frame straight back unread.
 //! `--inject-only` measures the source and a bare rx_burst + free loop
 //! without the stack, the floor the stack's cost is read against.

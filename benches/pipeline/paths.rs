@@ -56,6 +56,11 @@ pub(crate) fn run_once(a: &Args) {
         tx: b_port.tx_queue(0).unwrap(),
         rx: b_port.rx_queue(0).unwrap(),
         pool: peer_pool,
+        // A fixed per-flow value spread over the 32 bits, as a NIC's
+        // Toeplitz hash is (a datagram's fragments share their flow's).
+        hashes: a.rss_hash.then(|| {
+            (0..frames.len()).map(|i| ((i as u64 / frames_per_datagram) as u32 + 1).wrapping_mul(0x9e37_79b9)).collect()
+        }),
         frames,
         sent: 0,
         target: a.datagrams * frames_per_datagram,

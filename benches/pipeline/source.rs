@@ -21,6 +21,9 @@ pub(crate) struct Source {
     pub(crate) rx: RxQueue,
     pub(crate) pool: Arc<Mempool>,
     pub(crate) frames: Vec<Vec<u8>>,
+    /// Per frame: the RSS hash its mbuf carries, as a NIC's RSS would set
+    /// it (`--rss-hash`); none without.
+    pub(crate) hashes: Option<Vec<u32>>,
     pub(crate) sent: u64,
     pub(crate) target: u64,
     /// Frames spate sent, ARP requests aside.
@@ -63,8 +66,12 @@ impl Source {
             return;
         }
         for (i, m) in b.as_mut_slice().iter_mut().enumerate() {
-            let f = &self.frames[(self.sent as usize + i) % self.frames.len()];
+            let at = (self.sent as usize + i) % self.frames.len();
+            let f = &self.frames[at];
             m.append(f.len()).expect("room").copy_from_slice(f);
+            if let Some(hashes) = &self.hashes {
+                m.set_rss_hash(hashes[at]);
+            }
         }
         self.sent += self.tx.tx_burst(&mut b) as u64;
     }
