@@ -32,19 +32,26 @@ fn udp_sum_ok(addresses_to_end: &[u8], udp_len: usize) -> bool {
     checksum::fold(sum + rest) == 0xffff
 }
 
-/// The EtherType of an untagged frame to the interface's own MAC, on an
-/// interface without a VLAN: the frames the fast path looks into.
+/// The EtherType of a frame to the interface's own MAC, as it lies in the
+/// frame (compare it with [`wire_type`]): the frames the fast path looks
+/// into, on an interface without a VLAN (its caller tests that once per
+/// burst).
 #[inline(always)]
 pub(super) fn to_us<B: PacketBuf>(ifc: &Interface, m: &B) -> Option<u16> {
     let h = m.data().get(..ethernet::HEADER_LEN)?;
     let mac = &ifc.mac.0;
     let to_us = u32::from_ne_bytes([h[0], h[1], h[2], h[3]]) == u32::from_ne_bytes([mac[0], mac[1], mac[2], mac[3]])
         && u16::from_ne_bytes([h[4], h[5]]) == u16::from_ne_bytes([mac[4], mac[5]]);
-    if ifc.vlan.is_some() || !to_us {
-        return None;
-    }
-    Some(u16::from_be_bytes([h[12], h[13]]))
+    to_us.then(|| u16::from_ne_bytes([h[12], h[13]]))
 }
+
+/// An EtherType as [`to_us`] reads it from a frame (no byte swap per frame).
+pub(super) const fn wire_type(ethertype: u16) -> u16 {
+    u16::from_ne_bytes(ethertype.to_be_bytes())
+}
+
+const WIRE_IPV4: u16 = wire_type(ethernet::ethertype::IPV4);
+const WIRE_IPV6: u16 = wire_type(ethernet::ethertype::IPV6);
 
 /// A datagram the fast path takes, before its look-up: its addresses as
 /// the socket table keys them (IPv4 mapped into IPv6), its ports, and the
@@ -246,8 +253,8 @@ impl Worker<'_> {
     #[inline(always)]
     pub(super) fn rx_fast(&mut self, ifc: &Interface, memo: &mut PortMemo, m: Mbuf) -> Result<bool, Mbuf> {
         match to_us(ifc, &m) {
-            Some(ethernet::ethertype::IPV4) => self.rx_fast_v4(ifc, memo, m).map(|()| true),
-            Some(ethernet::ethertype::IPV6) => self.rx_fast_v6(ifc, memo, m).map(|()| false),
+            Some(WIRE_IPV4) => self.rx_fast_v4(ifc, memo, m).map(|()| true),
+            Some(WIRE_IPV6) => self.rx_fast_v6(ifc, memo, m).map(|()| false),
             _ => Err(m),
         }
     }
@@ -365,8 +372,8 @@ mod tests {
     /// What the fast path makes of `m`: whether IPv4, and the datagram.
     fn fast(ifc: &Interface, m: &MemBuf) -> Option<(bool, Fast)> {
         match to_us(ifc, m)? {
-            ethernet::ethertype::IPV4 => parse_v4(ifc, m).map(|f| (true, f)),
-            ethernet::ethertype::IPV6 => parse_v6(ifc, m).map(|f| (false, f)),
+            WIRE_IPV4 => parse_v4(ifc, m).map(|f| (true, f)),
+            WIRE_IPV6 => parse_v6(ifc, m).map(|f| (false, f)),
             _ => None,
         }
     }
@@ -478,7 +485,7 @@ mod tests {
         let (s6, d6) = to_us6();
         let mut taken = 0;
         for good in [udp_frame(s4, d4, b"0123456789"), udp_frame(s6, d6, b"0123456789")] {
-            let l4 = if to_us(&interface(), &good) == Some(ethernet::ethertype::IPV4) { FAST_L4 } else { FAST6_L4 };
+            let l4 = if to_us(&interface(), &good) == Some(WIRE_IPV4) { FAST_L4 } else { FAST6_L4 };
             for at in 0..l4 + udp::HEADER_LEN {
                 for flip in [0x01u8, 0x10, 0x80, 0xff] {
                     let m = edited(&good, |b| b[at] ^= flip);

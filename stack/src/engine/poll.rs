@@ -5,7 +5,7 @@
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
 
-use spate_dpdk::Burst;
+use spate_dpdk::{Burst, Mbuf};
 
 use super::fast::PortMemo;
 use super::{LcoreCtx, Step, Worker};
@@ -197,10 +197,15 @@ impl Worker<'_> {
         // The burst's view of the interfaces' addresses (the receive path
         // holds it while it calls methods of the worker).
         let net = self.net.clone();
+        let ifc = &net.ifaces[iface as usize];
         if self.gro_stage() {
             self.rx_frames_gro(&net, iface, burst);
+        } else if ifc.vlan.is_some() {
+            // The fast path takes untagged frames only.
+            for m in burst.drain() {
+                self.rx_full(&net, iface, m);
+            }
         } else {
-            let ifc = &net.ifaces[iface as usize];
             // The common case first (IPv4 UDP to a socket, not a
             // fragment); what it does not take goes the whole way.
             let (mut fast4, mut fast6) = (0, 0);
@@ -209,11 +214,7 @@ impl Worker<'_> {
                 match self.rx_fast(ifc, &mut memo, m) {
                     Ok(true) => fast4 += 1,
                     Ok(false) => fast6 += 1,
-                    Err(m) => {
-                        if let Some(outcome) = self.rx_frame::<false>(&net, iface, m).outcome() {
-                            self.inc(outcome);
-                        }
-                    }
+                    Err(m) => self.rx_full(&net, iface, m),
                 }
             }
             if fast4 > 0 {
@@ -226,6 +227,15 @@ impl Worker<'_> {
             }
         }
         self.stamp_staged();
+    }
+
+    /// A frame the whole way through the receive path, without the GRO
+    /// stage, its outcome counted.
+    #[inline(always)]
+    fn rx_full(&mut self, net: &Net, iface: u16, m: Mbuf) {
+        if let Some(outcome) = self.rx_frame::<false>(net, iface, m).outcome() {
+            self.inc(outcome);
+        }
     }
 
     /// The burst's frames with the GRO stage: a tunnel's inner frame is its
