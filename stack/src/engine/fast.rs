@@ -29,7 +29,7 @@ const FAST6_L4: usize = FAST_L3 + ipv6::HEADER_LEN;
 fn udp_sum_ok(addresses_to_end: &[u8], udp_len: usize) -> bool {
     let sum = checksum::sum_native(addresses_to_end);
     let rest = u16::from_be(ip_proto::UDP as u16) as u64 + u16::from_be(udp_len as u16) as u64;
-    checksum::fold(sum + rest) == 0xffff
+    checksum::folds_to_ones(sum + rest)
 }
 
 /// The EtherType of a frame to the interface's own MAC, as it lies in the
@@ -98,7 +98,7 @@ pub(super) fn parse_v4<B: PacketBuf>(ifc: &Interface, m: &B) -> Option<Fast> {
             let w = |i: usize| {
                 u32::from_ne_bytes([h[FAST_L3 + i], h[FAST_L3 + i + 1], h[FAST_L3 + i + 2], h[FAST_L3 + i + 3]]) as u64
             };
-            checksum::fold(w(0) + w(4) + w(8) + w(12) + w(16)) == 0xffff
+            checksum::folds_to_ones(w(0) + w(4) + w(8) + w(12) + w(16))
         }
     };
     let ne32 = |i: usize| u32::from_ne_bytes([h[i], h[i + 1], h[i + 2], h[i + 3]]);

@@ -103,6 +103,16 @@ pub fn fold(acc: u64) -> u16 {
     y + c as u16
 }
 
+/// Whether `acc` folds to all ones, as the sum over a header or datagram
+/// that holds a good checksum does: `acc` is then a nonzero multiple of
+/// 0xffff (2^16 is 1 modulo 0xffff, so every fold step keeps the residue,
+/// and a nonzero sum never folds to 0). A multiply and a compare, where
+/// [`fold`] and its compare take nine instructions.
+#[inline(always)]
+pub fn folds_to_ones(acc: u64) -> bool {
+    acc != 0 && acc % 0xffff == 0
+}
+
 /// The checksum field value for `data`: the complement of its folded sum.
 #[inline]
 pub fn checksum(data: &[u8]) -> u16 {
@@ -190,6 +200,27 @@ mod tests {
             assert_eq!(fold(sum_native(&data)), 0xffff, "len {len}");
             assert_eq!(fold(sum(&data)), 0xffff, "len {len}");
         }
+    }
+
+    #[test]
+    fn folds_to_ones_answers_as_the_fold() {
+        let mut x = 0x9e37_79b9_7f4a_7c15u64;
+        let mut edges =
+            vec![0, 1, 0xfffe, 0xffff, 0x1_0000, 0x1_fffe, 0xffff_ffff, 0x1_ffff_fffe, u64::MAX, u64::MAX - 1];
+        edges.extend((1..2000u64).map(|k| k * 0xffff));
+        edges.extend((1..2000u64).map(|k| k * 0xffff + 1));
+        edges.extend((0..100_000).map(|_| {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x >> (x % 40)
+        }));
+        let mut ones = 0;
+        for &v in &edges {
+            assert_eq!(folds_to_ones(v), fold(v) == 0xffff, "{v:#x}");
+            ones += folds_to_ones(v) as u32;
+        }
+        assert!(ones >= 2000, "the multiples were seen: {ones}");
     }
 
     #[test]
