@@ -110,7 +110,7 @@ pub fn fold(acc: u64) -> u16 {
 /// [`fold`] and its compare take nine instructions.
 #[inline(always)]
 pub fn folds_to_ones(acc: u64) -> bool {
-    acc != 0 && acc % 0xffff == 0
+    acc != 0 && acc.is_multiple_of(0xffff)
 }
 
 /// The checksum field value for `data`: the complement of its folded sum.
