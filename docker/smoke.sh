@@ -11,7 +11,14 @@
 #    net_pcap over a veth, the kernel in a peer namespace pinging it and
 #    echoing UDP through it;
 # both without --privileged. Then docker/compose.yaml is parsed by
-# podman-compose. Everything it creates is removed on exit.
+# podman-compose, and
+# 4. docker/k8s: the DaemonSet's pod (checked against pod.yaml and the
+#    ConfigMap by docker/k8s/check.py) played by `podman kube play` with
+#    the host's hugetlbfs mounted, spate-echo in it on a vhost-user socket
+#    that dpdk-testpmd bridges to a veth, the kernel in a peer namespace
+#    pinging it and echoing UDP through it; the probe's command run; the
+#    pod taken down.
+# Everything it creates is removed on exit.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 SUITE=bookworm
@@ -24,13 +31,15 @@ NS_B=spate-ctr-$$-b
 step() { echo "=== container smoke: $*"; }
 
 cleanup() {
+  [ -f "$WORK/k8s-testpmd.pid" ] && kill "$(cat "$WORK/k8s-testpmd.pid")" 2>/dev/null || true
+  podman pod rm -f "$TAG-k8s" >/dev/null 2>&1 || true
   podman rm -f "$TAG-huge" "$TAG-nohuge" >/dev/null 2>&1 || true
   podman volume rm -f "${TAG}_vhost-sockets" >/dev/null 2>&1 || true
   podman network rm -f "${TAG}_default" >/dev/null 2>&1 || true
   [ -f "$WORK/testpmd.pid" ] && kill "$(cat "$WORK/testpmd.pid")" 2>/dev/null || true
   ip netns del "$NS_A" 2>/dev/null || true
   ip netns del "$NS_B" 2>/dev/null || true
-  rm -rf "$WORK" /var/run/dpdk/"$TAG"
+  rm -rf "$WORK" /var/run/dpdk/"$TAG" /var/run/dpdk/"$TAG-k8s"
 }
 trap cleanup EXIT
 
@@ -74,7 +83,7 @@ fi
 step "image $IMAGE (target prebuilt: the host's release binaries)"
 mkdir -p docker/.bin
 cp target/release/spate-echo target/release/spate-sink target/release/spate-flood \
-   target/release/spate-iperf target/release/spate-relay docker/.bin/
+   target/release/spate-iperf target/release/spate-relay target/release/spate-stat docker/.bin/
 podman build --network=host --target prebuilt --build-arg RUNTIME_BASE="$BASE" \
   -t "$IMAGE" -f docker/Dockerfile . >"$WORK/build.log" 2>&1 || { tail -30 "$WORK/build.log"; exit 1; }
 
@@ -146,4 +155,57 @@ podman-compose --dry-run -p "$TAG" -f docker/compose.yaml up --no-build -d >"$WO
 for svc in spate ovs; do
   grep -q "podman run --name=${TAG}_${svc}_1" "$WORK/compose.log" || { cat "$WORK/compose.log"; exit 1; }
 done
+step "4: docker/k8s: the DaemonSet's pod by podman kube play, hugepages, vhost-user bridged to the kernel"
+mkdir -p "$WORK/k8s-vhost"
+python3 docker/k8s/check.py --image "$IMAGE" --vhost-dir "$WORK/k8s-vhost" --name "$TAG-k8s" --out "$WORK/k8s-pod.yaml"
+# The check can fail: a DaemonSet whose template drifted from the pod.
+cp -r docker/k8s "$WORK/k8s-drift"
+sed -i 's|image: localhost/spate:latest|image: localhost/spate:drifted|' "$WORK/k8s-drift/daemonset.yaml"
+if python3 docker/k8s/check.py --dir "$WORK/k8s-drift" --image "$IMAGE" --vhost-dir "$WORK/k8s-vhost" \
+     --name "$TAG-k8s" --out "$WORK/k8s-drift/pod.out" 2>/dev/null; then
+  echo "docker/k8s/check.py passed a DaemonSet whose template differs from pod.yaml" >&2; exit 1
+fi
+podman kube play --network none --configmap docker/k8s/configmap.yaml "$WORK/k8s-pod.yaml" >"$WORK/kube.log" 2>&1 \
+  || { cat "$WORK/kube.log"; exit 1; }
+CTR="$TAG-k8s-spate-echo"
+sock="$WORK/k8s-vhost/spate-echo.sock"
+for _ in $(seq 300); do [ -S "$sock" ] && break; sleep 0.1; done
+[ -S "$sock" ] || { podman logs "$CTR"; echo "the pod served no vhost-user socket" >&2; exit 1; }
+# testpmd bridges the pod's port to the veth (the switch a node would
+# run), from the namespace that holds the veth's spate end.
+# Its forwarding lcore is CPU 1 (spate's is 0); a stats period keeps it
+# running without a terminal.
+ip netns exec "$NS_A" dpdk-testpmd -l 0,1 --main-lcore 0 --no-pci --no-telemetry --file-prefix "$TAG-k8s" \
+  --in-memory --single-file-segments -m 256 --vdev "net_vhost0,iface=$sock,queues=1,client=1" \
+  --vdev net_af_packet0,iface=vA -- --forward-mode=io --nb-cores=1 --total-num-mbufs=8192 --stats-period=10 \
+  >"$WORK/k8s-testpmd.log" 2>&1 </dev/null &
+echo $! > "$WORK/k8s-testpmd.pid"
+ok=
+for _ in $(seq 100); do
+  ip netns exec "$NS_B" ping -c 1 -W 1 198.18.0.2 >/dev/null 2>&1 && { ok=1; break; }
+done
+[ -n "$ok" ] || { podman logs "$CTR"; cat "$WORK/k8s-testpmd.log"; echo "no ping answer through the pod" >&2; exit 1; }
+ip netns exec "$NS_B" python3 - <<'EOF'
+import socket
+s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+s.settimeout(2)
+for i in range(20):
+    p = bytes([i + 1]) * (i * 60)
+    s.sendto(p, ('198.18.0.2', 7))
+    d, _ = s.recvfrom(2048)
+    assert d == p, (i, len(d))
+print('echoed 20 datagrams through the pod')
+EOF
+# The readiness probe's command (podman 4.3 runs no probes).
+podman exec "$CTR" /usr/local/bin/spate-stat --name echo >"$WORK/k8s-stat.log" 2>&1 \
+  || { cat "$WORK/k8s-stat.log"; echo "the readiness probe's command failed" >&2; exit 1; }
+grep -q "Udp" "$WORK/k8s-stat.log" || { cat "$WORK/k8s-stat.log"; echo "spate-stat showed no counters" >&2; exit 1; }
+kill "$(cat "$WORK/k8s-testpmd.pid")"; wait "$(cat "$WORK/k8s-testpmd.pid")" 2>/dev/null || true
+podman logs "$CTR" > "$WORK/k8s.log" 2>&1
+# hugepages = "on" in the ConfigMap: spate refuses to start without them,
+# and its log would name the fallback.
+if grep -q -- "--no-huge" "$WORK/k8s.log"; then cat "$WORK/k8s.log"; echo "the pod ran without hugepages" >&2; exit 1; fi
+podman kube play --down "$WORK/k8s-pod.yaml" >/dev/null
+if podman pod exists "$TAG-k8s"; then echo "podman kube play --down left the pod" >&2; exit 1; fi
+echo "the DaemonSet's pod echoed 20 datagrams with hugepages, and is gone"
 echo "=== container smoke: OK"

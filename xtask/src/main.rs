@@ -56,6 +56,8 @@ const TEST_PACKAGES: &[&str] = &[
     "golang-github-containers-common",
     "debootstrap",
     "podman-compose",
+    // docker/k8s/check.py reads the manifests.
+    "python3-yaml",
     "binutils",
     "valgrind",
     // Unmodified programs under spate-run (tests/preload.rs).
