@@ -158,8 +158,7 @@ fn stream(conn: &UnixStream, out: UnixStream, shared: &WeakStack, stop: &AtomicB
 /// the stack is gone.
 fn realtime_offset(shared: &WeakStack) -> Option<u64> {
     let s = shared.shared()?;
-    let real = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_nanos() as u64);
-    Some(real.wrapping_sub(s.clock.now().0))
+    Some(crate::time::realtime_ns().wrapping_sub(s.clock.now().0))
 }
 
 /// Whether the client sent anything or closed, without waiting.

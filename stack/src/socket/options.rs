@@ -100,8 +100,9 @@ impl UdpSocket {
     /// [`Datagram::timestamp`](crate::Datagram::timestamp) tell it. The
     /// time is `CLOCK_REALTIME`, read once per receive burst after the
     /// device handed the burst over (as Linux stamps a packet when its
-    /// driver passes it up). A datagram handed from the lcore that received it to the one
-    /// that owns its flow gets the second one's time.
+    /// driver passes it up). A datagram handed from the lcore that
+    /// received it to the one that owns its flow gets the second one's
+    /// time.
     pub fn set_recv_timestamps(&self, on: bool) -> io::Result<()> {
         let shared = self.shared();
         if on && !self.inner.timestamps.swap(true, Ordering::AcqRel) {
