@@ -142,6 +142,33 @@ fn adaptive_echo_sleeps_when_idle_and_wakes_for_frames() {
     }
 }
 
+#[test]
+fn poll_idle_us_sets_how_long_an_idle_lcore_polls_before_it_sleeps() {
+    let _serial = device_lock();
+    // Datagrams 2 ms apart, each after the last one's echo: an lcore that
+    // polls 10 ms idle never sleeps between them (one wake for the first);
+    // one that sleeps at once is woken by every frame.
+    let mut wakes = Vec::new();
+    for idle_us in ["10000", "0"] {
+        let (spate_ns, kernel) = spate_and_kernel("pidle");
+        let args: Vec<String> = ["--vdev", "net_af_packet0,iface=vA", "--ip", "198.18.0.2/24", "--lcores", "0"]
+            .into_iter()
+            .chain(["--interval", "0", "--poll", "adaptive", "--poll-idle-us", idle_us, "--mbufs", "4095"])
+            .map(String::from)
+            .collect();
+        let app = SpateApp::start(&spate_ns, ECHO, &args, "UDP echo on");
+        std::thread::sleep(Duration::from_millis(300));
+        kernel.run(|| spate_testkit::echo_after_gaps(30, 20, Duration::from_millis(2)));
+        let (c, out) = app.stop();
+        assert_eq!(counter(&c, "Udp.InDatagrams"), 30, "{out}");
+        wakes.push((counter(&c, "Poll.WakesRx"), out));
+    }
+    let ((long, out_long), (none, out_none)) = (&wakes[0], &wakes[1]);
+    println!("Poll.WakesRx for 30 datagrams 2 ms apart: {long} polling 10 ms idle, {none} sleeping at once");
+    assert!(*long <= 5, "a 10 ms idle poll spans the 2 ms gaps: {long} wakes\n{out_long}");
+    assert!(*none >= 25, "no idle poll: a wake per frame: {none}\n{out_none}");
+}
+
 /// An adaptive stack in this process on `device` in `ns`: its lcore
 /// sleeps when idle.
 fn adaptive_stack(ns: &Netns, device: &str) -> spate::Stack {

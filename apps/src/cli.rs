@@ -59,6 +59,10 @@ pub struct StackArgs {
     /// frame, a hand-off or a timer wakes them).
     #[arg(long, value_name = "MODE")]
     pub poll: Option<spate::config::PollMode>,
+    /// With `--poll adaptive`: how long an idle lcore polls before it
+    /// sleeps, in microseconds (50; 0 sleeps at once).
+    #[arg(long, value_name = "US")]
+    pub poll_idle_us: Option<u32>,
     /// Mbufs in the packet pool.
     #[arg(long, value_name = "N")]
     pub mbufs: Option<u32>,
@@ -145,6 +149,9 @@ impl StackArgs {
         }
         if let Some(p) = self.poll {
             cfg.poll = p;
+        }
+        if let Some(us) = self.poll_idle_us {
+            cfg.poll_idle_us = us;
         }
         if let Some(n) = self.mbufs {
             cfg.mempool_size = n;

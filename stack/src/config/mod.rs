@@ -93,6 +93,9 @@ pub enum MempoolOrder {
     Fifo,
 }
 
+/// The longest `poll_idle_us` (10 ms: past that, a busy lcore).
+pub const POLL_IDLE_US_MAX: u32 = 10_000;
+
 /// How an lcore polls.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize)]
 #[serde(rename_all = "lowercase")]
@@ -100,7 +103,8 @@ pub enum PollMode {
     /// Poll without pause: the lowest latency, a whole CPU whatever comes.
     #[default]
     Busy,
-    /// Poll while there is work; after 50 us of none, sleep until a frame
+    /// Poll while there is work; after `poll_idle_us` (50 us) of none,
+    /// sleep until a frame
     /// (the RX queues' interrupts), a hand-off from another thread or
     /// lcore, or 100 ms pass (the idle lcore's timer tick), and poll
     /// again. Ports without RX interrupts get naps on the hand-off bell
@@ -171,6 +175,14 @@ pub struct StackConfig {
     /// How the lcores poll: `busy` (the default) or `adaptive` (which
     /// makes `idle_sleep_us` moot: it is not used then).
     pub poll: PollMode,
+    /// With `poll = "adaptive"`: how long (µs) an lcore polls without
+    /// work before it sleeps, at most [`POLL_IDLE_US_MAX`]. 50 (Linux's
+    /// `busy_poll` figure) catches a reply or the next request of an
+    /// exchange without a wake-up; 0 sleeps as soon as the lcore is idle,
+    /// which spends no CPU on polling where work comes in slower
+    /// exchanges (an application computing between datagrams on the
+    /// lcore's own CPU) at the cost of a wake-up per frame.
+    pub poll_idle_us: u32,
     /// Hugepages.
     pub hugepages: Hugepages,
     /// EAL memory in MiB.
@@ -277,6 +289,7 @@ impl Default for StackConfig {
             icmp_burst: 50,
             idle_sleep_us: 0,
             poll: PollMode::Busy,
+            poll_idle_us: 50,
             hugepages: Hugepages::Auto,
             memory_mb: 512,
             eal_args: Vec::new(),
@@ -371,6 +384,12 @@ impl StackConfig {
             return Err(Error::Config("no port configured".into()));
         }
         lcore_ids(&self.lcores)?;
+        if self.poll_idle_us > POLL_IDLE_US_MAX {
+            return Err(Error::Config(format!(
+                "poll_idle_us = {}: at most {POLL_IDLE_US_MAX} (an idle lcore's poll before it sleeps)",
+                self.poll_idle_us
+            )));
+        }
         if let Some(n) = &self.name {
             let ok = |c: char| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.');
             // `PID-ID` is what unnamed stacks' endpoints are called.

@@ -67,6 +67,11 @@ fn toml_config() {
     c.validate().unwrap();
     assert_eq!(c.ports[0].ipv4[0].to_string(), "198.18.0.2/24");
     assert_eq!((c.poll, c.ports[0].poll), (PollMode::Busy, Some(PollMode::Adaptive)));
+    assert_eq!(c.poll_idle_us, 50, "the default");
+    assert_eq!(StackConfig::from_toml("poll_idle_us = 0").unwrap().poll_idle_us, 0);
+    let long = StackConfig { poll_idle_us: 10_001, ..c.clone() };
+    assert!(long.validate().unwrap_err().to_string().contains("poll_idle_us = 10001: at most 10000"));
+    StackConfig { poll_idle_us: 10_000, ..c.clone() }.validate().unwrap();
     assert!(StackConfig::from_toml("bogus = 1").is_err(), "unknown keys are errors");
     assert_eq!(c.mempool_order, MempoolOrder::Lifo, "the default");
     assert_eq!(StackConfig::from_toml("mempool_order = \"fifo\"").unwrap().mempool_order, MempoolOrder::Fifo);

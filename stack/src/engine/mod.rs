@@ -216,6 +216,8 @@ pub(crate) struct Worker<'s> {
     intr_registered: Vec<bool>,
     /// When the current idle time began.
     idle_since: Option<u64>,
+    /// How long it polls idle before it sleeps (`poll_idle_us`).
+    idle_ns: u64,
     /// The next nap (no RX interrupts).
     nap_ns: u64,
     /// Descriptors readable while frames wait on a queue whose receive
@@ -303,6 +305,7 @@ impl<'s> Worker<'s> {
             intr_registered: Vec::new(),
             idle_since: None,
             nap_ns: 0,
+            idle_ns: 0,
             pending_fds: Vec::new(),
             pending_seen: false,
             woke_rx: false,

@@ -1,5 +1,5 @@
 //! Adaptive polling (`poll = "adaptive"`): an lcore that found no work
-//! for [`IDLE_NS`] says it is going to sleep (its doorbell), arms its RX
+//! for `poll_idle_us` (50 us) says it is going to sleep (its doorbell), arms its RX
 //! queues' interrupts, looks once more at its queues, inbox and lanes
 //! (what came before the arming: NAPI's re-check), and sleeps until a
 //! frame, a ring of its bell (work handed over, the stack stopping) or its
@@ -35,8 +35,6 @@
 use super::Worker;
 use crate::stats::Counter;
 
-/// Idle time before an lcore sleeps (Linux's `busy_poll` default, 50 us).
-pub(super) const IDLE_NS: u64 = 50_000;
 /// The first nap where the ports have no RX interrupts.
 const NAP_MIN_NS: u64 = 1_000;
 /// The longest nap.
@@ -44,6 +42,9 @@ const NAP_MAX_NS: u64 = 10_000_000;
 /// How often an idle lcore looks at its `net_tap` descriptors and, on a
 /// CPU set, at the run queues (the first look when it turns idle).
 const IDLE_CHECK_NS: u64 = 10_000;
+/// The shortest idle poll of an lcore with `net_tap` queues: two looks
+/// at their descriptors.
+const TAP_IDLE_MIN_NS: u64 = 2 * IDLE_CHECK_NS;
 /// How long an lcore with RX interrupts sleeps at most: its timers' tick
 /// while idle.
 pub(super) const IDLE_TICK_NS: u64 = 100_000_000;
@@ -126,6 +127,18 @@ impl Worker<'_> {
             .filter_map(|(_, q)| q.intr_fd())
             .map(|fd| (fd, spate_dpdk::sched::IoSignal::of(fd)))
             .collect();
+        // How long it polls idle; net_tap's frames need two looks at their
+        // descriptors (the second raises the signal) before a sleep.
+        self.idle_ns = self.shared.cfg.poll_idle_us as u64 * 1_000;
+        if !self.pending_fds.is_empty() && self.idle_ns < TAP_IDLE_MIN_NS {
+            log::info!(
+                "spate: lcore {} polls net_tap: it polls {} us idle before it sleeps (poll_idle_us = {})",
+                self.lcore,
+                TAP_IDLE_MIN_NS / 1_000,
+                self.shared.cfg.poll_idle_us
+            );
+            self.idle_ns = TAP_IDLE_MIN_NS;
+        }
         // On a CPU set of every CPU, the lcore yields when threads wait for
         // one.
         let allowed = spate_dpdk::lcore::cpus_allowed();
@@ -195,7 +208,7 @@ impl Worker<'_> {
                 self.now.0
             }
         };
-        if self.now.0.saturating_sub(since) >= IDLE_NS {
+        if self.now.0.saturating_sub(since) >= self.idle_ns {
             self.sleep();
         } else if self.now.0 >= self.next_idle_check && (self.run_queue.is_some() || !self.pending_fds.is_empty()) {
             self.idle_check();
@@ -275,7 +288,7 @@ impl Worker<'_> {
         }
         self.woke_rx = woke.rx;
         if !woke.timed_out() {
-            // Woken for work: it polls a full idle time before sleeping
+            // Woken for work: it polls its idle time before sleeping
             // again. A device may signal before its frame can be taken:
             // net_tap's interrupt is its descriptor turning readable, while
             // its receive function returns nothing until the signal that
