@@ -13,21 +13,31 @@
 //! Measured sides (2 vCPUs, so where each thread runs is part of it):
 //! - `kernel`: quinn on a kernel socket, pinned to CPU 0;
 //! - `spate, beside`: the lcore on CPU 0 and quinn's thread on CPU 0 too,
-//!   the lcore sleeping 20 us between empty polls (`--idle-sleep 20`) so
-//!   that quinn gets the CPU;
+//!   the lcore on adaptive polling (`--poll adaptive`: it polls 50 us
+//!   without work, then sleeps until a frame or quinn's send wakes it);
+//! - `beside, idle 0`: the same, the lcore sleeping as soon as it is idle
+//!   (`--poll-idle-us 0`);
 //! - `spate, apart`: the lcore busy-polling CPU 0, quinn's thread on CPU 1
 //!   beside the peer.
 //!
 //! Jobs: a client downloading a file over `hq-interop` from the peer; a
 //! server the peer's client downloads from; a client making handshakes
 //! one after another (ALPN `echo`, one byte echoed each); a server the
-//! peer's client makes them with. CPU time is the process's user and
-//! system time over the job (`/proc`), a busy-polling lcore's idle polls
-//! included; medians of the rounds, sides alternating in each round.
+//! peer's client makes them with. Each job is timed from the client's
+//! first connect to its last close (the stack's start and stop and the
+//! endpoint's wait for its closes to drain are outside it); CPU time is
+//! the process's threads' time on a CPU over it (`schedstat`, to the
+//! nanosecond: the measured client's own reading, a measured server's
+//! from outside over the peer client's run), a busy-polling lcore's idle
+//! polls included; the handshake column is the client's median
+//! handshake. Medians of the rounds, sides alternating in each round.
 //!
 //! ```text
-//! cargo bench --bench quic -- [--quick] [--json PATH]
+//! cargo bench --bench quic -- [--quick] [--only JOB] [--json PATH]
 //! ```
+//!
+//! `--only` runs the jobs whose name holds JOB (`handshakes`,
+//! `client`...).
 
 use spate_testkit::stats::median;
 use std::path::PathBuf;
@@ -84,16 +94,18 @@ impl Drop for Net {
 enum Side {
     Kernel,
     SpateBeside,
+    SpateBesideNoIdle,
     SpateApart,
 }
 
 impl Side {
-    const ALL: [Side; 3] = [Side::Kernel, Side::SpateBeside, Side::SpateApart];
+    const ALL: [Side; 4] = [Side::Kernel, Side::SpateBeside, Side::SpateBesideNoIdle, Side::SpateApart];
 
     fn name(self) -> &'static str {
         match self {
             Side::Kernel => "kernel",
             Side::SpateBeside => "spate, beside",
+            Side::SpateBesideNoIdle => "beside, idle 0",
             Side::SpateApart => "spate, apart",
         }
     }
@@ -115,8 +127,14 @@ impl Side {
         let args: Vec<&str> = match self {
             Side::Kernel => return ("taskset".into(), ["-c", "0", QUIC, role, "--kernel"].map(String::from).to_vec()),
             Side::SpateBeside => {
-                [role].iter().chain(&spate).chain(&["--app-cpus", "0", "--idle-sleep", "20"]).copied().collect()
+                [role].iter().chain(&spate).chain(&["--app-cpus", "0", "--poll", "adaptive"]).copied().collect()
             }
+            Side::SpateBesideNoIdle => [role]
+                .iter()
+                .chain(&spate)
+                .chain(&["--app-cpus", "0", "--poll", "adaptive", "--poll-idle-us", "0"])
+                .copied()
+                .collect(),
             Side::SpateApart => [role].iter().chain(&spate).chain(&["--app-cpus", "1"]).copied().collect(),
         };
         (QUIC.into(), args.into_iter().map(String::from).collect())
@@ -131,13 +149,21 @@ struct Cost {
     cpu: f64,
     peer_cpu: f64,
     units: f64,
+    /// The median handshake's milliseconds (the client's).
+    hs: f64,
 }
 
-/// CPU seconds a process has used (`/proc/PID/stat`, user and system).
+/// CPU seconds a process's live threads have used, to the nanosecond
+/// (`/proc/PID/task/*/schedstat`: the measured servers' threads outlive
+/// each job).
 fn cpu_of(pid: u32) -> f64 {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
-    let rest = stat.rsplit_once(')').map(|(_, r)| r).unwrap_or("");
-    rest.split_whitespace().skip(11).take(2).filter_map(|v| v.parse::<u64>().ok()).sum::<u64>() as f64 / 100.0
+    let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) else { return 0.0 };
+    let ns: u64 = tasks
+        .flatten()
+        .filter_map(|t| std::fs::read_to_string(t.path().join("schedstat")).ok())
+        .filter_map(|s| s.split_whitespace().next()?.parse::<u64>().ok())
+        .sum();
+    ns as f64 / 1e9
 }
 
 /// The pid of the spate-quic process in `ns` (not its `timeout` wrappers).
@@ -201,10 +227,11 @@ fn as_client(net: &Net, side: Side, download: bool, n: u32) -> Cost {
     let v = client(&net.measured, "quic-measured", &prog, &args);
     let units = if download { v["bytes_received"].as_f64().unwrap() } else { n as f64 };
     Cost {
-        secs: v["secs"].as_f64().unwrap(),
-        cpu: v["cpu_secs"].as_f64().unwrap(),
+        secs: v["job_secs"].as_f64().unwrap(),
+        cpu: v["job_cpu_secs"].as_f64().unwrap(),
         peer_cpu: cpu_of(peer_pid) - before,
         units,
+        hs: v["handshake_ms"]["median"].as_f64().unwrap(),
     }
 }
 
@@ -218,14 +245,21 @@ fn as_server(net: &Net, side: Side, download: bool, n: u32) -> Cost {
     let v = client(&net.peer, "quic-peer", &prog, &args);
     let cpu = cpu_of(pid) - before;
     let units = if download { v["bytes_received"].as_f64().unwrap() } else { n as f64 };
-    Cost { secs: v["secs"].as_f64().unwrap(), cpu, peer_cpu: v["cpu_secs"].as_f64().unwrap(), units }
+    Cost {
+        secs: v["job_secs"].as_f64().unwrap(),
+        cpu,
+        peer_cpu: v["job_cpu_secs"].as_f64().unwrap(),
+        units,
+        hs: v["handshake_ms"]["median"].as_f64().unwrap(),
+    }
 }
 
 fn main() {
     let args: Vec<String> = std::env::args().collect();
     let quick = args.iter().any(|a| a == "--quick");
     let json = args.iter().position(|a| a == "--json").and_then(|i| args.get(i + 1)).cloned();
-    let (bytes, handshakes, rounds) = if quick { (100_000_000, 50, 1) } else { (400_000_000, 200, 3) };
+    let only = args.iter().position(|a| a == "--only").and_then(|i| args.get(i + 1)).cloned();
+    let (bytes, handshakes, rounds) = if quick { (100_000_000, 200, 1) } else { (400_000_000, 200, 3) };
     let net = Net::new(bytes);
     let jobs: [(&str, bool, bool); 4] = [
         ("client downloads", true, true),
@@ -234,7 +268,9 @@ fn main() {
         ("server handshakes", false, false),
     ];
     let mut results: Vec<(String, Side, Cost)> = Vec::new();
-    for (job, as_a_client, download) in jobs {
+    for (job, as_a_client, download) in
+        jobs.into_iter().filter(|(j, ..)| only.as_ref().is_none_or(|o| j.contains(o.as_str())))
+    {
         let mut costs: Vec<Vec<Cost>> = vec![Vec::new(); Side::ALL.len()];
         for _ in 0..rounds {
             for (i, side) in Side::ALL.into_iter().enumerate() {
@@ -249,18 +285,24 @@ fn main() {
         for (i, side) in Side::ALL.into_iter().enumerate() {
             let c = &costs[i];
             let m = |f: fn(&Cost) -> f64| median(&c.iter().map(f).collect::<Vec<_>>());
-            let cost = Cost { secs: m(|c| c.secs), cpu: m(|c| c.cpu), peer_cpu: m(|c| c.peer_cpu), units: c[0].units };
+            let cost = Cost {
+                secs: m(|c| c.secs),
+                cpu: m(|c| c.cpu),
+                peer_cpu: m(|c| c.peer_cpu),
+                units: c[0].units,
+                hs: m(|c| c.hs),
+            };
             results.push((job.to_string(), side, cost));
         }
     }
 
     println!("QUIC over spate and over the kernel's sockets ({}; quinn 0.11, {} rounds)", cpu_model(), rounds);
     println!(
-        "peer: quinn on kernel sockets, CPU 1; kernel side on CPU 0; spate beside: lcore and quinn on CPU 0 (idle sleep 20 us); spate apart: lcore CPU 0, quinn CPU 1"
+        "peer: quinn on kernel sockets, CPU 1; kernel side on CPU 0; spate beside: lcore (adaptive polling) and quinn on CPU 0; idle 0: --poll-idle-us 0; spate apart: lcore busy on CPU 0, quinn CPU 1"
     );
     println!(
-        "{:<18} {:<14} {:>12} {:>14} {:>14} {:>10}",
-        "job", "side", "rate", "CPU/unit", "peer CPU/unit", "vs kernel"
+        "{:<18} {:<14} {:>12} {:>14} {:>14} {:>10} {:>12}",
+        "job", "side", "rate", "CPU/unit", "peer CPU/unit", "vs kernel", "handshake"
     );
     let mut rows = Vec::new();
     for (job, side, c) in &results {
@@ -270,7 +312,7 @@ fn main() {
         let (rate, unit) = if download { (c.units / c.secs / 1e6, "MB/s") } else { (c.units / c.secs, "hs/s") };
         let cpu_unit = if download { "s/GB" } else { "ms/hs" };
         println!(
-            "{:<18} {:<14} {:>7.1} {:<4} {:>8.2} {:<5} {:>8.2} {:<5} {:>9.2}x",
+            "{:<18} {:<14} {:>7.1} {:<4} {:>8.2} {:<5} {:>8.2} {:<5} {:>9.2}x {:>9.3} ms",
             job,
             side.name(),
             rate,
@@ -279,12 +321,13 @@ fn main() {
             cpu_unit,
             per(c.peer_cpu, c),
             cpu_unit,
-            per(c.cpu, c) / per(kernel.cpu, &kernel)
+            per(c.cpu, c) / per(kernel.cpu, &kernel),
+            c.hs
         );
         rows.push(serde_json::json!({
             "job": job, "side": side.name(), "rate": rate, "rate_unit": unit,
             "cpu_per_unit": per(c.cpu, c), "peer_cpu_per_unit": per(c.peer_cpu, c), "cpu_unit": cpu_unit,
-            "cpu_vs_kernel": per(c.cpu, c) / per(kernel.cpu, &kernel),
+            "cpu_vs_kernel": per(c.cpu, c) / per(kernel.cpu, &kernel), "handshake_ms": c.hs,
         }));
     }
     if let Some(path) = json {

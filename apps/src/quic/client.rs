@@ -93,6 +93,11 @@ struct Outcome {
     bytes_received: u64,
     path_mtu: u16,
     errors: Vec<String>,
+    /// The connections' own time and the process's CPU time over it: from
+    /// the first connect to the last close, without the stack's start and
+    /// stop or the endpoint's wait for its closes to drain.
+    job_secs: f64,
+    job_cpu: f64,
 }
 
 /// Runs the client's job; an error when any check failed.
@@ -135,10 +140,12 @@ pub fn run(args: &ClientArgs) -> Result {
     let out = net.run(&args.net, move || {
         super::runtime()?.block_on(async move {
             let ep = sock.endpoint(None)?;
-            let out = tokio::select! {
+            let (started, cpu) = (Instant::now(), super::threads_cpu_seconds());
+            let mut out = tokio::select! {
                 o = tokio::time::timeout(limit, job.run(&ep)) => o.map_err(|_| format!("not done within {limit:?}"))?,
                 () = stopped() => return Err("stopped by a signal".into()),
             };
+            (out.job_secs, out.job_cpu) = (started.elapsed().as_secs_f64(), super::threads_cpu_seconds() - cpu);
             // The close frames go out while the lcores still poll.
             let _ = tokio::time::timeout(Duration::from_secs(1), ep.wait_idle()).await;
             Ok(out)
@@ -176,6 +183,8 @@ fn report(args: &ClientArgs, out: &Outcome, secs: f64, cpu: f64) {
             "handshake_ms": { "min": min, "median": median, "max": max },
             "path_mtu": out.path_mtu,
             "cpu_secs": cpu,
+            "job_secs": out.job_secs,
+            "job_cpu_secs": out.job_cpu,
             "ok": out.errors.is_empty(),
             "errors": errors,
         });

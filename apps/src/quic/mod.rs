@@ -153,9 +153,9 @@ impl Net {
     /// Runs `job` on a thread of its own with a tokio runtime while the
     /// stack polls on this thread (the kernel's socket needs no polling:
     /// the job runs here). The job's end, also by a panic, stops the
-    /// stack: the lcore's callback sees it at its next iteration, whether
-    /// the job ended before the lcores started or after; a signal ends the
-    /// job, which sees [`stop_requested`].
+    /// stack, waking lcores asleep; the lcore's callback sees it at its
+    /// next iteration too, whether the job ended before the lcores started
+    /// or after; a signal ends the job, which sees [`stop_requested`].
     fn run<T: Send + 'static>(&self, args: &NetArgs, job: impl FnOnce() -> Result<T> + Send + 'static) -> Result<T> {
         let Net::Spate { stack, .. } = self else {
             return job();
@@ -166,15 +166,17 @@ impl Net {
         };
         let reporter = (args.interval > 0.0)
             .then(|| report::print_every(stack.clone(), Duration::from_secs_f64(args.interval), report::line));
-        /// Says the job ended when dropped, however it ended.
-        struct Ended(Arc<AtomicBool>);
+        /// Says the job ended when dropped, however it ended, and stops
+        /// the stack: its lcores, asleep on adaptive polling, are woken.
+        struct Ended(Arc<AtomicBool>, Stack);
         impl Drop for Ended {
             fn drop(&mut self) {
                 self.0.store(true, Ordering::Release);
+                self.1.stop();
             }
         }
         let ended = Arc::new(AtomicBool::new(false));
-        let mark = Ended(ended.clone());
+        let mark = Ended(ended.clone(), stack.clone());
         let quic: JoinHandle<Result<T>> = std::thread::Builder::new().name("quic".into()).spawn(move || {
             let _mark = mark;
             // Threads inherit the EAL main lcore's pinning: undo it.
@@ -265,6 +267,20 @@ pub fn cpu_seconds() -> f64 {
     let rest = stat.rsplit_once(')').map(|(_, r)| r).unwrap_or("");
     let f: Vec<u64> = rest.split_whitespace().skip(11).take(2).filter_map(|v| v.parse().ok()).collect();
     f.iter().sum::<u64>() as f64 / 100.0
+}
+
+/// The time this process's live threads have spent on a CPU, in seconds,
+/// to the nanosecond (each `/proc/self/task/*/schedstat`'s first field):
+/// for a window its threads all outlive, where the clock ticks of
+/// [`cpu_seconds`] (10 ms) are too coarse.
+pub fn threads_cpu_seconds() -> f64 {
+    let Ok(tasks) = std::fs::read_dir("/proc/self/task") else { return 0.0 };
+    let ns: u64 = tasks
+        .flatten()
+        .filter_map(|t| std::fs::read_to_string(t.path().join("schedstat")).ok())
+        .filter_map(|s| s.split_whitespace().next()?.parse::<u64>().ok())
+        .sum();
+    ns as f64 / 1e9
 }
 
 /// A file the server serves, its path under the root checked.
