@@ -65,6 +65,7 @@ fn main() {
         .allowlist_function("rte_mempool_.*")
         .allowlist_function("rte_eth_.*")
         .allowlist_function("rte_epoll_.*")
+        .allowlist_function("rte_intr_tls_epfd")
         .allowlist_type("rte_epoll_.*")
         .allowlist_function("rte_vdev_init")
         .allowlist_function("rte_vdev_uninit")

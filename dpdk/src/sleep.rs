@@ -167,6 +167,26 @@ impl Sleeper {
         }
     }
 
+    /// [`wait`](Self::wait) to the microsecond: up to `ns`, which EAL's
+    /// wait would round to its milliseconds. Under a millisecond, the
+    /// thread's epoll set is itself waited on with `ppoll` (it turns
+    /// readable when one of its events is ready) and then read without
+    /// waiting: two calls instead of one.
+    pub fn wait_ns(&mut self, ns: u64) -> Woke {
+        if ns >= 1_000_000 {
+            return self.wait((ns / 1_000_000).min(i32::MAX as u64) as i32);
+        }
+        // SAFETY: a plain query of this thread's EAL epoll descriptor.
+        let epfd = unsafe { sys::rte_intr_tls_epfd() };
+        if epfd >= 0 {
+            let ts = libc::timespec { tv_sec: 0, tv_nsec: ns as libc::c_long };
+            let mut p = libc::pollfd { fd: epfd, events: libc::POLLIN, revents: 0 };
+            // SAFETY: one live pollfd, a live timespec, no signal mask.
+            unsafe { libc::ppoll(&mut p, 1, &ts, std::ptr::null()) };
+        }
+        self.wait(0)
+    }
+
     /// Waits up to `timeout_ms` (rounded to EAL's milliseconds) for an RX
     /// interrupt of a queue this thread registered, or the bell.
     pub fn wait(&mut self, timeout_ms: i32) -> Woke {

@@ -75,3 +75,32 @@ fn two_producers_ring_once_per_sleep() {
         assert!(!bell.should_ring());
     });
 }
+
+#[test]
+fn work_for_the_callback_never_leaves_a_sleeping_lcore_unwoken() {
+    loom::model(|| {
+        let bell = Arc::new(Doorbell::new());
+        let rings = Arc::new(AtomicUsize::new(0));
+        // `Stack::wake_lcore`: the flag, then the look at the lcore.
+        let producer = {
+            let (bell, rings) = (bell.clone(), rings.clone());
+            thread::spawn(move || {
+                bell.note_app_work();
+                if bell.should_ring() {
+                    rings.fetch_add(1, Ordering::Relaxed);
+                }
+            })
+        };
+        // The lcore: going to sleep, then its last look, the flag in it.
+        bell.going_to_sleep();
+        let found = bell.has_app_work();
+        producer.join().unwrap();
+        if !found {
+            assert_eq!(rings.load(Ordering::Relaxed), 1, "the lcore slept with work for its callback and no ring");
+        }
+        bell.awake();
+        // The next turn takes the flag: set by the producer either way.
+        assert!(bell.take_app_work());
+        assert!(!bell.has_app_work());
+    });
+}

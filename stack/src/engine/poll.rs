@@ -57,6 +57,7 @@ impl Worker<'_> {
             let mut work = self.poll_rx();
             work += self.call_app(app);
             work += self.drain_inbox();
+
             // Timers before the flush: what they send (ARP and ND retries,
             // reports, announcements) goes with this iteration's frames,
             // not after a sleep.
@@ -66,6 +67,12 @@ impl Worker<'_> {
             }
             self.flush_all();
             add_single_writer(&load.loops, 1);
+            // Work for the callback ([`Stack::wake_lcore`]), also from
+            // what its turn queued: it runs again before any sleep. A busy
+            // iteration leaves the flag to the next idle one.
+            if work == 0 && self.shared.doorbells[self.idx].take_app_work() {
+                work = 1;
+            }
             if work > 0 {
                 let spent = spate_dpdk::lcore::tsc().wrapping_sub(start);
                 add_single_writer(&load.busy_cycles, spent);
@@ -278,8 +285,10 @@ impl Worker<'_> {
             ready: &self.ready,
             staged: std::cell::RefCell::new(&mut self.staging),
             snapshot: &self.snapshot,
+            wake_at: None,
         };
         app(&mut ctx);
+        self.app_deadline = ctx.wake_at;
         self.ready.clear();
         self.ready_bits = 0;
         // Named in the next callback's `ready` list.

@@ -45,6 +45,10 @@ const IDLE_CHECK_NS: u64 = 10_000;
 /// The shortest idle poll of an lcore with `net_tap` queues: two looks
 /// at their descriptors.
 const TAP_IDLE_MIN_NS: u64 = 2 * IDLE_CHECK_NS;
+/// The shortest sleep until the callback's next turn (`wake_at`): closer
+/// than this, the lcore polls on (a sleep and its wake-up cost about as
+/// much).
+const APP_WAIT_MIN_NS: u64 = 20_000;
 /// How long an lcore with RX interrupts sleeps at most: its timers' tick
 /// while idle.
 pub(super) const IDLE_TICK_NS: u64 = 100_000_000;
@@ -247,6 +251,16 @@ impl Worker<'_> {
     #[cold]
     #[inline(never)]
     fn sleep(&mut self) {
+        // The callback's next turn (`LcoreCtx::wake_at`): the sleep ends
+        // by then; too close for a sleep, it polls on.
+        let mut wait_ns = IDLE_TICK_NS;
+        if let Some(at) = self.app_deadline {
+            let left = at.saturating_duration_since(std::time::Instant::now()).as_nanos() as u64;
+            if left < APP_WAIT_MIN_NS {
+                return;
+            }
+            wait_ns = wait_ns.min(left);
+        }
         let bell = &self.shared.doorbells[self.idx];
         bell.going_to_sleep();
         self.arm(true);
@@ -254,6 +268,7 @@ impl Worker<'_> {
         let found = self.poll_rx() > 0
             || !self.shared.inbox[self.idx].is_empty()
             || !self.looped.is_empty()
+            || self.shared.doorbells[self.idx].has_app_work()
             || self.pending_fds.iter().any(|&(fd, _)| spate_dpdk::sleep::readable(fd));
         if found || self.shared.should_stop() {
             self.arm(false);
@@ -265,9 +280,9 @@ impl Worker<'_> {
         let start = std::time::Instant::now();
         let sleeper = self.sleeper.as_mut().expect("adaptive");
         let woke = match self.rx_intr {
-            true => sleeper.wait((IDLE_TICK_NS / 1_000_000) as i32),
+            true => sleeper.wait_ns(wait_ns),
             false => {
-                let ns = self.nap_ns;
+                let ns = self.nap_ns.min(wait_ns);
                 self.nap_ns = (self.nap_ns * 2).min(NAP_MAX_NS);
                 sleeper.nap(ns)
             }

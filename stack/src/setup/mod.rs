@@ -505,6 +505,22 @@ impl Stack {
         self.shared.neigh.waiting()
     }
 
+    /// Tells polling lcore `index` (0-based, as [`LcoreCtx::index`]) that
+    /// work waits for its callback: a task woken, a message queued for it.
+    /// Its next iteration counts as busy, so it runs the callback again
+    /// before any sleep; one on adaptive polling that is asleep or going
+    /// to sleep is woken (a fence and a load when it is not). From any
+    /// thread, the lcore's own included. An index past the lcores is
+    /// ignored.
+    ///
+    /// [`LcoreCtx::index`]: crate::LcoreCtx::index
+    pub fn wake_lcore(&self, index: usize) {
+        if let Some(bell) = self.shared.doorbells.get(index) {
+            bell.note_app_work();
+            self.shared.wake(index);
+        }
+    }
+
     /// Asks the lcores to stop. The stack is down from then on until it
     /// runs again: its sockets' calls fail with `ENETDOWN`, and threads
     /// blocked in them wake with it (at once when it does not run).

@@ -20,12 +20,17 @@ use crate::sync::{AtomicBool, Ordering, fence};
 pub struct Doorbell {
     asleep: AtomicBool,
     rung: AtomicBool,
+    /// Work for the lcore's callback ([`Stack::wake_lcore`]): a queue of
+    /// one flag, published as any other before the producer's look.
+    ///
+    /// [`Stack::wake_lcore`]: crate::Stack::wake_lcore
+    app: AtomicBool,
 }
 
 impl Doorbell {
     /// A doorbell of an awake lcore.
     pub fn new() -> Doorbell {
-        Doorbell { asleep: AtomicBool::new(false), rung: AtomicBool::new(false) }
+        Doorbell { asleep: AtomicBool::new(false), rung: AtomicBool::new(false), app: AtomicBool::new(false) }
     }
 
     /// The lcore, before its last look at its queues: it is going to sleep.
@@ -40,6 +45,28 @@ impl Doorbell {
     pub fn awake(&self) {
         self.asleep.store(false, Ordering::Relaxed);
         self.rung.store(false, Ordering::Release);
+    }
+
+    /// A producer: work waits for the lcore's callback (then
+    /// [`should_ring`](Self::should_ring), as after any queueing).
+    #[inline]
+    pub fn note_app_work(&self) {
+        self.app.store(true, Ordering::Release);
+    }
+
+    /// The lcore: whether work waits for its callback (a load; the flag
+    /// stays set).
+    #[inline]
+    pub fn has_app_work(&self) -> bool {
+        self.app.load(Ordering::Acquire)
+    }
+
+    /// The lcore, after its callback ran: whether work waits for it (set
+    /// since the last take: the next turn runs it), the flag cleared (a
+    /// load when none does).
+    #[inline]
+    pub fn take_app_work(&self) -> bool {
+        self.app.load(Ordering::Relaxed) && self.app.swap(false, Ordering::Acquire)
     }
 
     /// A producer, after it queued work for the lcore: whether it is the
