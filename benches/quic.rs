@@ -12,13 +12,24 @@
 //!
 //! Measured sides (2 vCPUs, so where each thread runs is part of it):
 //! - `kernel`: quinn on a kernel socket, pinned to CPU 0;
-//! - `spate, beside`: the lcore on CPU 0 and quinn's thread on CPU 0 too,
-//!   the lcore on adaptive polling (`--poll adaptive`: it polls 50 us
-//!   without work, then sleeps until a frame or quinn's send wakes it);
+//! - `spate, beside`: spate-quic as it runs by default: quinn's drivers
+//!   and the application's tasks on the lcore (`--drivers lcore`), the
+//!   lcore on CPU 0 on adaptive polling (`--poll adaptive`: it polls 50
+//!   us without work, then sleeps until a frame, a hand-off or its next
+//!   timer wakes it), the thread that drives tokio's timers and file
+//!   reads on CPU 0 too;
 //! - `beside, idle 0`: the same, the lcore sleeping as soon as it is idle
 //!   (`--poll-idle-us 0`);
+//! - `beside, thread`: quinn on tokio in a thread of its own on CPU 0
+//!   beside the adaptive lcore (`--drivers thread`): each datagram handed
+//!   between the two;
 //! - `spate, apart`: the lcore busy-polling CPU 0, quinn's thread on CPU 1
-//!   beside the peer.
+//!   beside the peer (`--drivers thread`);
+//! - `spate to spate` (client jobs): both ends on spate as `spate, beside`
+//!   runs, over a vhost-user pair (the server on `net_vhost`, CPU 1; the
+//!   client on `net_virtio_user`, CPU 0), against the kernel's row, whose
+//!   peer is quinn on the kernel's sockets over the veth: the second
+//!   table sets both processes' CPU side by side.
 //!
 //! Jobs: a client downloading a file over `hq-interop` from the peer; a
 //! server the peer's client downloads from; a client making handshakes
@@ -43,7 +54,7 @@ use spate_testkit::stats::median;
 use std::path::PathBuf;
 use std::time::Duration;
 
-use spate_testkit::{Netns, Proc, cpu_model, unique, veth};
+use spate_testkit::{Netns, Proc, cpu_model, unique, unique_socket_path, veth};
 
 const QUIC: &str = env!("CARGO_BIN_EXE_spate-quic");
 
@@ -95,18 +106,30 @@ enum Side {
     Kernel,
     SpateBeside,
     SpateBesideNoIdle,
+    SpateBesideThread,
     SpateApart,
+    /// Both ends on spate over a vhost-user pair (client jobs only).
+    SpatePair,
 }
 
 impl Side {
-    const ALL: [Side; 4] = [Side::Kernel, Side::SpateBeside, Side::SpateBesideNoIdle, Side::SpateApart];
+    const ALL: [Side; 6] = [
+        Side::Kernel,
+        Side::SpateBeside,
+        Side::SpateBesideNoIdle,
+        Side::SpateBesideThread,
+        Side::SpateApart,
+        Side::SpatePair,
+    ];
 
     fn name(self) -> &'static str {
         match self {
             Side::Kernel => "kernel",
             Side::SpateBeside => "spate, beside",
             Side::SpateBesideNoIdle => "beside, idle 0",
+            Side::SpateBesideThread => "beside, thread",
             Side::SpateApart => "spate, apart",
+            Side::SpatePair => "spate to spate",
         }
     }
 
@@ -117,7 +140,11 @@ impl Side {
 
     /// The peer's address on this side's link.
     fn peer_addr(self) -> &'static str {
-        if self == Side::Kernel { "198.19.0.1" } else { "198.18.0.1" }
+        match self {
+            Side::Kernel => "198.19.0.1",
+            Side::SpatePair => "198.18.0.2",
+            _ => "198.18.0.1",
+        }
     }
 
     /// The program and its flags (before the role's own), pinned as the
@@ -135,7 +162,16 @@ impl Side {
                 .chain(&["--app-cpus", "0", "--poll", "adaptive", "--poll-idle-us", "0"])
                 .copied()
                 .collect(),
-            Side::SpateApart => [role].iter().chain(&spate).chain(&["--app-cpus", "1"]).copied().collect(),
+            Side::SpateBesideThread => [role]
+                .iter()
+                .chain(&spate)
+                .chain(&["--app-cpus", "0", "--poll", "adaptive", "--drivers", "thread"])
+                .copied()
+                .collect(),
+            Side::SpateApart => {
+                [role].iter().chain(&spate).chain(&["--app-cpus", "1", "--drivers", "thread"]).copied().collect()
+            }
+            Side::SpatePair => unreachable!("the pair's commands are pair_command's"),
         };
         (QUIC.into(), args.into_iter().map(String::from).collect())
     }
@@ -199,6 +235,20 @@ fn client(ns: &Netns, label: &str, program: &str, args: &[String]) -> serde_json
     v
 }
 
+/// spate to spate over vhost-user: the server on `net_vhost` serving
+/// `sock` (198.18.0.2, its lcore and quinn on CPU 1), the client on
+/// `net_virtio_user` (198.18.0.1, on CPU 0), both polling adaptively.
+fn pair_command(role: &str, sock: &std::path::Path) -> (String, Vec<String>) {
+    let server = role == "server";
+    let (vdev, ip, cpu) = if server {
+        (format!("net_vhost0,iface={},queues=1", sock.display()), "198.18.0.2/24", "1")
+    } else {
+        (format!("net_virtio_user0,path={},queues=1,queue_size=1024", sock.display()), "198.18.0.1/24", "0")
+    };
+    let args = [role, "--vdev", &vdev, "--ip", ip, "--lcores", cpu, "--app-cpus", cpu, "--poll", "adaptive"];
+    (QUIC.into(), args.iter().chain(&["--mbufs", "32767"]).map(|a| a.to_string()).collect())
+}
+
 /// The peer's quinn on CPU 1, on kernel sockets.
 fn peer_command(role: &str) -> (String, Vec<String>) {
     ("taskset".into(), ["-c", "1", QUIC, role, "--kernel"].map(String::from).to_vec())
@@ -219,9 +269,12 @@ fn job_args(download: bool, n: u32, server: &str) -> Vec<String> {
 
 /// The measured side as a client, the peer serving.
 fn as_client(net: &Net, side: Side, download: bool, n: u32) -> Cost {
-    let (prog, args) = peer_command("server");
-    let (_peer, peer_pid) = server(&net.peer, "quic-peer", &prog, &args, &net.root);
-    let (prog, mut args) = side.command("client");
+    let vhost = unique_socket_path("quic-bench");
+    let pair = side == Side::SpatePair;
+    let (prog, args) = if pair { pair_command("server", &vhost) } else { peer_command("server") };
+    let (mut peer, peer_pid) = server(&net.peer, "quic-peer", &prog, &args, &net.root);
+    peer.remove_on_drop(&vhost);
+    let (prog, mut args) = if pair { pair_command("client", &vhost) } else { side.command("client") };
     args.extend(job_args(download, n, side.peer_addr()));
     let before = cpu_of(peer_pid);
     let v = client(&net.measured, "quic-measured", &prog, &args);
@@ -274,6 +327,9 @@ fn main() {
         let mut costs: Vec<Vec<Cost>> = vec![Vec::new(); Side::ALL.len()];
         for _ in 0..rounds {
             for (i, side) in Side::ALL.into_iter().enumerate() {
+                if side == Side::SpatePair && !as_a_client {
+                    continue;
+                }
                 let c = if as_a_client {
                     as_client(&net, side, download, handshakes)
                 } else {
@@ -284,6 +340,9 @@ fn main() {
         }
         for (i, side) in Side::ALL.into_iter().enumerate() {
             let c = &costs[i];
+            if c.is_empty() {
+                continue;
+            }
             let m = |f: fn(&Cost) -> f64| median(&c.iter().map(f).collect::<Vec<_>>());
             let cost = Cost {
                 secs: m(|c| c.secs),
@@ -298,7 +357,7 @@ fn main() {
 
     println!("QUIC over spate and over the kernel's sockets ({}; quinn 0.11, {} rounds)", cpu_model(), rounds);
     println!(
-        "peer: quinn on kernel sockets, CPU 1; kernel side on CPU 0; spate beside: lcore (adaptive polling) and quinn on CPU 0; idle 0: --poll-idle-us 0; spate apart: lcore busy on CPU 0, quinn CPU 1"
+        "peer: quinn on kernel sockets, CPU 1; kernel side on CPU 0; spate beside: quinn on the lcore (adaptive polling), CPU 0; idle 0: --poll-idle-us 0; thread: quinn on a thread beside the lcore, CPU 0; apart: lcore busy on CPU 0, quinn's thread CPU 1; spate to spate: vhost-user, client CPU 0, server CPU 1"
     );
     println!(
         "{:<18} {:<14} {:>12} {:>14} {:>14} {:>10} {:>12}",
@@ -312,7 +371,7 @@ fn main() {
         let (rate, unit) = if download { (c.units / c.secs / 1e6, "MB/s") } else { (c.units / c.secs, "hs/s") };
         let cpu_unit = if download { "s/GB" } else { "ms/hs" };
         println!(
-            "{:<18} {:<14} {:>7.1} {:<4} {:>8.2} {:<5} {:>8.2} {:<5} {:>9.2}x {:>9.3} ms",
+            "{:<18} {:<14} {:>7.1} {:<4} {:>8.2} {:<5} {:>8.2} {:<5} {:>9.2}x {:>12}",
             job,
             side.name(),
             rate,
@@ -322,7 +381,7 @@ fn main() {
             per(c.peer_cpu, c),
             cpu_unit,
             per(c.cpu, c) / per(kernel.cpu, &kernel),
-            c.hs
+            if download { "-".to_string() } else { format!("{:.3} ms", c.hs) }
         );
         rows.push(serde_json::json!({
             "job": job, "side": side.name(), "rate": rate, "rate_unit": unit,
@@ -330,8 +389,32 @@ fn main() {
             "cpu_vs_kernel": per(c.cpu, c) / per(kernel.cpu, &kernel), "handshake_ms": c.hs,
         }));
     }
+    println!("both processes' CPU: kernel to kernel over the veth, spate to spate over vhost-user");
+    println!("{:<18} {:>16} {:>16} {:>10}", "job", "kernel-kernel", "spate-spate", "ratio");
+    let mut pairs = Vec::new();
+    for (job, _, p) in results.iter().filter(|(_, s, _)| *s == Side::SpatePair) {
+        let k = results.iter().find(|(j, s, _)| j == job && *s == Side::Kernel).map(|r| r.2).unwrap();
+        let download = job.contains("load");
+        let unit = if download { "s/GB" } else { "ms/hs" };
+        let both = |c: &Cost| {
+            let cpu = c.cpu + c.peer_cpu;
+            if download { cpu / (c.units / 1e9) } else { cpu / c.units * 1e3 }
+        };
+        println!(
+            "{:<18} {:>10.2} {:<5} {:>10.2} {:<5} {:>9.2}x",
+            job,
+            both(&k),
+            unit,
+            both(p),
+            unit,
+            both(p) / both(&k)
+        );
+        pairs.push(serde_json::json!({
+            "job": job, "kernel_pair": both(&k), "spate_pair": both(p), "unit": unit, "ratio": both(p) / both(&k),
+        }));
+    }
     if let Some(path) = json {
-        let body = serde_json::json!({ "cpu": cpu_model(), "rounds": rounds, "rows": rows });
+        let body = serde_json::json!({ "cpu": cpu_model(), "rounds": rounds, "rows": rows, "pairs": pairs });
         std::fs::write(&path, serde_json::to_string_pretty(&body).unwrap()).unwrap();
     }
 }

@@ -24,6 +24,10 @@ pub use spate_stack::internals;
 mod quinn_socket;
 #[cfg(feature = "quinn")]
 pub use quinn_socket::QuinnSocket;
+#[cfg(feature = "quinn")]
+mod quinn_runtime;
+#[cfg(feature = "quinn")]
+pub use quinn_runtime::LcoreRuntime;
 
 /// The guides in `docs/`, compiled as doctests so their examples keep
 /// working.

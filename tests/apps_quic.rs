@@ -7,8 +7,10 @@
 //!   quinn, 100 MB fetched intact by quinn over IPv6, files fetched by
 //!   aioquic (a missing one and one outside the root refused with 404);
 //! - spate-quic's client on spate: 1,000 streams echoed byte-exact by
-//!   quinn, 100 MB fetched intact from it, files fetched from aioquic's
-//!   server, a missing one reported as a failure.
+//!   quinn (with quinn's drivers on the lcore, the default, and on the
+//!   QUIC thread, `--drivers thread`), 100 MB fetched intact from it,
+//!   files fetched from aioquic's server, a missing one reported as a
+//!   failure.
 //!
 //! Certificates are rcgen's, checked by every client.
 
@@ -234,6 +236,12 @@ fn spate_quic_fetches_from_quinn_and_aioquic_on_the_kernel() {
     let (ok, out) = run_in(&spate_ns, "spate-echo-client", QUIC, &args);
     assert_echoed(ok, &out);
     assert_eq!(counter(&parse_counters(&out), "Mempool.InUse"), 0, "{out}");
+    // The same with quinn's drivers on the QUIC thread instead of the lcore.
+    let mut args = vec!["client".to_string(), "--drivers".into(), "thread".into()];
+    args.extend(on_spate(&echo_args(&s.arg("peer.pem"), "https://198.18.0.1:4433/")));
+    let (ok, out) = run_in(&spate_ns, "spate-echo-client-thread", QUIC, &args);
+    assert_echoed(ok, &out);
+    assert_eq!(counter(&parse_counters(&out), "Mempool.InUse"), 0, "{out}");
 
     // 100 MB from quinn over IPv6, received coalesced.
     let saved = s.path("from-quinn");
@@ -269,7 +277,7 @@ fn spate_quic_fetches_from_quinn_and_aioquic_on_the_kernel() {
 
     drop(aioquic);
     let (c, out) = quinn.stop();
-    assert_eq!(counter(&c, "Quic.Connections"), 2, "{out}");
-    assert_eq!(counter(&c, "Quic.EchoStreams"), ECHO_STREAMS, "{out}");
+    assert_eq!(counter(&c, "Quic.Connections"), 3, "{out}");
+    assert_eq!(counter(&c, "Quic.EchoStreams"), 2 * ECHO_STREAMS, "{out}");
     assert_eq!(counter(&c, "Quic.HqStreams"), 2, "{out}");
 }

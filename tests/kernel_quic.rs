@@ -300,3 +300,142 @@ fn quinn_on_spate_holds_to_a_smaller_path_mtu() {
     println!("quinn on spate behind a 1,280-byte link: path MTU {v4} (IPv4), {v6} (IPv6)");
     assert_eq!((v4, v6), (1252, 1232), "the UDP payload a 1,280-byte link carries");
 }
+
+/// quinn's drivers on the lcore ([`spate::LcoreRuntime`]) of a stack on
+/// adaptive polling, against quinn on the kernel's sockets: 50 streams of
+/// 16 KiB and one of 4 MiB echoed byte-exact with the application's tasks
+/// on a tokio thread, while the lcore sleeps between them; an
+/// application task on the lcore itself makes a connection that the
+/// kernel's side leaves idle, and quinn's idle timer, on the lcore's
+/// timers, closes it on time (the lcore, asleep, woken by it rather than
+/// by its 100 ms tick); a task that panics on the lcore is dropped and the
+/// lcore goes on; five 50 ms timers of the runtime's, each due while the
+/// lcore sleeps, fire within 30 ms of their time.
+#[test]
+fn quinn_driven_on_the_lcore_echoes_the_kernel_and_keeps_its_timers() {
+    use spate::LcoreRuntime;
+    let _serial = device_lock();
+    shared_eal(Memory::Hugepages);
+    let (spate_ns, kernel) = spate_and_kernel("quicl");
+    let port = spate::PortSpec::new("net_af_packet0,iface=vA").addr("198.18.0.2/24").unwrap();
+    let cfg = spate::StackConfig {
+        lcores: "1".into(),
+        ports: vec![port],
+        stop_on_signal: false,
+        mempool_size: 32767,
+        poll: spate::config::PollMode::Adaptive,
+        ..spate::StackConfig::default()
+    };
+    let stack = spate_ns.run(move || spate::Stack::new(cfg).expect("the stack"));
+    let rt = LcoreRuntime::new(&stack, 0);
+    let running = {
+        let rt = rt.clone();
+        stack.spawn(move |_| {
+            let rt = rt.clone();
+            move |ctx: &mut spate::LcoreCtx<'_>| rt.poll(ctx)
+        })
+    }
+    .unwrap();
+    let (cert, key) = cert();
+
+    // The kernel's echo server on 198.18.0.1:4433.
+    let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
+    let (ready_tx, ready_rx) = std::sync::mpsc::channel();
+    let kernel_side = {
+        let (cert, key) = (cert.clone(), key.clone_key());
+        kernel.thread(move || {
+            runtime().block_on(async move {
+                let sock = kernel_socket("198.18.0.1:4433");
+                let ep = Endpoint::new(
+                    EndpointConfig::default(),
+                    Some(server_config(&cert, &key)),
+                    sock,
+                    Arc::new(TokioRuntime),
+                )
+                .unwrap();
+                tokio::spawn(echo_server(ep.clone()));
+                ready_tx.send(()).unwrap();
+                let _ = stop_rx.await;
+                ep.close(0u32.into(), b"done");
+                ep.wait_idle().await;
+            })
+        })
+    };
+    ready_rx.recv_timeout(Duration::from_secs(10)).unwrap();
+    let server: SocketAddr = "198.18.0.1:4433".parse().unwrap();
+    let sock =
+        QuinnSocket::new(UdpSocket::builder(&stack).recv_buffer_size(8 << 20).bind("0.0.0.0:0").unwrap()).unwrap();
+    let mut client = Endpoint::new_with_abstract_socket(EndpointConfig::default(), None, sock, rt.clone()).unwrap();
+    client.set_default_client_config(client_config(&cert));
+    let sleeps_before = stack.counters()[Counter::PollSleeps];
+    runtime().block_on(async {
+        let conn = tokio::time::timeout(Duration::from_secs(10), client.connect(server, "localhost").unwrap())
+            .await
+            .expect("handshake within 10 s")
+            .expect("handshake");
+        echo_streams(&conn, 50, LARGE).await;
+        conn.close(0u32.into(), b"done");
+    });
+    assert!(rt.tasks() >= 1, "the endpoint's driver runs on the lcore: {rt:?}");
+
+    // A task that panics on the lcore: dropped, logged, the lcore goes on.
+    rt.spawn(async { panic!("a task's panic on the lcore") });
+    // An application task on the lcore: a connection with a 300 ms idle
+    // timeout that nobody uses, closed by quinn's idle timer.
+    const IDLE: Duration = Duration::from_millis(300);
+    let (done_tx, done_rx) = std::sync::mpsc::channel();
+    let ep = client.clone();
+    let idle_cfg = {
+        let mut c = client_config(&cert);
+        let mut t = quinn::TransportConfig::default();
+        t.max_idle_timeout(Some(IDLE.try_into().unwrap())).mtu_discovery_config(None);
+        c.transport_config(Arc::new(t));
+        c
+    };
+    rt.spawn(async move {
+        let conn = ep.connect_with(idle_cfg, server, "localhost").unwrap().await.expect("handshake");
+        let quiet = std::time::Instant::now();
+        let why = conn.closed().await;
+        let _ = done_tx.send((quiet.elapsed(), why));
+    });
+    let (idle_for, why) = done_rx.recv_timeout(Duration::from_secs(10)).expect("the idle connection closed");
+    // The runtime's timers themselves, on a quiet lcore: five of 50 ms in
+    // turn, each due while the lcore sleeps, each on time (its 100 ms tick
+    // alone would make them up to that late).
+    let (late_tx, late_rx) = std::sync::mpsc::channel();
+    let timers = rt.clone();
+    rt.spawn(async move {
+        for _ in 0..5 {
+            let due = std::time::Instant::now() + Duration::from_millis(50);
+            let mut timer = quinn::Runtime::new_timer(&*timers, due);
+            std::future::poll_fn(|cx| timer.as_mut().poll(cx)).await;
+            let _ = late_tx.send(due.elapsed());
+        }
+    });
+    let late: Vec<Duration> =
+        (0..5).map(|_| late_rx.recv_timeout(Duration::from_secs(5)).expect("a timer fired")).collect();
+    println!("five 50 ms timers on the lcore, late by {late:?}");
+    assert!(late.iter().all(|l| *l < Duration::from_millis(30)), "timers late: {late:?}");
+    println!("the idle connection closed after {idle_for:?}: {why}");
+    assert!(matches!(why, quinn::ConnectionError::TimedOut), "closed by the idle timer: {why}");
+    // Due after the idle timeout (quinn counts from the last packet, a
+    // little before `quiet`); a sleeping lcore woken only by its 100 ms
+    // tick would be up to that late.
+    assert!(
+        idle_for >= IDLE - Duration::from_millis(50) && idle_for < IDLE + Duration::from_millis(80),
+        "{idle_for:?}"
+    );
+
+    stop_tx.send(()).unwrap();
+    kernel_side.join().expect("the kernel's side");
+    runtime().block_on(async { tokio::time::timeout(Duration::from_secs(5), client.wait_idle()).await.ok() });
+    running.stop();
+    drop(client);
+    rt.shutdown();
+    let c = stack.counters();
+    println!("{}", c.render_nonzero());
+    assert!(c[Counter::PollSleeps] > sleeps_before, "the lcore slept between the exchanges: {}", c.render_nonzero());
+    // Received datagrams coalesced by GRO count once.
+    assert!(c[Counter::RxFrames] > 1000 && c[Counter::UdpOutDatagrams] > 1000, "{}", c.render_nonzero());
+    assert_eq!(c.unaccounted_frames(), 0);
+}

@@ -138,7 +138,7 @@ pub fn run(args: &ClientArgs) -> Result {
     let (sock, limit) = (net.socket()?, Duration::from_secs_f64(args.timeout));
     let (started, cpu) = (Instant::now(), super::cpu_seconds());
     let out = net.run(&args.net, move || {
-        super::runtime()?.block_on(async move {
+        Ok(async move {
             let ep = sock.endpoint(None)?;
             let (started, cpu) = (Instant::now(), super::threads_cpu_seconds());
             let mut out = tokio::select! {
@@ -258,7 +258,7 @@ impl Job {
         let tasks: Vec<_> = (0..self.streams as u64)
             .map(|i| {
                 let (conn, len) = (conn.clone(), self.bytes);
-                tokio::spawn(async move { echo_stream(&conn, i, len).await })
+                super::spawn(async move { echo_stream(&conn, i, len).await })
             })
             .collect();
         for (i, t) in tasks.into_iter().enumerate() {
@@ -285,7 +285,7 @@ impl Job {
                     _ => None,
                 };
                 let (conn, path, hashed) = (conn.clone(), path.clone(), self.streams > 1);
-                tasks.push(tokio::spawn(async move { fetch(&conn, &path, file.as_deref(), hashed).await }));
+                tasks.push(super::spawn(async move { fetch(&conn, &path, file.as_deref(), hashed).await }));
             }
         }
         let mut first: Vec<Option<Fetched>> = vec![None; self.paths.len()];

@@ -13,16 +13,18 @@ mod client;
 mod server;
 mod tls;
 
+use std::future::Future;
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::sync::Arc;
+use std::sync::OnceLock;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::thread::JoinHandle;
 use std::time::Duration;
 
 use clap::{Args, Parser, Subcommand};
 use quinn::{Endpoint, EndpointConfig, ServerConfig, TokioRuntime};
-use spate::{QuinnSocket, Stack, UdpSocket};
+use spate::{LcoreRuntime, QuinnSocket, Stack, UdpSocket};
 
 use crate::cli::{self, StackArgs};
 use crate::report;
@@ -67,12 +69,28 @@ pub struct NetArgs {
     /// bursts; the kernel's and spate's default of 212,992 bytes drops them).
     #[arg(long, value_name = "BYTES", default_value_t = 8 << 20)]
     pub rcvbuf: usize,
+    /// Where quinn's drivers (the endpoint's and the connections': where
+    /// packets are decrypted, answered and built) run: `lcore`, on the
+    /// stack's first lcore, from its callback ([`spate::LcoreRuntime`]:
+    /// no hand-off between threads per datagram), or `thread`, on the
+    /// QUIC thread's tokio runtime beside the application's tasks.
+    #[arg(long, value_name = "WHERE", default_value = "lcore", conflicts_with = "kernel")]
+    pub drivers: Drivers,
     /// CPUs for quinn's thread (EAL -l syntax); by default any CPU.
     #[arg(long, value_name = "LIST")]
     pub app_cpus: Option<String>,
     /// Seconds between the stack's statistics lines (0: none).
     #[arg(long, default_value_t = 0.0)]
     pub interval: f64,
+}
+
+/// Where quinn's drivers run on a spate stack.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum Drivers {
+    /// On the stack's first lcore, from its callback.
+    Lcore,
+    /// On the QUIC thread's tokio runtime.
+    Thread,
 }
 
 /// Runs spate-quic; returns the process exit code.
@@ -100,7 +118,7 @@ pub type Result<T = ()> = std::result::Result<T, Box<dyn std::error::Error + Sen
 
 /// Where quinn's datagrams go: a spate stack's socket or the kernel's.
 enum Net {
-    Spate { stack: Stack, sock: Arc<QuinnSocket> },
+    Spate { stack: Stack, sock: Arc<QuinnSocket>, rt: Option<Arc<LcoreRuntime>> },
     Kernel(std::net::UdpSocket),
 }
 
@@ -132,7 +150,12 @@ impl Net {
         cfg.stop_on_signal = false;
         let stack = Stack::new(cfg)?;
         let sock = UdpSocket::builder(&stack).recv_buffer_size(args.rcvbuf).bind(addr)?;
-        Ok(Net::Spate { stack, sock: QuinnSocket::new(sock)? })
+        let rt = (args.drivers == Drivers::Lcore).then(|| LcoreRuntime::new(&stack, 0));
+        if let Some(rt) = &rt {
+            // Tasks the job spawns run there too.
+            let _ = LCORE.set(Arc::downgrade(rt));
+        }
+        Ok(Net::Spate { stack, sock: QuinnSocket::new(sock)?, rt })
     }
 
     fn local_addr(&self) -> Result<SocketAddr> {
@@ -145,21 +168,30 @@ impl Net {
     /// The socket, for the QUIC thread to make its endpoint on.
     fn socket(&self) -> Result<Sock> {
         Ok(match self {
-            Net::Spate { sock, .. } => Sock::Spate(sock.clone()),
+            Net::Spate { sock, rt, .. } => Sock::Spate(sock.clone(), rt.clone()),
             Net::Kernel(s) => Sock::Kernel(s.try_clone()?),
         })
     }
 
-    /// Runs `job` on a thread of its own with a tokio runtime while the
-    /// stack polls on this thread (the kernel's socket needs no polling:
-    /// the job runs here). The job's end, also by a panic, stops the
-    /// stack, waking lcores asleep; the lcore's callback sees it at its
-    /// next iteration too, whether the job ended before the lcores started
-    /// or after; a signal ends the job, which sees [`stop_requested`].
-    fn run<T: Send + 'static>(&self, args: &NetArgs, job: impl FnOnce() -> Result<T> + Send + 'static) -> Result<T> {
-        let Net::Spate { stack, .. } = self else {
-            return job();
+    /// Runs the future `job` makes to its end with a tokio runtime for
+    /// its timers and files, while the stack polls on this thread (the
+    /// kernel's socket needs no polling: the job runs here). With quinn's
+    /// drivers on the lcore, the job runs there too, as every task it
+    /// spawns ([`spawn`]), in the tokio runtime's context, which a thread
+    /// of its own drives; else the job runs on that thread. The job's end,
+    /// also by a panic, stops the stack, waking lcores asleep; the lcore's
+    /// callback sees it at its next iteration too, whether the job ended
+    /// before the lcores started or after; a signal ends the job, which
+    /// sees [`stop_requested`].
+    fn run<T, F>(&self, args: &NetArgs, job: impl FnOnce() -> Result<F> + Send + 'static) -> Result<T>
+    where
+        T: Send + 'static,
+        F: Future<Output = Result<T>> + Send + 'static,
+    {
+        let Net::Spate { stack, rt, .. } = self else {
+            return runtime()?.block_on(job()?);
         };
+        let rt = rt.clone();
         let cpus = match &args.app_cpus {
             Some(list) => spate::config::parse_lcores(list)?.into_iter().map(|c| c as usize).collect(),
             None => Vec::new(),
@@ -177,6 +209,10 @@ impl Net {
         }
         let ended = Arc::new(AtomicBool::new(false));
         let mark = Ended(ended.clone(), stack.clone());
+        // The tokio runtime's handle, for the lcore to run the job's tasks
+        // in its context.
+        let handle: Arc<OnceLock<tokio::runtime::Handle>> = Arc::new(OnceLock::new());
+        let (on_lcore, tokio_handle) = (rt.clone(), handle.clone());
         let quic: JoinHandle<Result<T>> = std::thread::Builder::new().name("quic".into()).spawn(move || {
             let _mark = mark;
             // Threads inherit the EAL main lcore's pinning: undo it.
@@ -185,11 +221,26 @@ impl Net {
             } else {
                 spate::dpdk::lcore::set_affinity(&cpus)
             };
-            job()
+            let tokio = runtime()?;
+            let Some(lcore) = on_lcore else {
+                return tokio.block_on(job()?);
+            };
+            let _ = tokio_handle.set(tokio.handle().clone());
+            let (tx, rx) = tokio::sync::oneshot::channel();
+            let future = job()?;
+            lcore.spawn(async move {
+                let _ = tx.send(future.await);
+            });
+            // This thread drives the runtime's timers and files.
+            tokio.block_on(rx).map_err(|_| "the QUIC job ended without a result (it panicked)")?
         })?;
         let polled = stack.run(move |_| {
-            let ended = ended.clone();
+            let (ended, rt, handle) = (ended.clone(), rt.clone(), handle.clone());
             move |ctx: &mut spate::LcoreCtx<'_>| {
+                if let (Some(rt), Some(handle)) = (&rt, handle.get()) {
+                    let _context = handle.enter();
+                    rt.poll(ctx);
+                }
                 if ended.load(Ordering::Acquire) {
                     ctx.stack().stop();
                 }
@@ -200,6 +251,10 @@ impl Net {
             spate::dpdk::signal::request_stop();
         }
         let out = quic.join().map_err(|_| "the QUIC thread panicked")?;
+        if let Net::Spate { rt: Some(rt), .. } = self {
+            // The lcores stopped: the tasks left go (they hold the stack).
+            rt.shutdown();
+        }
         if let Some(r) = reporter {
             r.finish();
         }
@@ -209,7 +264,7 @@ impl Net {
 
     /// What the stack counted, and what the quinn socket did.
     fn summary(&self) -> String {
-        let Net::Spate { stack, sock } = self else {
+        let Net::Spate { stack, sock, .. } = self else {
             return "spate: final counters\n(a kernel socket: no stack counters)".into();
         };
         let [not_ect, ect1, ect0, ce] = sock.ecn_received();
@@ -223,7 +278,7 @@ impl Net {
 
 /// A socket moved to the QUIC thread.
 enum Sock {
-    Spate(Arc<QuinnSocket>),
+    Spate(Arc<QuinnSocket>, Option<Arc<LcoreRuntime>>),
     Kernel(std::net::UdpSocket),
 }
 
@@ -231,12 +286,41 @@ impl Sock {
     /// A quinn endpoint on it (a server when `server` is given), inside
     /// the tokio runtime that drives it.
     fn endpoint(self, server: Option<ServerConfig>) -> Result<Endpoint> {
-        let rt = Arc::new(TokioRuntime);
+        let tokio = Arc::new(TokioRuntime);
         Ok(match self {
-            Sock::Spate(sock) => Endpoint::new_with_abstract_socket(EndpointConfig::default(), server, sock, rt)?,
-            Sock::Kernel(s) => Endpoint::new(EndpointConfig::default(), server, s, rt)?,
+            Sock::Spate(sock, Some(lcore)) => {
+                Endpoint::new_with_abstract_socket(EndpointConfig::default(), server, sock, lcore)?
+            }
+            Sock::Spate(sock, None) => {
+                Endpoint::new_with_abstract_socket(EndpointConfig::default(), server, sock, tokio)?
+            }
+            Sock::Kernel(s) => Endpoint::new(EndpointConfig::default(), server, s, tokio)?,
         })
     }
+}
+
+/// The runtime of quinn's drivers on the lcore, when they run there: the
+/// job's tasks join them.
+static LCORE: OnceLock<std::sync::Weak<LcoreRuntime>> = OnceLock::new();
+
+/// Runs `task` beside the job: on the lcore when quinn's drivers run
+/// there, else on the tokio runtime. Its output comes through the
+/// receiver (an error: it panicked).
+fn spawn<T: Send + 'static>(task: impl Future<Output = T> + Send + 'static) -> tokio::sync::oneshot::Receiver<T> {
+    let (tx, rx) = tokio::sync::oneshot::channel();
+    let task = async move {
+        let _ = tx.send(task.await);
+    };
+    match LCORE.get() {
+        // Gone with its stack: the task goes too.
+        Some(rt) => {
+            if let Some(rt) = rt.upgrade() {
+                rt.spawn(task);
+            }
+        }
+        None => drop(tokio::spawn(task)),
+    }
+    rx
 }
 
 /// Whether a signal asked the tool to stop.
