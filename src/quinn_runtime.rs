@@ -145,7 +145,16 @@ impl fmt::Debug for LcoreRuntime {
 impl LcoreRuntime {
     /// A runtime whose tasks and timers run on `stack`'s polling lcore
     /// `lcore` (its index, as [`LcoreCtx::index`]), from its callback.
+    ///
+    /// # Panics
+    ///
+    /// If the stack has no lcore `lcore` (its tasks would never run).
     pub fn new(stack: &Stack, lcore: usize) -> Arc<LcoreRuntime> {
+        assert!(
+            lcore < stack.lcores().len(),
+            "LcoreRuntime on lcore index {lcore}: the stack polls on {} lcore(s)",
+            stack.lcores().len()
+        );
         let shared = Arc::new(Shared { stack: stack.clone(), lcore, state: Mutex::new(State::default()) });
         Arc::new(LcoreRuntime { shared, fired: Mutex::new(Vec::new()) })
     }
@@ -161,7 +170,7 @@ impl LcoreRuntime {
         }
         let now = Instant::now();
         let mut fired = self.fired.lock().unwrap_or_else(|p| p.into_inner());
-        let ready = {
+        {
             let mut st = self.shared.state();
             while let Some(entry) = st.timers.first_entry() {
                 if entry.key().0 > now {
@@ -169,12 +178,13 @@ impl LcoreRuntime {
                 }
                 fired.push(entry.remove());
             }
-            st.ready.len()
-        };
+        }
         for w in fired.drain(..) {
             w.wake();
         }
         drop(fired);
+        // The tasks woken so far, those of the timers just fired included.
+        let ready = self.shared.state().ready.len();
         for _ in 0..ready {
             let Some(task) = self.shared.state().ready.pop_front() else { break };
             // Woken from now on: queued again.
@@ -186,10 +196,12 @@ impl LcoreRuntime {
             let polled = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
                 future.as_mut().poll(&mut Context::from_waker(&waker)).is_ready()
             }));
-            if polled.unwrap_or_else(|_| {
+            let done = polled.unwrap_or_else(|_| {
                 log::error!("spate: a task on lcore {} panicked: dropped", self.shared.lcore);
                 true
-            }) {
+            });
+            // A task that shut the runtime down is dropped after its poll.
+            if done || self.shared.state().closed {
                 let done = slot.take();
                 drop(slot);
                 self.shared.state().live.remove(&task.id);
@@ -229,8 +241,14 @@ impl LcoreRuntime {
             st.live.drain().map(|(_, t)| t).collect()
         };
         // Dropped outside the lock: a future's drop may drop its timers.
+        // The task being polled (a shutdown from a task) goes after its
+        // poll.
         for t in tasks {
-            let future = t.future.lock().unwrap_or_else(|p| p.into_inner()).take();
+            let future = match t.future.try_lock() {
+                Ok(mut f) => f.take(),
+                Err(std::sync::TryLockError::Poisoned(p)) => p.into_inner().take(),
+                Err(std::sync::TryLockError::WouldBlock) => None,
+            };
             drop(future);
         }
     }

@@ -249,6 +249,84 @@ fn a_blocking_send_on_a_full_inbox_sleeps_until_the_lcore_drains_it() {
 }
 
 /// An IPv4 packet from the peer to spate.
+/// Inside the lcore's callback a send goes to the lcore's own queue,
+/// drained when the callback returns: once it is full, `poll_writable`
+/// says Pending and wakes the task at once (so a task an `LcoreRuntime`
+/// runs there tries again at the next turn, instead of looping on
+/// `WouldBlock` in one turn forever), and at the next turn it is Ready.
+#[test]
+fn in_the_callback_a_full_queue_is_writable_again_at_the_next_turn() {
+    use std::task::{Context, Poll, Wake, Waker};
+    struct Count(std::sync::atomic::AtomicUsize);
+    impl Wake for Count {
+        fn wake(self: Arc<Self>) {
+            self.0.fetch_add(1, Ordering::SeqCst);
+        }
+    }
+    let _serial = device_lock();
+    shared_eal(Memory::Auto);
+    let (peer, spate_port, _a) = WirePeer::new(1023);
+    let port = PortSpec::new(&spate_port).addr("198.18.0.2/24").unwrap().neighbor(PEER_IP.into(), PEER_MAC);
+    let cfg = StackConfig {
+        lcores: "1".into(),
+        ports: vec![port],
+        mempool_size: 16383,
+        stop_on_signal: false,
+        announce: false,
+        ..StackConfig::default()
+    };
+    let stack = Stack::new(cfg).unwrap();
+    let sock = Arc::new(UdpSocket::bind(&stack, "0.0.0.0:0").unwrap());
+    sock.set_nonblocking(true).unwrap();
+    // (sent before the queue refused, Pending then, woken, Ready at the next turn)
+    let result = Arc::new(std::sync::Mutex::new(None));
+    let (s, r) = (sock.clone(), result.clone());
+    let running = stack
+        .spawn(move |_| {
+            let (s, r) = (s.clone(), r.clone());
+            let (mut turn, mut first) = (0u32, None);
+            let count = Arc::new(Count(std::sync::atomic::AtomicUsize::new(0)));
+            move |_: &mut LcoreCtx<'_>| {
+                turn += 1;
+                if turn > 2 || r.lock().unwrap().is_some() {
+                    return;
+                }
+                let waker = Waker::from(count.clone());
+                let mut cx = Context::from_waker(&waker);
+                let dst = SocketAddr::new(PEER_IP.into(), 9);
+                if turn == 1 {
+                    let mut sent = 0;
+                    while s.send_to(b"x", dst).is_ok() && sent < 100_000 {
+                        sent += 1;
+                    }
+                    let pending = s.poll_writable(&mut cx).is_pending();
+                    first = Some((sent, pending, count.0.load(Ordering::SeqCst)));
+                } else {
+                    let ready = matches!(s.poll_writable(&mut cx), Poll::Ready(Ok(())));
+                    let (sent, pending, woken) = first.take().unwrap();
+                    *r.lock().unwrap() = Some((sent, pending, woken, ready));
+                }
+            }
+        })
+        .unwrap();
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let got = loop {
+        if let Some(got) = *result.lock().unwrap() {
+            break got;
+        }
+        assert!(Instant::now() < deadline, "the callback never ran twice");
+        std::thread::sleep(Duration::from_millis(1));
+    };
+    let (sent, pending, woken, ready) = got;
+    assert!((1..100_000).contains(&sent), "the lcore's own queue took {sent} sends");
+    assert!(pending && woken == 1, "a full queue: Pending ({pending}), the task woken at once ({woken})");
+    assert!(ready, "writable at the next turn, after the drain");
+    running.stop();
+    drop(sock);
+    drop(peer);
+    assert_eq!(stack.mempool().in_use(), 0, "mbufs leaked");
+}
+
 fn ipv4_from_peer(dst_mac: MacAddr, protocol: u8, payload: &[u8]) -> Vec<u8> {
     eth(
         dst_mac,

@@ -368,13 +368,16 @@ async fn echo_stream(conn: &Connection, i: u64, len: u64) -> Result {
 /// `GET PATH`: the reply's length and, when `hashed` (there are copies to
 /// compare), its hash; saved to `save` when given.
 async fn fetch(conn: &Connection, path: &str, save: Option<&Path>, hashed: bool) -> Result<Fetched> {
-    use std::io::Write;
+    use tokio::io::AsyncWriteExt;
     let (mut send, mut recv) = conn.open_bi().await?;
     send.write_all(format!("GET {path}\r\n").as_bytes()).await?;
     send.finish()?;
+    // Written through tokio's blocking threads in 1 MiB writes (the task
+    // may run on the lcore, which must not wait for the disk).
     let mut file = match save {
         Some(p) => {
-            Some(std::io::BufWriter::new(std::fs::File::create(p).map_err(|e| format!("{}: {e}", p.display()))?))
+            let f = tokio::fs::File::create(p).await.map_err(|e| format!("{}: {e}", p.display()))?;
+            Some(tokio::io::BufWriter::with_capacity(1 << 20, f))
         }
         None => None,
     };
@@ -388,11 +391,11 @@ async fn fetch(conn: &Connection, path: &str, save: Option<&Path>, hashed: bool)
         }
         got.bytes += chunk.bytes.len() as u64;
         if let Some(f) = &mut file {
-            f.write_all(&chunk.bytes)?;
+            f.write_all(&chunk.bytes).await?;
         }
     }
     if let Some(f) = &mut file {
-        f.flush()?;
+        f.flush().await?;
     }
     got.hash = hash.finish();
     Ok(got)

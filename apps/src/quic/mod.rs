@@ -250,11 +250,13 @@ impl Net {
             // The lcores never ran: end the job instead of waiting for it.
             spate::dpdk::signal::request_stop();
         }
-        let out = quic.join().map_err(|_| "the QUIC thread panicked")?;
         if let Net::Spate { rt: Some(rt), .. } = self {
-            // The lcores stopped: the tasks left go (they hold the stack).
+            // The lcores stopped: the tasks left go (they hold the stack),
+            // the job's too if the lcores never ran it, which ends the
+            // QUIC thread's wait for its result.
             rt.shutdown();
         }
+        let out = quic.join().map_err(|_| "the QUIC thread panicked")?;
         if let Some(r) = reporter {
             r.finish();
         }

@@ -104,12 +104,13 @@ pub enum PollMode {
     #[default]
     Busy,
     /// Poll while there is work; after `poll_idle_us` (50 us) of none,
-    /// sleep until a frame
-    /// (the RX queues' interrupts), a hand-off from another thread or
-    /// lcore, or 100 ms pass (the idle lcore's timer tick), and poll
-    /// again. Ports without RX interrupts get naps on the hand-off bell
-    /// instead, from 1 us doubling to 10 ms. The lcore's callback
-    /// (`Stack::run`) is not called while it sleeps.
+    /// sleep until a frame (the RX queues' interrupts), a hand-off from
+    /// another thread or lcore (`Stack::wake_lcore` included), the
+    /// callback's next turn (`LcoreCtx::wake_at`) or 100 ms pass (the
+    /// idle lcore's timer tick), and poll again. Ports without RX
+    /// interrupts get naps on the hand-off bell instead, from 1 us
+    /// doubling to 10 ms. The lcore's callback (`Stack::run`) is not
+    /// called while it sleeps.
     Adaptive,
 }
 

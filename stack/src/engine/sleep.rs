@@ -242,7 +242,7 @@ impl Worker<'_> {
             return;
         }
         self.pending_seen = false;
-        if self.run_queue.as_ref().is_some_and(|q| q.contended()) {
+        if self.run_queue.as_ref().is_some_and(|q| q.contended()) && self.sleep_budget().is_some() {
             self.inc(Counter::PollSleepsContended);
             self.sleep();
         }
@@ -251,16 +251,7 @@ impl Worker<'_> {
     #[cold]
     #[inline(never)]
     fn sleep(&mut self) {
-        // The callback's next turn (`LcoreCtx::wake_at`): the sleep ends
-        // by then; too close for a sleep, it polls on.
-        let mut wait_ns = IDLE_TICK_NS;
-        if let Some(at) = self.app_deadline {
-            let left = at.saturating_duration_since(std::time::Instant::now()).as_nanos() as u64;
-            if left < APP_WAIT_MIN_NS {
-                return;
-            }
-            wait_ns = wait_ns.min(left);
-        }
+        let Some(wait_ns) = self.sleep_budget() else { return };
         let bell = &self.shared.doorbells[self.idx];
         bell.going_to_sleep();
         self.arm(true);
@@ -311,6 +302,16 @@ impl Worker<'_> {
             // the frame, or raises the signal (`idle_check`).
             self.idle_since = None;
         }
+    }
+
+    /// How long a sleep may last: the idle tick, or less to the callback's
+    /// next turn (`LcoreCtx::wake_at`); none when that is too close for a
+    /// sleep (the lcore polls on).
+    fn sleep_budget(&self) -> Option<u64> {
+        let Some(at) = self.app_deadline else { return Some(IDLE_TICK_NS) };
+        let left = at.saturating_duration_since(std::time::Instant::now());
+        let left = u64::try_from(left.as_nanos()).unwrap_or(u64::MAX);
+        (left >= APP_WAIT_MIN_NS).then(|| left.min(IDLE_TICK_NS))
     }
 
     /// Arms (or disarms) the RX queues' interrupts, where they have them

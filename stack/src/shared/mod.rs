@@ -222,6 +222,12 @@ pub fn in_callback(shared: &Shared) -> bool {
     LOCAL_TX.with(|l| l.borrow().as_ref().is_some_and(|l| l.stack_id == shared.id))
 }
 
+/// Inside a callback of `shared`'s lcores: whether its own queue has room
+/// for `n` more packets (none outside one).
+pub fn callback_room(shared: &Shared, n: usize) -> Option<bool> {
+    LOCAL_TX.with(|l| l.borrow().as_ref().filter(|l| l.stack_id == shared.id).map(|l| l.has_room(n)))
+}
+
 impl Shared {
     /// Logs ports whose link went down or came up since the last call
     /// (`seen`: the link-change counts last looked at).

@@ -140,18 +140,25 @@ impl UdpSocket {
     }
 
     /// Whether a send would find room in the lcore's queue; when not, the
-    /// task in `cx` is woken once the lcore drains it.
+    /// task in `cx` is woken once the lcore drains it. Inside an lcore's
+    /// callback (a task an `LcoreRuntime` runs there), the queue is the
+    /// lcore's own, drained when the callback returns: with no room for a
+    /// GSO send's segments, the task is woken at once and runs again at
+    /// the next turn, after the drain.
     pub fn poll_writable(&self, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
         let inbox = &self.shared().inbox[self.tx_worker];
         let shared = self.shared();
+        match crate::shared::callback_room(shared, GSO_MAX_SEGMENTS) {
+            Some(true) => return Poll::Ready(Ok(())),
+            Some(false) => {
+                cx.waker().wake_by_ref();
+                return Poll::Pending;
+            }
+            None => {}
+        }
         // A stack stopping after the registration wakes it; one that
         // stopped before it, or is stopping, never drains: try again now.
-        if !inbox.is_full()
-            || crate::shared::in_callback(shared)
-            || !inbox.register_waker(cx.waker())
-            || !shared.is_running()
-            || shared.should_stop()
-        {
+        if !inbox.is_full() || !inbox.register_waker(cx.waker()) || !shared.is_running() || shared.should_stop() {
             return Poll::Ready(Ok(()));
         }
         Poll::Pending
