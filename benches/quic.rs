@@ -151,29 +151,15 @@ impl Side {
     /// side says.
     fn command(self, role: &str) -> (String, Vec<String>) {
         let spate = ["--vdev", "net_af_packet0,iface=vA", "--ip", "198.18.0.2/24", "--lcores", "0", "--mbufs", "32767"];
-        let args: Vec<&str> = match self {
+        let side: &[&str] = match self {
             Side::Kernel => return ("taskset".into(), ["-c", "0", QUIC, role, "--kernel"].map(String::from).to_vec()),
-            Side::SpateBeside => {
-                [role].iter().chain(&spate).chain(&["--app-cpus", "0", "--poll", "adaptive"]).copied().collect()
-            }
-            Side::SpateBesideNoIdle => [role]
-                .iter()
-                .chain(&spate)
-                .chain(&["--app-cpus", "0", "--poll", "adaptive", "--poll-idle-us", "0"])
-                .copied()
-                .collect(),
-            Side::SpateBesideThread => [role]
-                .iter()
-                .chain(&spate)
-                .chain(&["--app-cpus", "0", "--poll", "adaptive", "--drivers", "thread"])
-                .copied()
-                .collect(),
-            Side::SpateApart => {
-                [role].iter().chain(&spate).chain(&["--app-cpus", "1", "--drivers", "thread"]).copied().collect()
-            }
+            Side::SpateBeside => &["--app-cpus", "0", "--poll", "adaptive"],
+            Side::SpateBesideNoIdle => &["--app-cpus", "0", "--poll", "adaptive", "--poll-idle-us", "0"],
+            Side::SpateBesideThread => &["--app-cpus", "0", "--poll", "adaptive", "--drivers", "thread"],
+            Side::SpateApart => &["--app-cpus", "1", "--drivers", "thread"],
             Side::SpatePair => unreachable!("the pair's commands are pair_command's"),
         };
-        (QUIC.into(), args.into_iter().map(String::from).collect())
+        (QUIC.into(), [role].iter().chain(&spate).chain(side).map(|a| a.to_string()).collect())
     }
 }
 
@@ -193,13 +179,7 @@ struct Cost {
 /// (`/proc/PID/task/*/schedstat`: the measured servers' threads outlive
 /// each job).
 fn cpu_of(pid: u32) -> f64 {
-    let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) else { return 0.0 };
-    let ns: u64 = tasks
-        .flatten()
-        .filter_map(|t| std::fs::read_to_string(t.path().join("schedstat")).ok())
-        .filter_map(|s| s.split_whitespace().next()?.parse::<u64>().ok())
-        .sum();
-    ns as f64 / 1e9
+    spate_apps::quic::threads_cpu_seconds(Some(pid))
 }
 
 /// The pid of the spate-quic process in `ns` (not its `timeout` wrappers).

@@ -140,6 +140,15 @@ fn kernel_socket(addr: &str) -> std::net::UdpSocket {
     sock
 }
 
+/// quinn on a kernel socket bound to `bind`, echoing every stream of
+/// every connection (inside a tokio runtime).
+fn kernel_echo_server(bind: &str, cert: &CertificateDer<'static>, key: &PrivatePkcs8KeyDer<'static>) -> Endpoint {
+    let cfg = Some(server_config(cert, key));
+    let ep = Endpoint::new(EndpointConfig::default(), cfg, kernel_socket(bind), Arc::new(TokioRuntime)).unwrap();
+    tokio::spawn(echo_server(ep.clone()));
+    ep
+}
+
 fn runtime() -> tokio::runtime::Runtime {
     tokio::runtime::Builder::new_multi_thread().worker_threads(1).enable_all().build().unwrap()
 }
@@ -161,15 +170,7 @@ fn quinn_on_spate_and_quinn_on_the_kernel_echo_each_other() {
         let (cert, key) = (cert.clone(), key.clone_key());
         kernel.thread(move || {
             runtime().block_on(async move {
-                let sock = kernel_socket("198.18.0.1:4433");
-                let ep = Endpoint::new(
-                    EndpointConfig::default(),
-                    Some(server_config(&cert, &key)),
-                    sock,
-                    Arc::new(TokioRuntime),
-                )
-                .unwrap();
-                tokio::spawn(echo_server(ep.clone()));
+                let ep = kernel_echo_server("198.18.0.1:4433", &cert, &key);
                 let mut client = Endpoint::client("198.18.0.1:0".parse().unwrap()).unwrap();
                 client.set_default_client_config(client_config(&cert));
                 ready_tx.send(()).unwrap();
@@ -267,11 +268,7 @@ fn quinn_on_spate_holds_to_a_smaller_path_mtu() {
             runtime().block_on(async move {
                 let mut eps = Vec::new();
                 for bind in ["198.20.0.2:4433", "[fd01::2]:4433"] {
-                    let sock = kernel_socket(bind);
-                    let cfg = Some(server_config(&cert, &key));
-                    let ep = Endpoint::new(EndpointConfig::default(), cfg, sock, Arc::new(TokioRuntime)).unwrap();
-                    tokio::spawn(echo_server(ep.clone()));
-                    eps.push(ep);
+                    eps.push(kernel_echo_server(bind, &cert, &key));
                 }
                 ready_tx.send(()).unwrap();
                 tokio::task::spawn_blocking(move || stop_rx.recv()).await.unwrap().ok();
@@ -345,15 +342,7 @@ fn quinn_driven_on_the_lcore_echoes_the_kernel_and_keeps_its_timers() {
         let (cert, key) = (cert.clone(), key.clone_key());
         kernel.thread(move || {
             runtime().block_on(async move {
-                let sock = kernel_socket("198.18.0.1:4433");
-                let ep = Endpoint::new(
-                    EndpointConfig::default(),
-                    Some(server_config(&cert, &key)),
-                    sock,
-                    Arc::new(TokioRuntime),
-                )
-                .unwrap();
-                tokio::spawn(echo_server(ep.clone()));
+                let ep = kernel_echo_server("198.18.0.1:4433", &cert, &key);
                 ready_tx.send(()).unwrap();
                 let _ = stop_rx.await;
                 ep.close(0u32.into(), b"done");

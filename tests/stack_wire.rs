@@ -174,18 +174,7 @@ fn a_blocking_send_on_a_full_inbox_sleeps_until_the_lcore_drains_it() {
     let _serial = device_lock();
     shared_eal(Memory::Auto);
     let (peer, spate_port, _a) = WirePeer::new(1023);
-    let port = PortSpec::new(&spate_port).addr("198.18.0.2/24").unwrap().neighbor(PEER_IP.into(), PEER_MAC);
-    let cfg = StackConfig {
-        lcores: "1".into(),
-        ports: vec![port],
-        // Room for a full inbox of sends.
-        mempool_size: 16383,
-        idle_sleep_us: 50,
-        stop_on_signal: false,
-        announce: false,
-        ..StackConfig::default()
-    };
-    let stack = Stack::new(cfg).unwrap();
+    let stack = sending_stack(&spate_port, 50);
     let sock = UdpSocket::bind(&stack, "0.0.0.0:0").unwrap();
     // The lcore's callback holds it (so nothing drains the inbox) until
     // `hold` clears.
@@ -249,6 +238,23 @@ fn a_blocking_send_on_a_full_inbox_sleeps_until_the_lcore_drains_it() {
 }
 
 /// An IPv4 packet from the peer to spate.
+/// A stack on lcore 1 on `spate_port` with the peer as a static
+/// neighbour and room for a full inbox of sends (16,383 mbufs),
+/// announcing nothing, sleeping `idle_sleep_us` between empty polls.
+fn sending_stack(spate_port: &str, idle_sleep_us: u32) -> Stack {
+    let port = PortSpec::new(spate_port).addr("198.18.0.2/24").unwrap().neighbor(PEER_IP.into(), PEER_MAC);
+    let cfg = StackConfig {
+        lcores: "1".into(),
+        ports: vec![port],
+        mempool_size: 16383,
+        idle_sleep_us,
+        stop_on_signal: false,
+        announce: false,
+        ..StackConfig::default()
+    };
+    Stack::new(cfg).unwrap()
+}
+
 /// Inside the lcore's callback a send goes to the lcore's own queue,
 /// drained when the callback returns: once it is full, `poll_writable`
 /// says Pending and wakes the task at once (so a task an `LcoreRuntime`
@@ -266,16 +272,7 @@ fn in_the_callback_a_full_queue_is_writable_again_at_the_next_turn() {
     let _serial = device_lock();
     shared_eal(Memory::Auto);
     let (peer, spate_port, _a) = WirePeer::new(1023);
-    let port = PortSpec::new(&spate_port).addr("198.18.0.2/24").unwrap().neighbor(PEER_IP.into(), PEER_MAC);
-    let cfg = StackConfig {
-        lcores: "1".into(),
-        ports: vec![port],
-        mempool_size: 16383,
-        stop_on_signal: false,
-        announce: false,
-        ..StackConfig::default()
-    };
-    let stack = Stack::new(cfg).unwrap();
+    let stack = sending_stack(&spate_port, 0);
     let sock = Arc::new(UdpSocket::bind(&stack, "0.0.0.0:0").unwrap());
     sock.set_nonblocking(true).unwrap();
     // (sent before the queue refused, Pending then, woken, Ready at the next turn)

@@ -140,12 +140,12 @@ pub fn run(args: &ClientArgs) -> Result {
     let out = net.run(&args.net, move || {
         Ok(async move {
             let ep = sock.endpoint(None)?;
-            let (started, cpu) = (Instant::now(), super::threads_cpu_seconds());
+            let (started, cpu) = (Instant::now(), super::threads_cpu_seconds(None));
             let mut out = tokio::select! {
                 o = tokio::time::timeout(limit, job.run(&ep)) => o.map_err(|_| format!("not done within {limit:?}"))?,
                 () = stopped() => return Err("stopped by a signal".into()),
             };
-            (out.job_secs, out.job_cpu) = (started.elapsed().as_secs_f64(), super::threads_cpu_seconds() - cpu);
+            (out.job_secs, out.job_cpu) = (started.elapsed().as_secs_f64(), super::threads_cpu_seconds(None) - cpu);
             // The close frames go out while the lcores still poll.
             let _ = tokio::time::timeout(Duration::from_secs(1), ep.wait_idle()).await;
             Ok(out)

@@ -355,12 +355,14 @@ pub fn cpu_seconds() -> f64 {
     f.iter().sum::<u64>() as f64 / 100.0
 }
 
-/// The time this process's live threads have spent on a CPU, in seconds,
-/// to the nanosecond (each `/proc/self/task/*/schedstat`'s first field):
-/// for a window its threads all outlive, where the clock ticks of
-/// [`cpu_seconds`] (10 ms) are too coarse.
-pub fn threads_cpu_seconds() -> f64 {
-    let Ok(tasks) = std::fs::read_dir("/proc/self/task") else { return 0.0 };
+/// The time the live threads of process `pid` (this one: `None`) have
+/// spent on a CPU, in seconds, to the nanosecond (each
+/// `/proc/PID/task/*/schedstat`'s first field): for a window its threads
+/// all outlive, where the clock ticks of [`cpu_seconds`] (10 ms) are too
+/// coarse.
+pub fn threads_cpu_seconds(pid: Option<u32>) -> f64 {
+    let dir = pid.map_or_else(|| "/proc/self/task".to_string(), |p| format!("/proc/{p}/task"));
+    let Ok(tasks) = std::fs::read_dir(dir) else { return 0.0 };
     let ns: u64 = tasks
         .flatten()
         .filter_map(|t| std::fs::read_to_string(t.path().join("schedstat")).ok())
