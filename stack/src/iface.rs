@@ -43,6 +43,11 @@ pub struct Interface {
     pub rx_checksum: bool,
     /// The port computes IPv4/UDP checksums on transmit.
     pub tx_checksum: bool,
+    /// The kernel hands the port its frames as they were sent
+    /// (`net_af_packet`, `net_af_xdp`): a sender on the same host (a veth
+    /// peer with TX checksum offload on) may leave a UDP checksum to an
+    /// offload that never runs, the field holding the pseudo-header's sum.
+    pub partial_checksums: bool,
     /// For a tunnel's inner interface: where its frames go.
     pub tunnel: Option<Tunnel>,
 }
@@ -96,6 +101,7 @@ impl Interface {
             ipv6: v6,
             rx_checksum: false,
             tx_checksum: false,
+            partial_checksums: false,
             tunnel: None,
         };
         iface.derive();

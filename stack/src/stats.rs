@@ -108,6 +108,7 @@ counters! {
     GsoSegments = kept "Gso"."Segments": "Datagrams UDP GSO sends made.";
     PmtuLearnt = kept "Pmtu"."Learnt": "Fragmentation-needed and packet-too-big messages believed (the datagram they quote is one a socket of spate's could have sent).";
     PmtuIgnored = kept "Pmtu"."Ignored": "Fragmentation-needed and packet-too-big messages ignored: the datagram they quote is not one a socket of spate's could have sent.";
+    CsumPartial = kept "Csum"."Partial": "UDP datagrams whose checksum field held only the pseudo-header's sum: a sender on the same host left the checksum to an offload (Linux's CHECKSUM_PARTIAL over a veth) and the kernel handed the frame to `net_af_packet` or `net_af_xdp` as it was. Accepted unverified, as the kernel itself accepts them.";
     VxlanInPackets = kept "Vxlan"."InPackets": "VXLAN packets decapsulated.";
     VxlanOutPackets = kept "Vxlan"."OutPackets": "Frames encapsulated into VXLAN.";
 

@@ -86,6 +86,11 @@ pub(crate) struct UdpHeader {
     pub src_port: u16,
     pub dst_port: u16,
     pub payload: usize,
+    /// The checksum field holds only the pseudo-header's sum (accepted on
+    /// a port whose frames the kernel hands over as sent): the receive
+    /// path completes it, so that a reply built from the datagram's
+    /// headers carries a good one.
+    pub partial: bool,
 }
 
 /// Counters of one IP family's UDP.
@@ -308,9 +313,18 @@ fn ipv6<B: PacketBuf>(ifc: &Interface, mut m: B, l2: usize, eth_src: MacAddr, t:
 }
 
 /// A UDP datagram in one segment: its length and checksum (the port's
-/// verdict, else computed; IPv6 has no datagram without one).
+/// verdict, else computed; IPv6 has no datagram without one). On a port
+/// whose frames the kernel hands over as sent (`partial`), a field that
+/// holds only the pseudo-header's sum is a checksum a sender on the same
+/// host left to an offload: accepted, and counted, as the kernel accepts
+/// it.
 #[inline]
-pub(crate) fn udp<B: PacketBuf>(m: &B, at: &UdpInFrame, t: &mut impl Tally) -> Result<UdpHeader, Counter> {
+pub(crate) fn udp<B: PacketBuf>(
+    m: &B,
+    at: &UdpInFrame,
+    partial: bool,
+    t: &mut impl Tally,
+) -> Result<UdpHeader, Counter> {
     let c = udp_counters(&at.src);
     let p = udp::Packet::new_unchecked(&m.data()[at.l4..at.end]);
     if p.check_len().is_err() {
@@ -322,12 +336,16 @@ pub(crate) fn udp<B: PacketBuf>(m: &B, at: &UdpInFrame, t: &mut impl Tally) -> R
         RxChecksum::Bad => false,
         _ => p.verify_checksum(&at.src, &at.dst),
     };
-    if !checksum_ok {
+    let partial = !checksum_ok && partial && p.checksum() != 0 && p.is_partial_checksum(&at.src, &at.dst);
+    if partial {
+        t.inc(Counter::CsumPartial);
+    } else if !checksum_ok {
         t.inc(c.csum_errors);
         t.inc(c.in_errors);
         return Err(Counter::RxUdpCsumErrors);
     }
-    Ok(UdpHeader { src_port: p.src_port(), dst_port: p.dst_port(), payload: p.len() as usize - udp::HEADER_LEN })
+    let payload = p.len() as usize - udp::HEADER_LEN;
+    Ok(UdpHeader { src_port: p.src_port(), dst_port: p.dst_port(), payload, partial })
 }
 
 /// A reassembled UDP datagram (a chain, the UDP header in the first
@@ -361,7 +379,12 @@ pub(crate) fn reassembled_udp<B: PacketBuf>(m: &B, at: &UdpInFrame, t: &mut impl
         t.inc(c.in_errors);
         return Err(Counter::RxUdpCsumErrors);
     }
-    Ok(UdpHeader { src_port: hdr.src_port(), dst_port: hdr.dst_port(), payload: udp_len - udp::HEADER_LEN })
+    Ok(UdpHeader {
+        src_port: hdr.src_port(),
+        dst_port: hdr.dst_port(),
+        payload: udp_len - udp::HEADER_LEN,
+        partial: false,
+    })
 }
 
 #[cfg(test)]
@@ -410,15 +433,15 @@ mod tests {
         let want = UdpInFrame { l3: L3, l4: L4, end: L4 + 13, src: s.ip(), dst: d.ip(), group: false };
         assert_eq!(at, want);
         assert_eq!(counts, [Counter::IpInReceives, Counter::IpInDelivers]);
-        let h = udp(&m, &at, &mut Record::default()).expect("good datagram");
-        assert_eq!(h, UdpHeader { src_port: 5000, dst_port: 7, payload: 5 });
+        let h = udp(&m, &at, false, &mut Record::default()).expect("good datagram");
+        assert_eq!(h, UdpHeader { src_port: 5000, dst_port: 7, payload: 5, partial: false });
 
         let (s, d) = to_us6();
         let (f, counts) = parse(udp_frame(s, d, b"hello"));
         let Frame::Udp { m, at } = f else { panic!("not UDP: {f:?}") };
         assert_eq!((at.l4, at.end, at.src, at.group), (L4_V6, L4_V6 + 13, s.ip(), false));
         assert_eq!(counts, [Counter::Ip6InReceives, Counter::Ip6InDelivers]);
-        assert_eq!(udp(&m, &at, &mut Record::default()).map(|h| h.payload), Ok(5));
+        assert_eq!(udp(&m, &at, false, &mut Record::default()).map(|h| h.payload), Ok(5));
     }
 
     #[test]
@@ -505,11 +528,32 @@ mod tests {
     }
 
     #[test]
+    fn a_checksum_left_to_an_offload_passes_only_where_the_kernel_hands_frames_over() {
+        for ((s, d), l4) in [(to_us4(), L4), (to_us6(), L4_V6)] {
+            let good = udp_frame(s, d, b"left to the offload");
+            let len = good.pkt_len() - l4;
+            let pseudo = udp::pseudo_header(&s.ip(), &d.ip(), len as u16);
+            let partial = edited(&good, |b| b[l4 + 6..l4 + 8].copy_from_slice(&checksum::fold(pseudo).to_be_bytes()));
+            let check = |m: &MemBuf, handed: bool| {
+                let (m, at) = udp_step(m.clone());
+                let mut t = Record::default();
+                (udp(&m, &at, handed, &mut t).map(|h| h.partial), t.counts)
+            };
+            assert_eq!(check(&partial, true), (Ok(true), vec![Counter::CsumPartial]));
+            assert_eq!(check(&partial, false).0, Err(Counter::RxUdpCsumErrors), "a port that checks them all");
+            assert_eq!(check(&good, true), (Ok(false), vec![]), "a whole checksum is no partial one");
+            // Any other wrong field is wrong.
+            let wrong = edited(&partial, |b| b[l4 + 7] ^= 1);
+            assert_eq!(check(&wrong, true).0, Err(Counter::RxUdpCsumErrors));
+        }
+    }
+
+    #[test]
     fn udp_length_and_checksum_are_checked_and_counted_by_family() {
         let check = |m: MemBuf| {
             let (m, at) = udp_step(m);
             let mut t = Record::default();
-            (udp(&m, &at, &mut t), t.counts)
+            (udp(&m, &at, false, &mut t), t.counts)
         };
         let (s, d) = to_us4();
         let good = udp_frame(s, d, b"payload");
@@ -545,7 +589,7 @@ mod tests {
         });
         let (m, at) = udp_step(hop_by_hop);
         assert_eq!(at.l4, L4_V6 + 8);
-        assert_eq!(udp(&m, &at, &mut Record::default()).map(|h| h.dst_port), Ok(7));
+        assert_eq!(udp(&m, &at, false, &mut Record::default()).map(|h| h.dst_port), Ok(7));
         let next = |n: u8| edited(&good, |b| b[L3 + 6] = n);
         let (f, counts) = parse(next(132));
         assert!(matches!(f, Frame::UnknownV6 { answer: true, l2: L3, .. }), "{f:?}");
@@ -650,7 +694,7 @@ mod tests {
             assert_eq!(frames.len(), 3);
             frames.rotate_left(1); // the first fragment comes last
             let (h, got) = reassemble(frames).expect("a good datagram");
-            assert_eq!(h, UdpHeader { src_port: 5000, dst_port: 7, payload: 3000 });
+            assert_eq!(h, UdpHeader { src_port: 5000, dst_port: 7, payload: 3000, partial: false });
             assert_eq!(got, payload, "v6: {v6}");
             // A byte changed in the middle fragment: the sum over the
             // chain finds it.

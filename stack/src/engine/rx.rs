@@ -15,7 +15,7 @@ use crate::lookup::{Family, FlowKey, ip_key};
 use crate::neigh;
 use crate::shared::Net;
 use crate::stats::Counter;
-use crate::wire::{arp, ethernet, ip_proto, ipv4, ipv6, udp};
+use crate::wire::{arp, checksum, ethernet, ip_proto, ipv4, ipv6, udp};
 
 impl parse::Tally for &Worker<'_> {
     #[inline(always)]
@@ -69,8 +69,14 @@ impl Worker<'_> {
     /// UDP: validate, look the socket up, queue the datagram.
     #[inline]
     pub(super) fn rx_udp<const GRO: bool>(&mut self, ifc: &Interface, m: Mbuf, at: UdpInFrame) -> Step {
-        match parse::udp(&m, &at, &mut &*self) {
-            Ok(h) => self.rx_udp_deliver::<GRO>(ifc, m, at, h.src_port, h.dst_port, h.payload),
+        match parse::udp(&m, &at, ifc.partial_checksums, &mut &*self) {
+            Ok(h) => {
+                let mut m = m;
+                if h.partial {
+                    complete_udp_checksum(&mut m, &at);
+                }
+                self.rx_udp_deliver::<GRO>(ifc, m, at, h.src_port, h.dst_port, h.payload)
+            }
             Err(outcome) => Step::Done(Some(outcome)),
         }
     }
@@ -264,4 +270,16 @@ impl Worker<'_> {
         }
         self.rx_udp_deliver::<false>(ifc, m, at, src_port, dst_port, udp_len - udp::HEADER_LEN).outcome()
     }
+}
+
+/// Writes the UDP checksum a sender on the same host left to an offload
+/// (the field holds the pseudo-header's sum): the offload's work, done
+/// here, so the datagram's headers are whole for a reply built from them.
+#[cold]
+fn complete_udp_checksum(m: &mut Mbuf, at: &UdpInFrame) {
+    let Some(d) = m.data_mut().get_mut(at.l4..at.end) else { return };
+    let pseudo = udp::pseudo_header(&at.src, &at.dst, d.len() as u16);
+    d[6..8].fill(0);
+    let c = udp::finish_checksum(pseudo, checksum::sum(d));
+    d[6..8].copy_from_slice(&c.to_be_bytes());
 }

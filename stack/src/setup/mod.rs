@@ -237,6 +237,7 @@ impl Stack {
                 &spec.ipv6,
             );
             (ifc.rx_checksum, ifc.tx_checksum) = (port.rx_checksum(), port.tx_checksum());
+            ifc.partial_checksums = ports::KERNEL_HANDOFF.contains(&info.driver.as_str());
             ifaces.push(ifc);
             for (w, q) in queues.iter_mut().enumerate() {
                 if w < plan.rx_queues as usize {
@@ -267,6 +268,25 @@ impl Stack {
                     .collect::<Vec<_>>()
                     .join(" ")
             );
+            if ifaces[index].partial_checksums {
+                log::info!(
+                    "spate: interface {index} ({}): the kernel hands its frames over as they were sent; a UDP \
+                     checksum a sender on this host left to an offload (a veth peer with TX checksum offload on) \
+                     is accepted unverified, as the kernel accepts it, and counted in Csum.Partial",
+                    info.driver
+                );
+            }
+            if let Some(limit) = ports::af_packet_ipv4_limit(&info.driver, &spec.device) {
+                log::warn!(
+                    "spate: interface {index} (net_af_packet): the kernel reassembles IPv4 fragments before the \
+                     PMD's ring (DPDK 22.11 joins a defragmenting fanout group), so an IPv4 datagram that arrives \
+                     in fragments reaches spate only up to {limit} bytes of IP packet ({} of UDP payload): longer ones are \
+                     truncated by the ring's frames (`framesz=`, at most the mbufs' data room) and counted in \
+                     Rx.Ipv4Truncated. IPv6 fragments arrive as sent and spate reassembles them; net_pcap and \
+                     net_tap deliver IPv4 fragments too",
+                    limit.saturating_sub(28)
+                );
+            }
             ports.push(port);
         }
         drop(blocked);

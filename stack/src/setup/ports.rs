@@ -119,3 +119,50 @@ pub(super) fn remove_stale_vhost_socket(device: &str) {
         let _ = std::fs::remove_file(path);
     }
 }
+
+/// Drivers whose frames the kernel hands over as they were sent: a sender
+/// on the same host (a veth's peer with TX checksum offload on) may have
+/// left a UDP checksum to an offload that never runs.
+pub(super) const KERNEL_HANDOFF: &[&str] = &["net_af_packet", "net_af_xdp"];
+
+/// The kernel's header in a `net_af_packet` frame before the IP header:
+/// `TPACKET_ALIGN(TPACKET2_HDRLEN + 16)` (`tpacket_rcv`'s `netoff`).
+const AF_PACKET_NETOFF: usize = 80;
+
+/// The ring's frame size `net_af_packet` takes when `framesz=` does not
+/// say (DPDK 22.11's `DFLT_FRAME_SIZE`).
+const AF_PACKET_FRAMESZ: usize = 2048;
+
+/// The longest IPv4 packet a `net_af_packet` port delivers whole, for the
+/// log. DPDK 22.11 puts the PMD's packet sockets in a fanout group with
+/// `PACKET_FANOUT_FLAG_DEFRAG` (no devarg turns it off), so the kernel
+/// reassembles IPv4 fragments before the ring, and a datagram longer than
+/// the ring's frame less the kernel's header is truncated there (counted
+/// in `Rx.Ipv4Truncated`). IPv6 fragments arrive as they are (spate
+/// reassembles them). None for other drivers.
+pub(super) fn af_packet_ipv4_limit(driver: &str, device: &str) -> Option<usize> {
+    if driver != "net_af_packet" {
+        return None;
+    }
+    let framesz = device
+        .split(',')
+        .skip(1)
+        .find_map(|kv| kv.strip_prefix("framesz="))
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(AF_PACKET_FRAMESZ);
+    Some(framesz.saturating_sub(AF_PACKET_NETOFF))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::af_packet_ipv4_limit;
+
+    #[test]
+    fn af_packet_limit_follows_the_frame_size() {
+        // 2,048-byte frames: 1,968-byte packets, 1,940 bytes of UDP payload
+        // (measured over a veth: 1,940 echoed, 1,941 truncated).
+        assert_eq!(af_packet_ipv4_limit("net_af_packet", "net_af_packet0,iface=v0"), Some(1968));
+        assert_eq!(af_packet_ipv4_limit("net_af_packet", "net_af_packet0,iface=v0,framesz=4096"), Some(4016));
+        assert_eq!(af_packet_ipv4_limit("net_pcap", "net_pcap0,iface=v0"), None);
+    }
+}

@@ -98,6 +98,14 @@ impl<T: AsRef<[u8]>> Packet<T> {
         let acc = pseudo_header(src, dst, len) + checksum::sum(&self.b()[..len as usize]);
         checksum::fold(acc) == 0xffff
     }
+
+    /// Whether the checksum field holds only the pseudo-header's sum: what
+    /// a Linux sender writes when it leaves the rest to an offload
+    /// (`CHECKSUM_PARTIAL`), and what a frame handed over before that
+    /// offload ran (a veth's peer, read by a packet or XDP socket) carries.
+    pub fn is_partial_checksum(&self, src: &IpAddr, dst: &IpAddr) -> bool {
+        self.checksum() == checksum::fold(pseudo_header(src, dst, self.len()))
+    }
 }
 
 impl<T: AsRef<[u8]> + AsMut<[u8]>> Packet<T> {
