@@ -103,6 +103,33 @@ fn main() {
         .generate()
         .expect("bindgen failed on shim/shim.h (is libclang-dev installed?)");
     bindings.write_to_file(out.join("bindings.rs")).expect("write bindings.rs");
+
+    build_xdp_program(&out);
+}
+
+/// Builds spate's XDP program (`xdp/spate_xdp.c`) with clang's BPF target
+/// into `OUT_DIR/spate_xdp.o`, which the crate embeds. Without a clang
+/// that can (Debian's `clang` package can), the object is left empty and
+/// a `net_af_xdp` port without an `xdp_prog=` of its own is refused at
+/// start with the reason.
+fn build_xdp_program(out: &std::path::Path) {
+    println!("cargo:rerun-if-changed=xdp/spate_xdp.c");
+    let object = out.join("spate_xdp.o");
+    let arch = env::var("CARGO_CFG_TARGET_ARCH").unwrap_or_default();
+    let multiarch = format!("/usr/include/{arch}-linux-gnu");
+    let built = Command::new("clang")
+        .args(["-O2", "-g", "-Wall", "-Werror", "-target", "bpf", "-I", &multiarch, "-c", "xdp/spate_xdp.c", "-o"])
+        .arg(&object)
+        .status();
+    match built {
+        Ok(s) if s.success() => {}
+        other => {
+            println!(
+                "cargo:warning=spate's XDP program was not built (clang -target bpf: {other:?}); net_af_xdp ports need an xdp_prog= of their own"
+            );
+            std::fs::write(&object, []).expect("write an empty spate_xdp.o");
+        }
+    }
 }
 
 fn pkg_config_cflags() -> Vec<String> {

@@ -44,6 +44,7 @@ pub mod sched;
 pub mod signal;
 pub mod sleep;
 pub mod sys;
+pub mod xdp;
 
 pub use burst::{BURST_SIZE, Burst};
 pub use eal::{Eal, EalBuilder, EalRef, Memory};

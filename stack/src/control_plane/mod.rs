@@ -18,6 +18,7 @@ use crate::time::Instant;
 
 pub(crate) mod filters;
 pub(crate) mod service;
+pub(crate) mod xdp;
 
 use filters::DeviceFilter;
 use service::ServiceThread;
@@ -89,6 +90,9 @@ pub(crate) struct ControlPlane {
     /// The metrics endpoint (`metrics`), likewise.
     #[cfg_attr(not(feature = "metrics"), allow(dead_code))]
     pub metrics: OnceLock<ServiceThread>,
+    /// By interface: spate's XDP program on a `net_af_xdp` port, whose
+    /// address maps follow the interface's addresses and groups.
+    pub xdp: Mutex<Vec<Option<xdp::XdpPort>>>,
 }
 
 impl ControlPlane {
@@ -100,6 +104,7 @@ impl ControlPlane {
             filters: Mutex::new(filters),
             endpoint: OnceLock::new(),
             metrics: OnceLock::new(),
+            xdp: Mutex::default(),
         }
     }
 }
@@ -140,6 +145,7 @@ impl Stack {
         ifaces.dedup();
         for i in ifaces {
             self.sync_multicast_filter(i);
+            self.sync_xdp(i);
         }
     }
 

@@ -89,23 +89,31 @@ impl Worker<'_> {
                 continue;
             };
             let port = self.shared.ports.get(*iface as usize).map(|p| p.info());
-            // net_af_packet has no RX interrupts, but each queue's packet
-            // socket is readable while frames wait in its ring. The driver
-            // opens one per queue pair, in order: any other socket on the
-            // interface (another port on it) and they are not told apart.
-            if let Some(info) = port.filter(|i| i.driver == "net_af_packet" && i.if_index != 0) {
-                let sockets = spate_dpdk::sleep::packet_sockets(info.if_index);
+            // net_af_packet and net_af_xdp have no RX interrupts, but each
+            // queue's packet or XDP socket is readable while frames wait in
+            // its ring. The drivers open one per queue, in order: any other
+            // socket of the kind (another port on the interface, a second
+            // net_af_xdp port) and they are not told apart.
+            let sockets = match port {
+                Some(i) if i.driver == "net_af_packet" && i.if_index != 0 => {
+                    Some((spate_dpdk::sleep::packet_sockets(i.if_index), i, "packet"))
+                }
+                Some(i) if i.driver == "net_af_xdp" => Some((spate_dpdk::sleep::xdp_sockets(), i, "XDP")),
+                _ => None,
+            };
+            if let Some((sockets, info, kind)) = sockets {
                 let ours = sockets.len() == info.max_rx_queues as usize;
                 if let Some(&fd) = sockets.get(q.index() as usize).filter(|_| ours) {
                     match sleeper.watch(fd) {
                         Ok(()) => {
                             log::info!(
-                                "spate: lcore {}: interface {iface} (net_af_packet) has no RX interrupts: idle, the lcore waits on its packet socket",
-                                self.lcore
+                                "spate: lcore {}: interface {iface} ({}) has no RX interrupts: idle, the lcore waits on its {kind} socket",
+                                self.lcore,
+                                info.driver
                             );
                             continue;
                         }
-                        Err(e) => log::info!("spate: lcore {}: interface {iface}'s packet socket: {e}", self.lcore),
+                        Err(e) => log::info!("spate: lcore {}: interface {iface}'s {kind} socket: {e}", self.lcore),
                     }
                 }
             }

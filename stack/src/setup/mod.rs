@@ -12,6 +12,7 @@ use spate_dpdk::{Eal, EalBuilder, Memory, Mempool, MempoolConfig, Port, PortConf
 
 use crate::config::{Hugepages, PollMode, StackConfig, lcore_ids, mac_from_device};
 use crate::control_plane::Stack;
+use crate::control_plane::xdp::XdpPort;
 use crate::error::{Error, Result};
 use crate::iface::Interface;
 use crate::ip_id::IpIdGen;
@@ -23,6 +24,7 @@ use crate::stats::{Counters, StatsRegistry};
 use crate::time::Clock;
 use crate::wire::MacAddr;
 
+mod af_xdp;
 mod budget;
 mod capture;
 pub mod control;
@@ -172,14 +174,16 @@ impl Stack {
         // Drivers' threads (vhost-user's, the TAP's) are made with every
         // signal blocked, and a SIGPIPE raised here is taken.
         let blocked = spate_dpdk::signal::block_all();
+        let mut xdp_ports = Vec::new();
         for (index, spec) in cfg.ports.iter().enumerate() {
             ports::remove_stale_vhost_socket(&spec.device);
+            let af_xdp = af_xdp::prepare(&spec.device, index)?;
             let mut port = if spec.is_pci() {
                 Port::open(spec.device.split(',').next().unwrap_or(""))?
             } else {
                 match Port::open(&spec.device) {
                     Ok(p) => p,
-                    Err(_) => Port::create(&spec.device)?,
+                    Err(_) => Port::create(af_xdp.as_ref().map_or(&spec.device, |p| &p.device))?,
                 }
             };
             let info = port.info().clone();
@@ -206,6 +210,10 @@ impl Stack {
                 let pc = PortConfig { rx_interrupts: false, ..pc.clone() };
                 port.configure(&pc, pool.clone())?;
             }
+            xdp_ports.push(match af_xdp {
+                Some(prepared) => prepared.loaded()?,
+                None => None,
+            });
             let mut soft_mac = None;
             if let Some(mac) = spec.mac
                 && let Err(e) = port.set_mac(mac.0)
@@ -404,8 +412,13 @@ impl Stack {
             shared.add_broadcast_neighbors(iface.index, &iface.ipv4_broadcast);
         }
         let stack = Stack::from_parts(shared, device_filters);
+        *stack.control.xdp.lock().unwrap_or_else(|p| p.into_inner()) = xdp_ports
+            .into_iter()
+            .map(|p| p.map(|(if_index, maps)| XdpPort { if_index, maps, installed: Default::default() }))
+            .collect();
         for iface in 0..stack.shared.ports.len() as u16 {
             stack.sync_multicast_filter(iface);
+            stack.sync_xdp(iface);
         }
         tunnels::register_endpoints(&stack.shared)?;
         control::open(&stack)?;
