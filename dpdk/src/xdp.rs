@@ -277,3 +277,18 @@ pub fn program_holder(id: u32) -> Option<u32> {
     }
     None
 }
+
+/// Whether XDP socket `fd` moves frames without a copy (its driver's
+/// zero-copy mode; `getsockopt(SOL_XDP, XDP_OPTIONS)`); None when `fd` is
+/// no XDP socket.
+pub fn zero_copy(fd: RawFd) -> Option<bool> {
+    const SOL_XDP: libc::c_int = 283;
+    const XDP_OPTIONS: libc::c_int = 8;
+    const XDP_OPTIONS_ZEROCOPY: u32 = 1;
+    let mut flags: u32 = 0;
+    let mut len = std::mem::size_of::<u32>() as libc::socklen_t;
+    // SAFETY: reads struct xdp_options (one u32) into a live u32 of that
+    // length; another descriptor fails.
+    let ret = unsafe { libc::getsockopt(fd, SOL_XDP, XDP_OPTIONS, (&mut flags as *mut u32).cast(), &mut len) };
+    (ret == 0).then_some(flags & XDP_OPTIONS_ZEROCOPY != 0)
+}

@@ -762,6 +762,7 @@ fn bench(args: &[String]) -> Result {
         ("pps", vec![]),
         ("async_sockets", vec![]),
         ("quic", vec![]),
+        ("af_xdp", vec![]),
         ("c_sink", vec![]),
         ("preload", vec![]),
     ];

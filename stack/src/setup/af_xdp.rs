@@ -84,6 +84,20 @@ impl Prepared {
     /// program at its first queue's set-up): the object file removed, and
     /// spate's program's address maps.
     pub(super) fn loaded(self) -> Result<Option<(u32, AddressMaps)>> {
+        // With busy_budget=0 the PMD's receive waits in poll(2), up to a
+        // second, whenever its fill ring asks for a wake-up: what a
+        // zero-copy driver's idle queue does. The lcore would stall.
+        if devarg(&self.device, "busy_budget") == Some("0") {
+            let zero_copy = spate_dpdk::sleep::xdp_sockets().into_iter().any(|fd| xdp::zero_copy(fd) == Some(true));
+            if zero_copy {
+                return Err(Error::Config(format!(
+                    "interface {}: busy_budget=0 with a zero-copy XDP socket: an idle receive would wait up to a \
+                     second in the PMD's poll(2), stalling the lcore's timers and sends; leave busy_budget at the \
+                     PMD's default",
+                    self.iface
+                )));
+            }
+        }
         let Some(object) = &self.object else { return Ok(None) };
         let _ = std::fs::remove_file(object);
         let fail = |what: String| Error::Config(format!("interface {}: {what}", self.iface));
