@@ -114,18 +114,26 @@ fn main() {
 /// start with the reason.
 fn build_xdp_program(out: &std::path::Path) {
     println!("cargo:rerun-if-changed=xdp/spate_xdp.c");
+    // A clang installed later is found by the next build.
+    println!("cargo:rerun-if-env-changed=PATH");
+    println!("cargo:rerun-if-env-changed=CLANG");
     let object = out.join("spate_xdp.o");
     let arch = env::var("CARGO_CFG_TARGET_ARCH").unwrap_or_default();
     let multiarch = format!("/usr/include/{arch}-linux-gnu");
-    let built = Command::new("clang")
-        .args(["-O2", "-g", "-Wall", "-Werror", "-target", "bpf", "-I", &multiarch, "-c", "xdp/spate_xdp.c", "-o"])
+    let clang = env::var("CLANG").unwrap_or_else(|_| "clang".into());
+    // The program reads EtherTypes as they lie in the frame, in the BPF
+    // target's byte order: little-endian (`bpfel`).
+    let built = Command::new(&clang)
+        .args(["-O2", "-g", "-Wall", "-Werror", "-target", "bpfel", "-I", &multiarch, "-c", "xdp/spate_xdp.c", "-o"])
         .arg(&object)
-        .status();
+        .output();
     match built {
-        Ok(s) if s.success() => {}
-        other => {
+        Ok(o) if o.status.success() => {}
+        // A clang that ran and failed: the program is wrong, say so.
+        Ok(o) => panic!("{clang} -target bpfel xdp/spate_xdp.c failed:\n{}", String::from_utf8_lossy(&o.stderr)),
+        Err(e) => {
             println!(
-                "cargo:warning=spate's XDP program was not built (clang -target bpf: {other:?}); net_af_xdp ports need an xdp_prog= of their own"
+                "cargo:warning=spate's XDP program was not built ({clang}: {e}): net_af_xdp ports need an xdp_prog= of their own; install clang and `cargo clean -p spate-dpdk`"
             );
             std::fs::write(&object, []).expect("write an empty spate_xdp.o");
         }

@@ -11,7 +11,8 @@
 //!   (it answers their pings), and one removed goes back to the kernel;
 //! - a spate killed with SIGKILL leaves its program attached: the next
 //!   start detaches it (DPDK would refuse to attach its own) and works;
-//!   a program that is not spate's is refused with the way out.
+//!   a start beside a running spate is refused and leaves it working; a
+//!   program that is not spate's is refused with the way out.
 
 use std::io::{BufRead, BufReader, ErrorKind, Write};
 use std::net::{SocketAddr, UdpSocket};
@@ -197,11 +198,16 @@ fn a_killed_spate_leaves_nothing_that_stops_the_next_on_net_af_xdp() {
     assert!(link.contains("name spate_xdp"), "the killed spate's program stays attached: {link}");
 
     let second = SpateApp::start(&spate, ECHO, &echo_args(&name), "UDP echo on");
-    assert!(second.proc.output().contains("left by a spate that ended without closing its port"));
+    assert!(second.proc.output().contains("that ended without closing its port (killed): detached"));
     let echoed =
         kernel.run(|| [echoes("198.18.0.1:0", "198.18.0.2:7", 100), echoes("[fd00::1]:0", "[fd00::2]:7", 100)]);
     assert_eq!(echoed, [true, true], "{}", second.proc.output());
     assert!(pings(&kernel, "198.18.0.3"), "the kernel answers on its address");
+    // A third beside the running one is refused and leaves it working.
+    let mut third = spate.spawn("third", ECHO, &echo_args(&format!("{name}-3")), Duration::from_secs(60)).unwrap();
+    assert!(third.wait_exit(Duration::from_secs(30)), "{}", third.output());
+    assert!(third.output().contains("a spate runs on it already"), "{}", third.output());
+    assert!(kernel.run(|| echoes("198.18.0.1:0", "198.18.0.2:7", 100)), "{}", second.proc.output());
     second.stop();
 
     // A program that is not spate's: refused, with the way out, and left
@@ -211,7 +217,7 @@ fn a_killed_spate_leaves_nothing_that_stops_the_next_on_net_af_xdp() {
     let (src, obj) = (dir.join("pass.c"), dir.join("pass.o"));
     std::fs::write(&src, FOREIGN).unwrap();
     let built = std::process::Command::new("/usr/bin/clang")
-        .args(["-O2", "-target", "bpf", "-I/usr/include/x86_64-linux-gnu", "-c"])
+        .args(["-O2", "-target", "bpfel", &format!("-I/usr/include/{}-linux-gnu", std::env::consts::ARCH), "-c"])
         .arg(&src)
         .arg("-o")
         .arg(&obj)

@@ -285,23 +285,6 @@ pub fn packet_sockets(if_index: u32) -> Vec<std::os::fd::RawFd> {
     fds
 }
 
-/// This process's `AF_XDP` sockets, in the order they were opened (lowest
-/// descriptor first): `net_af_xdp` opens one per queue, in queue order,
-/// and each is readable while frames wait in its receive ring. An XDP
-/// socket does not say which interface it is bound to, so a process with
-/// two `net_af_xdp` ports cannot tell their sockets apart this way.
-pub fn xdp_sockets() -> Vec<std::os::fd::RawFd> {
-    let Ok(dir) = std::fs::read_dir("/proc/self/fd") else {
-        return Vec::new();
-    };
-    let mut fds: Vec<std::os::fd::RawFd> = dir
-        .filter_map(|e| e.ok()?.file_name().to_str()?.parse().ok())
-        .filter(|&fd| socket_option(fd, libc::SO_DOMAIN) == Some(libc::AF_XDP))
-        .collect();
-    fds.sort_unstable();
-    fds
-}
-
 /// The interface an `AF_PACKET` socket `fd` is bound to, if it is one.
 fn packet_socket_on(fd: std::os::fd::RawFd) -> Option<u32> {
     if socket_option(fd, libc::SO_DOMAIN)? != libc::AF_PACKET {

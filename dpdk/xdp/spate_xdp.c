@@ -11,9 +11,10 @@
 // - an ARP packet whose target is one of spate's IPv4 addresses;
 // - an IPv6 neighbour solicitation, to a multicast group, whose target is
 //   one of spate's IPv6 addresses;
-// untagged or with one 802.1Q tag. Every other frame is the kernel's
-// (XDP_PASS): its own addresses, broadcasts, router advertisements,
-// multicast queries. A queue without a socket passes everything.
+// untagged. Every other frame is the kernel's (XDP_PASS): its own
+// addresses, tagged frames (its VLAN interfaces), broadcasts, router
+// advertisements, multicast queries. A queue without a socket passes
+// everything.
 
 #include <linux/bpf.h>
 
@@ -50,10 +51,10 @@ struct {
 	__type(value, __u8);
 } spate_v6 SEC(".maps");
 
-#define ETH_P_IPV4 0x0008 /* 0x0800, as it lies in the frame */
+/* EtherTypes as they lie in the frame, read on a little-endian target (bpfel) */
+#define ETH_P_IPV4 0x0008
 #define ETH_P_ARP 0x0608
 #define ETH_P_IPV6 0xdd86
-#define ETH_P_8021Q 0x0081
 #define IPPROTO_ICMPV6 58
 #define ND_SOLICIT 135
 
@@ -112,14 +113,10 @@ int spate_xdp(struct xdp_md *ctx)
 	if (p + 14 > end)
 		return XDP_PASS;
 	__builtin_memcpy(&type, p + 12, 2);
-	if (type == ETH_P_8021Q) {
-		if (p + 18 > end)
-			return XDP_PASS;
-		__builtin_memcpy(&type, p + 16, 2);
-		mine = is_spates(p, end, type, 18);
-	} else {
-		mine = is_spates(p, end, type, 14);
-	}
+	// A tagged frame is for one of the kernel's VLAN interfaces: spate's
+	// port is untagged (a NIC's VLAN offload would strip the tag before
+	// XDP, and the XDP socket could not say which VLAN it was).
+	mine = is_spates(p, end, type, 14);
 	if (!mine)
 		return XDP_PASS;
 	return bpf_redirect_map(&xsks_map, ctx->rx_queue_index, XDP_PASS);

@@ -145,7 +145,7 @@ impl Stack {
         ifaces.dedup();
         for i in ifaces {
             self.sync_multicast_filter(i);
-            self.sync_xdp(i);
+            let _ = self.sync_xdp(i); // logged
         }
     }
 

@@ -392,7 +392,7 @@ mod tests {
         let Frame::Udp { m: trimmed, at } = full else {
             panic!("the fast path took what the full path did not: {full:?}")
         };
-        let h = parse::udp(&trimmed, &at, false, &mut t).expect("the fast path took a datagram the UDP step refuses");
+        let h = parse::udp(&trimmed, &at, 0, &mut t).expect("the fast path took a datagram the UDP step refuses");
         assert!(!at.group);
         assert_eq!((ip_key(&at.src), h.src_port, ip_key(&at.dst), h.dst_port), (f.src, f.src_port, f.dst, f.dst_port));
         assert_eq!(at.l4, if v4 { FAST_L4 } else { FAST6_L4 });

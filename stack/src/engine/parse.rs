@@ -314,15 +314,17 @@ fn ipv6<B: PacketBuf>(ifc: &Interface, mut m: B, l2: usize, eth_src: MacAddr, t:
 
 /// A UDP datagram in one segment: its length and checksum (the port's
 /// verdict, else computed; IPv6 has no datagram without one). On a port
-/// whose frames the kernel hands over as sent (`partial`), a field that
-/// holds only the pseudo-header's sum is a checksum a sender on the same
-/// host left to an offload: accepted, and counted, as the kernel accepts
-/// it.
+/// whose frames the kernel hands over as sent, a field that holds only
+/// the pseudo-header's sum is a checksum a sender on the same host left to
+/// an offload: accepted, and counted, as the kernel accepts it, in an IP
+/// packet of at most `partial_up_to` bytes (the interface's MTU; 0 on
+/// other ports). A longer one is a UDP GSO batch handed over unsegmented:
+/// no single datagram, an error.
 #[inline]
 pub(crate) fn udp<B: PacketBuf>(
     m: &B,
     at: &UdpInFrame,
-    partial: bool,
+    partial_up_to: usize,
     t: &mut impl Tally,
 ) -> Result<UdpHeader, Counter> {
     let c = udp_counters(&at.src);
@@ -336,7 +338,8 @@ pub(crate) fn udp<B: PacketBuf>(
         RxChecksum::Bad => false,
         _ => p.verify_checksum(&at.src, &at.dst),
     };
-    let partial = !checksum_ok && partial && p.checksum() != 0 && p.is_partial_checksum(&at.src, &at.dst);
+    let partial =
+        !checksum_ok && at.end - at.l3 <= partial_up_to && p.checksum() != 0 && p.is_partial_checksum(&at.src, &at.dst);
     if partial {
         t.inc(Counter::CsumPartial);
     } else if !checksum_ok {
@@ -433,7 +436,7 @@ mod tests {
         let want = UdpInFrame { l3: L3, l4: L4, end: L4 + 13, src: s.ip(), dst: d.ip(), group: false };
         assert_eq!(at, want);
         assert_eq!(counts, [Counter::IpInReceives, Counter::IpInDelivers]);
-        let h = udp(&m, &at, false, &mut Record::default()).expect("good datagram");
+        let h = udp(&m, &at, 0, &mut Record::default()).expect("good datagram");
         assert_eq!(h, UdpHeader { src_port: 5000, dst_port: 7, payload: 5, partial: false });
 
         let (s, d) = to_us6();
@@ -441,7 +444,7 @@ mod tests {
         let Frame::Udp { m, at } = f else { panic!("not UDP: {f:?}") };
         assert_eq!((at.l4, at.end, at.src, at.group), (L4_V6, L4_V6 + 13, s.ip(), false));
         assert_eq!(counts, [Counter::Ip6InReceives, Counter::Ip6InDelivers]);
-        assert_eq!(udp(&m, &at, false, &mut Record::default()).map(|h| h.payload), Ok(5));
+        assert_eq!(udp(&m, &at, 0, &mut Record::default()).map(|h| h.payload), Ok(5));
     }
 
     #[test]
@@ -534,17 +537,21 @@ mod tests {
             let len = good.pkt_len() - l4;
             let pseudo = udp::pseudo_header(&s.ip(), &d.ip(), len as u16);
             let partial = edited(&good, |b| b[l4 + 6..l4 + 8].copy_from_slice(&checksum::fold(pseudo).to_be_bytes()));
-            let check = |m: &MemBuf, handed: bool| {
+            let check = |m: &MemBuf, up_to: usize| {
                 let (m, at) = udp_step(m.clone());
                 let mut t = Record::default();
-                (udp(&m, &at, handed, &mut t).map(|h| h.partial), t.counts)
+                (udp(&m, &at, up_to, &mut t).map(|h| h.partial), t.counts)
             };
-            assert_eq!(check(&partial, true), (Ok(true), vec![Counter::CsumPartial]));
-            assert_eq!(check(&partial, false).0, Err(Counter::RxUdpCsumErrors), "a port that checks them all");
-            assert_eq!(check(&good, true), (Ok(false), vec![]), "a whole checksum is no partial one");
+            assert_eq!(check(&partial, 1500), (Ok(true), vec![Counter::CsumPartial]));
+            assert_eq!(check(&partial, 0).0, Err(Counter::RxUdpCsumErrors), "a port that checks them all");
+            assert_eq!(check(&good, 1500), (Ok(false), vec![]), "a whole checksum is no partial one");
+            // Past the MTU: a GSO batch handed over whole, no datagram.
+            let ip_len = good.pkt_len() - L3;
+            assert_eq!(check(&partial, ip_len - 1).0, Err(Counter::RxUdpCsumErrors));
+            assert_eq!(check(&partial, ip_len).0, Ok(true));
             // Any other wrong field is wrong.
             let wrong = edited(&partial, |b| b[l4 + 7] ^= 1);
-            assert_eq!(check(&wrong, true).0, Err(Counter::RxUdpCsumErrors));
+            assert_eq!(check(&wrong, 1500).0, Err(Counter::RxUdpCsumErrors));
         }
     }
 
@@ -553,7 +560,7 @@ mod tests {
         let check = |m: MemBuf| {
             let (m, at) = udp_step(m);
             let mut t = Record::default();
-            (udp(&m, &at, false, &mut t), t.counts)
+            (udp(&m, &at, 0, &mut t), t.counts)
         };
         let (s, d) = to_us4();
         let good = udp_frame(s, d, b"payload");
@@ -589,7 +596,7 @@ mod tests {
         });
         let (m, at) = udp_step(hop_by_hop);
         assert_eq!(at.l4, L4_V6 + 8);
-        assert_eq!(udp(&m, &at, false, &mut Record::default()).map(|h| h.dst_port), Ok(7));
+        assert_eq!(udp(&m, &at, 0, &mut Record::default()).map(|h| h.dst_port), Ok(7));
         let next = |n: u8| edited(&good, |b| b[L3 + 6] = n);
         let (f, counts) = parse(next(132));
         assert!(matches!(f, Frame::UnknownV6 { answer: true, l2: L3, .. }), "{f:?}");

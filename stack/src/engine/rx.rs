@@ -69,7 +69,8 @@ impl Worker<'_> {
     /// UDP: validate, look the socket up, queue the datagram.
     #[inline]
     pub(super) fn rx_udp<const GRO: bool>(&mut self, ifc: &Interface, m: Mbuf, at: UdpInFrame) -> Step {
-        match parse::udp(&m, &at, ifc.partial_checksums, &mut &*self) {
+        let partial_up_to = if ifc.partial_checksums { ifc.mtu as usize } else { 0 };
+        match parse::udp(&m, &at, partial_up_to, &mut &*self) {
             Ok(h) => {
                 let mut m = m;
                 if h.partial {
@@ -278,7 +279,10 @@ impl Worker<'_> {
 #[cold]
 fn complete_udp_checksum(m: &mut Mbuf, at: &UdpInFrame) {
     let Some(d) = m.data_mut().get_mut(at.l4..at.end) else { return };
-    let pseudo = udp::pseudo_header(&at.src, &at.dst, d.len() as u16);
+    // The UDP length, which may be shorter than the IP payload.
+    let len = u16::from_be_bytes([d[4], d[5]]);
+    let Some(d) = d.get_mut(..len as usize) else { return };
+    let pseudo = udp::pseudo_header(&at.src, &at.dst, len);
     d[6..8].fill(0);
     let c = udp::finish_checksum(pseudo, checksum::sum(d));
     d[6..8].copy_from_slice(&c.to_be_bytes());

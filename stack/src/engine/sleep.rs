@@ -91,14 +91,17 @@ impl Worker<'_> {
             let port = self.shared.ports.get(*iface as usize).map(|p| p.info());
             // net_af_packet and net_af_xdp have no RX interrupts, but each
             // queue's packet or XDP socket is readable while frames wait in
-            // its ring. The drivers open one per queue, in order: any other
-            // socket of the kind (another port on the interface, a second
-            // net_af_xdp port) and they are not told apart.
+            // its ring. net_af_packet opens one per queue pair, in order:
+            // any other packet socket on the interface (another port on
+            // it) and they are not told apart; an XDP socket says its
+            // queue (sock_diag).
             let sockets = match port {
                 Some(i) if i.driver == "net_af_packet" && i.if_index != 0 => {
                     Some((spate_dpdk::sleep::packet_sockets(i.if_index), i, "packet"))
                 }
-                Some(i) if i.driver == "net_af_xdp" => Some((spate_dpdk::sleep::xdp_sockets(), i, "XDP")),
+                Some(i) if i.driver == "net_af_xdp" && i.if_index != 0 => {
+                    Some((spate_dpdk::xdp::own_sockets(i.if_index), i, "XDP"))
+                }
                 _ => None,
             };
             if let Some((sockets, info, kind)) = sockets {

@@ -93,7 +93,7 @@ impl Stack {
             // Its solicited-node group, for a port that filters groups.
             self.sync_multicast_filter(iface);
         }
-        self.sync_xdp(iface);
+        let _ = self.sync_xdp(iface); // logged
         shared.stats.shared().add_shared(Counter::ConfAddrAdds, 1);
         Ok(())
     }
@@ -121,7 +121,7 @@ impl Stack {
         if ip.is_ipv6() {
             self.sync_multicast_filter(iface);
         }
-        self.sync_xdp(iface);
+        let _ = self.sync_xdp(iface); // logged
         self.shared.stats.shared().add_shared(Counter::ConfAddrRemoves, 1);
         Ok(())
     }

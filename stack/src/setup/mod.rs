@@ -177,7 +177,7 @@ impl Stack {
         let mut xdp_ports = Vec::new();
         for (index, spec) in cfg.ports.iter().enumerate() {
             ports::remove_stale_vhost_socket(&spec.device);
-            let af_xdp = af_xdp::prepare(&spec.device, index)?;
+            let af_xdp = af_xdp::prepare(spec, index)?;
             let mut port = if spec.is_pci() {
                 Port::open(spec.device.split(',').next().unwrap_or(""))?
             } else {
@@ -245,7 +245,7 @@ impl Stack {
                 &spec.ipv6,
             );
             (ifc.rx_checksum, ifc.tx_checksum) = (port.rx_checksum(), port.tx_checksum());
-            ifc.partial_checksums = ports::KERNEL_HANDOFF.contains(&info.driver.as_str());
+            ifc.partial_checksums = ports::hands_over_as_sent(&info.driver, &spec.device);
             ifaces.push(ifc);
             for (w, q) in queues.iter_mut().enumerate() {
                 if w < plan.rx_queues as usize {
@@ -280,7 +280,8 @@ impl Stack {
                 log::info!(
                     "spate: interface {index} ({}): the kernel hands its frames over as they were sent; a UDP \
                      checksum a sender on this host left to an offload (a veth peer with TX checksum offload on) \
-                     is accepted unverified, as the kernel accepts it, and counted in Csum.Partial",
+                     is accepted unverified in a packet of at most the MTU, as the kernel accepts it, and counted \
+                     in Csum.Partial",
                     info.driver
                 );
             }
@@ -290,8 +291,8 @@ impl Stack {
                      PMD's ring (DPDK 22.11 joins a defragmenting fanout group), so an IPv4 datagram that arrives \
                      in fragments reaches spate only up to {limit} bytes of IP packet ({} of UDP payload): longer ones are \
                      truncated by the ring's frames (`framesz=`, at most the mbufs' data room) and counted in \
-                     Rx.Ipv4Truncated. IPv6 fragments arrive as sent and spate reassembles them; net_pcap and \
-                     net_tap deliver IPv4 fragments too",
+                     Rx.Ipv4Truncated. IPv6 fragments arrive as sent and spate reassembles them; net_pcap, \
+                     net_tap and net_af_xdp deliver IPv4 fragments as sent too",
                     limit.saturating_sub(28)
                 );
             }
@@ -414,11 +415,20 @@ impl Stack {
         let stack = Stack::from_parts(shared, device_filters);
         *stack.control.xdp.lock().unwrap_or_else(|p| p.into_inner()) = xdp_ports
             .into_iter()
-            .map(|p| p.map(|(if_index, maps)| XdpPort { if_index, maps, installed: Default::default() }))
+            .map(|p| {
+                p.map(|l| XdpPort {
+                    maps: l.maps,
+                    installed: Default::default(),
+                    kernel: l.kernel,
+                    warned: Default::default(),
+                })
+            })
             .collect();
         for iface in 0..stack.shared.ports.len() as u16 {
             stack.sync_multicast_filter(iface);
-            stack.sync_xdp(iface);
+            stack
+                .sync_xdp(iface)
+                .map_err(|e| Error::Config(format!("interface {iface}: filling its XDP program's maps: {e}")))?;
         }
         tunnels::register_endpoints(&stack.shared)?;
         control::open(&stack)?;

@@ -120,10 +120,18 @@ pub(super) fn remove_stale_vhost_socket(device: &str) {
     }
 }
 
-/// Drivers whose frames the kernel hands over as they were sent: a sender
-/// on the same host (a veth's peer with TX checksum offload on) may have
-/// left a UDP checksum to an offload that never runs.
-pub(super) const KERNEL_HANDOFF: &[&str] = &["net_af_packet", "net_af_xdp"];
+/// Whether the kernel hands a port's frames over as they were sent (a
+/// packet socket or an XDP socket on an interface: `net_af_packet`,
+/// `net_af_xdp`, `net_pcap` with `iface=`): a sender on the same host (a
+/// veth's peer with TX checksum offload on) may have left a UDP checksum
+/// to an offload that never runs.
+pub(super) fn hands_over_as_sent(driver: &str, device: &str) -> bool {
+    match driver {
+        "net_af_packet" | "net_af_xdp" => true,
+        "net_pcap" => device.split(',').skip(1).any(|kv| kv.starts_with("iface=")),
+        _ => false,
+    }
+}
 
 /// The kernel's header in a `net_af_packet` frame before the IP header:
 /// `TPACKET_ALIGN(TPACKET2_HDRLEN + 16)` (`tpacket_rcv`'s `netoff`).
@@ -164,5 +172,15 @@ mod tests {
         assert_eq!(af_packet_ipv4_limit("net_af_packet", "net_af_packet0,iface=v0"), Some(1968));
         assert_eq!(af_packet_ipv4_limit("net_af_packet", "net_af_packet0,iface=v0,framesz=4096"), Some(4016));
         assert_eq!(af_packet_ipv4_limit("net_pcap", "net_pcap0,iface=v0"), None);
+    }
+
+    #[test]
+    fn packet_and_xdp_sockets_hand_frames_over_as_sent() {
+        use super::hands_over_as_sent;
+        assert!(hands_over_as_sent("net_af_packet", "net_af_packet0,iface=v0"));
+        assert!(hands_over_as_sent("net_af_xdp", "net_af_xdp0,iface=v0"));
+        assert!(hands_over_as_sent("net_pcap", "net_pcap0,iface=v0,phy_mac=1"));
+        assert!(!hands_over_as_sent("net_pcap", "net_pcap0,rx_pcap=in.pcap,tx_pcap=out.pcap"));
+        assert!(!hands_over_as_sent("net_tap", "net_tap0,iface=spate0"));
     }
 }
