@@ -100,9 +100,20 @@ pub(super) fn prepare(spec: &PortSpec, index: usize) -> Result<Option<Prepared>>
             .map_err(|e| fail(format!("detaching {iface}'s stale XDP program: {e}")))?;
     }
     warn_uncovered_queues(device, iface);
-    if devarg(device, "xdp_prog").is_some() {
+    let mut device = device.to_string();
+    if devarg(&device, "busy_budget").is_none() && copy_mode(&device, iface) {
+        // Without a zero-copy driver the fill ring never asks for a
+        // wake-up, and the PMD's busy polling only adds a system call to
+        // every empty receive.
+        log::info!(
+            "spate: interface {iface} moves frames by copy (no device of its own, or force_copy=1): \
+             busy_budget=0, so an empty receive makes no system call"
+        );
+        device.push_str(",busy_budget=0");
+    }
+    if devarg(&device, "xdp_prog").is_some() {
         log::info!("spate: port {device} brings its own XDP program: spate keeps no address map in it");
-        return Ok(Some(Prepared { device: device.to_string(), program: None, iface: iface.to_string(), if_index }));
+        return Ok(Some(Prepared { device, program: None, iface: iface.to_string(), if_index }));
     }
     if xdp::PROGRAM.is_empty() {
         return Err(fail(
@@ -115,6 +126,14 @@ pub(super) fn prepare(spec: &PortSpec, index: usize) -> Result<Option<Prepared>>
     log::debug!("spate: port {index}: spate's XDP program at {path}");
     let device = format!("{device},xdp_prog={path}");
     Ok(Some(Prepared { device, program: Some(program), iface: iface.to_string(), if_index }))
+}
+
+/// Whether the port's XDP sockets will copy frames: `force_copy=1`, or an
+/// interface with no device behind it (a veth, a bridge: drivers with no
+/// zero-copy mode).
+fn copy_mode(device: &str, iface: &str) -> bool {
+    devarg(device, "force_copy") == Some("1")
+        || !std::path::Path::new(&format!("/sys/class/net/{iface}/device")).exists()
 }
 
 /// Warns when the interface receives on more queues than the port's
@@ -149,7 +168,7 @@ impl Prepared {
         {
             return Err(fail(
                 "busy_budget=0 with a zero-copy XDP socket: an idle receive would wait up to a second in the PMD's \
-                 poll(2), stalling the lcore's timers and sends; leave busy_budget at the PMD's default"
+                 poll(2), stalling the lcore's timers and sends; give the port busy_budget=64 (the PMD's default)"
                     .into(),
             ));
         }
