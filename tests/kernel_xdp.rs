@@ -2,9 +2,10 @@
 //! namespace, against the kernel in a peer namespace over a veth (the
 //! peer's TX checksum offload left on, as a veth comes up):
 //!
-//! - spate's XDP program gives spate the frames to its addresses (echo of
-//!   1 to 65,000 bytes in fragments, ping, `ECONNREFUSED` from its port
-//!   unreachable, IPv4 and IPv6) while the kernel keeps an address of its
+//! - spate's XDP program gives spate the frames to its addresses and its
+//!   group (echo of 1 to 65,000 bytes in fragments, ping, `ECONNREFUSED`
+//!   from its port unreachable, IPv4 and IPv6, a datagram to the group
+//!   spate-echo joined) while the kernel keeps an address of its
 //!   own on the same interface and answers ping and its own UDP echo
 //!   there; its IPv6 link-local address stays the kernel's;
 //! - addresses added through the control endpoint at run time reach spate
@@ -125,8 +126,11 @@ fn spate_and_the_kernel_share_an_interface_through_xdp() {
     let name = format!("xdp-{}", std::process::id());
     let stop = Arc::new(AtomicBool::new(false));
     let served = kernel_echo(&spate, stop.clone());
-    let app = SpateApp::start(&spate, ECHO, &echo_args(&name), "UDP echo on");
+    let args = [echo_args(&name), vec!["--join".into(), "239.1.2.3".into()]].concat();
+    let app = SpateApp::start(&spate, ECHO, &args, "UDP echo on");
     assert!(app.proc.output().contains("spate's XDP program"), "{}", app.proc.output());
+    assert!(app.proc.output().contains("gives spate 239.1.2.3's frames"), "{}", app.proc.output());
+    kernel.must(&["ip", "route", "add", "224.0.0.0/4", "dev", "vB"]);
 
     for target in ["198.18.0.3", "fd00::3", "198.18.0.2", "fd00::2"] {
         assert!(pings(&kernel, target), "ping {target}\n{}", app.proc.output());
@@ -145,6 +149,15 @@ fn spate_and_the_kernel_share_an_interface_through_xdp() {
             .collect();
         (to_spate, to_kernel)
     });
+    // The group spate's socket joined is spate's: answered from its address.
+    let group = kernel.run(|| {
+        let s = UdpSocket::bind("198.18.0.1:0").unwrap();
+        s.set_read_timeout(Some(Duration::from_secs(2))).unwrap();
+        s.send_to(b"to the group", "239.1.2.3:7").unwrap();
+        let mut buf = [0u8; 64];
+        s.recv_from(&mut buf).ok().map(|(n, from)| (buf[..n].to_vec(), from))
+    });
+    assert_eq!(group, Some((b"to the group".to_vec(), "198.18.0.2:7".parse().unwrap())), "{}", app.proc.output());
     for (to, len, ok) in &to_spate {
         assert!(ok, "{to}: {} (len {len})\n{}", if *len == 0 { "ECONNREFUSED" } else { "echo" }, app.proc.output());
     }
@@ -175,7 +188,7 @@ fn spate_and_the_kernel_share_an_interface_through_xdp() {
     let (c, out) = app.stop();
     stop.store(true, Ordering::Relaxed);
     assert_eq!(served.join().unwrap(), 4, "the kernel's echo answered its four");
-    assert_eq!(counter(&c, "Udp.InDatagrams"), 5, "{out}");
+    assert_eq!(counter(&c, "Udp.InDatagrams"), 5 + 1, "{out}");
     assert_eq!(counter(&c, "Udp6.InDatagrams"), 5, "{out}");
     assert_eq!((counter(&c, "Udp.NoPorts"), counter(&c, "Udp6.NoPorts")), (1, 1), "{out}");
     assert_eq!(counter(&c, "Icmp.InEchos") + counter(&c, "Icmp6.InEchos"), 2 * 4, "{out}");
