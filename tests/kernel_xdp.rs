@@ -8,6 +8,8 @@
 //!   spate-echo joined) while the kernel keeps an address of its
 //!   own on the same interface and answers ping and its own UDP echo
 //!   there; its IPv6 link-local address stays the kernel's;
+//! - the queries go to the kernel, so spate reports its group unasked
+//!   (here every second: `mcast_refresh_secs = 1`);
 //! - addresses added through the control endpoint at run time reach spate
 //!   (it answers their pings), and one removed goes back to the kernel;
 //! - a spate killed with SIGKILL leaves its program attached: the next
@@ -126,8 +128,15 @@ fn spate_and_the_kernel_share_an_interface_through_xdp() {
     let name = format!("xdp-{}", std::process::id());
     let stop = Arc::new(AtomicBool::new(false));
     let served = kernel_echo(&spate, stop.clone());
-    let args = [echo_args(&name), vec!["--join".into(), "239.1.2.3".into()]].concat();
+    // Reports of its groups unasked every second (the kernel gets the
+    // queries), for the test to see them.
+    let config = std::env::temp_dir().join(format!("spate-xdp-{}.toml", std::process::id()));
+    std::fs::write(&config, "mcast_refresh_secs = 1\n").unwrap();
+    let args =
+        [echo_args(&name), ["--join", "239.1.2.3", "--config", config.to_str().unwrap()].map(String::from).to_vec()]
+            .concat();
     let app = SpateApp::start(&spate, ECHO, &args, "UDP echo on");
+    let _ = std::fs::remove_file(&config);
     assert!(app.proc.output().contains("spate's XDP program"), "{}", app.proc.output());
     assert!(app.proc.output().contains("gives spate 239.1.2.3's frames"), "{}", app.proc.output());
     kernel.must(&["ip", "route", "add", "224.0.0.0/4", "dev", "vB"]);
@@ -158,6 +167,10 @@ fn spate_and_the_kernel_share_an_interface_through_xdp() {
         s.recv_from(&mut buf).ok().map(|(n, from)| (buf[..n].to_vec(), from))
     });
     assert_eq!(group, Some((b"to the group".to_vec(), "198.18.0.2:7".parse().unwrap())), "{}", app.proc.output());
+    // After the join's own reports: the refreshes, a second apart.
+    let reports = kernel.must(&["/usr/bin/python3", "-c", IGMP_REPORTS]);
+    let reports: u32 = reports.trim().parse().unwrap();
+    assert!((2..=4).contains(&reports), "{reports} reports of 239.1.2.3 in 3 s\n{}", app.proc.output());
     for (to, len, ok) in &to_spate {
         assert!(ok, "{to}: {} (len {len})\n{}", if *len == 0 { "ECONNREFUSED" } else { "echo" }, app.proc.output());
     }
@@ -246,6 +259,24 @@ fn a_killed_spate_leaves_nothing_that_stops_the_next_on_net_af_xdp() {
     spate.must(&["ip", "link", "set", "dev", "vA", "xdp", "off"]);
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// Counts the IGMP reports naming 239.1.2.3 that reach `vB` in 3 s.
+const IGMP_REPORTS: &str = r#"
+import socket, time
+s = socket.socket(socket.AF_PACKET, socket.SOCK_RAW, socket.htons(0x0800))
+s.bind(("vB", 0))
+s.settimeout(0.2)
+n, end = 0, time.time() + 3
+while time.time() < end:
+    try:
+        f = s.recv(2048)
+    except socket.timeout:
+        continue
+    ihl = (f[14] & 15) * 4
+    if f[14 + 9] == 2 and bytes([239, 1, 2, 3]) in f[14 + ihl:]:
+        n += 1
+print(n)
+"#;
 
 /// An XDP program that is not spate's.
 const FOREIGN: &str = r#"

@@ -48,6 +48,10 @@ pub struct Interface {
     /// peer with TX checksum offload on) may leave a UDP checksum to an
     /// offload that never runs, the field holding the pseudo-header's sum.
     pub partial_checksums: bool,
+    /// Every how many ns lcore 0 reports the interface's groups unasked
+    /// (a `net_af_xdp` port beside the kernel, whose queries the kernel
+    /// gets); 0: only when asked and when they change.
+    pub report_refresh_ns: u64,
     /// For a tunnel's inner interface: where its frames go.
     pub tunnel: Option<Tunnel>,
 }
@@ -102,6 +106,7 @@ impl Interface {
             rx_checksum: false,
             tx_checksum: false,
             partial_checksums: false,
+            report_refresh_ns: 0,
             tunnel: None,
         };
         iface.derive();

@@ -184,6 +184,11 @@ pub struct StackConfig {
     /// exchanges (an application computing between datagrams on the
     /// lcore's own CPU) at the cost of a wake-up per frame.
     pub poll_idle_us: u32,
+    /// On a `net_af_xdp` port sharing its interface with the kernel, where
+    /// IGMP and MLD queries reach only the kernel: every how many seconds
+    /// spate reports its groups unasked, so that a snooping switch or a
+    /// router keeps them (their default timeout: 260 s). 0: never.
+    pub mcast_refresh_secs: u32,
     /// Hugepages.
     pub hugepages: Hugepages,
     /// EAL memory in MiB.
@@ -291,6 +296,7 @@ impl Default for StackConfig {
             idle_sleep_us: 0,
             poll: PollMode::Busy,
             poll_idle_us: 50,
+            mcast_refresh_secs: 60,
             hugepages: Hugepages::Auto,
             memory_mb: 512,
             eal_args: Vec::new(),

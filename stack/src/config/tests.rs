@@ -69,6 +69,8 @@ fn toml_config() {
     assert_eq!((c.poll, c.ports[0].poll), (PollMode::Busy, Some(PollMode::Adaptive)));
     assert_eq!(c.poll_idle_us, 50, "the default");
     assert_eq!(StackConfig::from_toml("poll_idle_us = 0").unwrap().poll_idle_us, 0);
+    assert_eq!(c.mcast_refresh_secs, 60, "the default");
+    assert_eq!(StackConfig::from_toml("mcast_refresh_secs = 0").unwrap().mcast_refresh_secs, 0);
     let long = StackConfig { poll_idle_us: 10_001, ..c.clone() };
     assert!(long.validate().unwrap_err().to_string().contains("poll_idle_us = 10001: at most 10000"));
     StackConfig { poll_idle_us: 10_000, ..c.clone() }.validate().unwrap();

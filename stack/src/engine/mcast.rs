@@ -76,6 +76,7 @@ impl Worker<'_> {
     /// version its interface speaks now; answers to queries past their
     /// rate limit are dropped and counted.
     pub(super) fn send_due_reports(&mut self) {
+        self.refresh_reports();
         if !self.shared.mcast_pending.load(Ordering::Acquire) {
             return;
         }
@@ -106,6 +107,45 @@ impl Worker<'_> {
         for (r, version) in due {
             self.send_report(r, version);
         }
+    }
+
+    /// On interfaces whose queries reach only the kernel (`net_af_xdp`
+    /// beside it): every `report_refresh_ns`, the state of each family's
+    /// groups, unasked, as the answer to a general query would give it.
+    fn refresh_reports(&mut self) {
+        let net = self.net.clone();
+        let now = self.now;
+        let mut due = Vec::new();
+        for ifc in net.ifaces.iter().filter(|i| i.report_refresh_ns > 0) {
+            let i = ifc.index as usize;
+            if self.reports_refreshed.len() <= i {
+                self.reports_refreshed.resize(i + 1, None);
+            }
+            // The first period starts now: joins report themselves.
+            let last = *self.reports_refreshed[i].get_or_insert(now);
+            if now.0.saturating_sub(last.0) < ifc.report_refresh_ns {
+                continue;
+            }
+            self.reports_refreshed[i] = Some(now);
+            let groups = net.mcast.ifaces.get(i).map(|g| g.as_slice()).unwrap_or_default();
+            for v6 in [false, true] {
+                if groups.iter().any(|(g, _)| g.is_ipv6() == v6 && report::reported(g)) {
+                    due.push(PendingReport {
+                        due: now,
+                        iface: ifc.index,
+                        v6,
+                        group: None,
+                        current: true,
+                        repeat: false,
+                    });
+                }
+            }
+        }
+        if due.is_empty() {
+            return;
+        }
+        self.shared.mcast_reports.lock().unwrap_or_else(|p| p.into_inner()).reports.extend(due);
+        self.shared.mcast_pending.store(true, Ordering::Release);
     }
 
     /// Sends one report: the interface's state of the group (or of every

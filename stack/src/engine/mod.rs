@@ -215,6 +215,9 @@ pub(crate) struct Worker<'s> {
     /// (`IP_MULTICAST_LOOP`), with their interface: taken in the next
     /// poll.
     looped: Vec<(u16, Mbuf)>,
+    /// Lcore 0: by interface, when it reported its groups unasked last
+    /// (interfaces with a `report_refresh_ns`).
+    reports_refreshed: Vec<Option<Instant>>,
 
     // Adaptive polling.
     /// The lcore's sleeps (its bell in its thread's epoll set), when
@@ -313,6 +316,7 @@ impl<'s> Worker<'s> {
             train: Default::default(),
             train_segments: Burst::new(),
             looped: Vec::new(),
+            reports_refreshed: Vec::new(),
             sleeper: None,
             rx_intr: false,
             intr_registered: Vec::new(),

@@ -210,10 +210,12 @@ impl Stack {
                 let pc = PortConfig { rx_interrupts: false, ..pc.clone() };
                 port.configure(&pc, pool.clone())?;
             }
-            xdp_ports.push(match af_xdp {
+            let loaded = match af_xdp {
                 Some(prepared) => prepared.loaded()?,
                 None => None,
-            });
+            };
+            let report_refresh_ns = if loaded.is_some() { cfg.mcast_refresh_secs as u64 * 1_000_000_000 } else { 0 };
+            xdp_ports.push(loaded);
             let mut soft_mac = None;
             if let Some(mac) = spec.mac
                 && let Err(e) = port.set_mac(mac.0)
@@ -246,6 +248,7 @@ impl Stack {
             );
             (ifc.rx_checksum, ifc.tx_checksum) = (port.rx_checksum(), port.tx_checksum());
             ifc.partial_checksums = ports::hands_over_as_sent(&info.driver, &spec.device);
+            ifc.report_refresh_ns = report_refresh_ns;
             ifaces.push(ifc);
             for (w, q) in queues.iter_mut().enumerate() {
                 if w < plan.rx_queues as usize {
