@@ -64,6 +64,33 @@ fn echo_args(name: &str) -> Vec<String> {
     .to_vec()
 }
 
+/// A file removed when the test ends, however it ends.
+struct TempFile(std::path::PathBuf);
+
+impl TempFile {
+    fn new(what: &str, text: &str) -> TempFile {
+        let path = std::env::temp_dir().join(format!("spate-xdp-{}-{what}", std::process::id()));
+        std::fs::write(&path, text).unwrap();
+        TempFile(path)
+    }
+
+    fn path(&self) -> &str {
+        self.0.to_str().unwrap()
+    }
+}
+
+impl Drop for TempFile {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_file(&self.0);
+    }
+}
+
+/// The IGMP reports naming `group` that reach `vB` in 3 s, counted in
+/// the peer's namespace.
+fn igmp_reports(peer: &Netns, group: &str) -> u32 {
+    peer.must(&["/usr/bin/python3", "-c", IGMP_REPORTS, group]).trim().parse().unwrap()
+}
+
 /// A control request to the stack named `name`; its reply line.
 fn control(name: &str, request: &str) -> String {
     let mut s = UnixStream::connect(format!("/run/spate/{name}.sock")).expect("the control endpoint");
@@ -130,13 +157,10 @@ fn spate_and_the_kernel_share_an_interface_through_xdp() {
     let served = kernel_echo(&spate, stop.clone());
     // Reports of its groups unasked every second (the kernel gets the
     // queries), for the test to see them.
-    let config = std::env::temp_dir().join(format!("spate-xdp-{}.toml", std::process::id()));
-    std::fs::write(&config, "mcast_refresh_secs = 1\n").unwrap();
+    let config = TempFile::new("refresh-1.toml", "mcast_refresh_secs = 1\n");
     let args =
-        [echo_args(&name), ["--join", "239.1.2.3", "--config", config.to_str().unwrap()].map(String::from).to_vec()]
-            .concat();
+        [echo_args(&name), ["--join", "239.1.2.3", "--config", config.path()].map(String::from).to_vec()].concat();
     let app = SpateApp::start(&spate, ECHO, &args, "UDP echo on");
-    let _ = std::fs::remove_file(&config);
     assert!(app.proc.output().contains("spate's XDP program"), "{}", app.proc.output());
     assert!(app.proc.output().contains("gives spate 239.1.2.3's frames"), "{}", app.proc.output());
     kernel.must(&["ip", "route", "add", "224.0.0.0/4", "dev", "vB"]);
@@ -168,8 +192,7 @@ fn spate_and_the_kernel_share_an_interface_through_xdp() {
     });
     assert_eq!(group, Some((b"to the group".to_vec(), "198.18.0.2:7".parse().unwrap())), "{}", app.proc.output());
     // After the join's own reports: the refreshes, a second apart.
-    let reports = kernel.must(&["/usr/bin/python3", "-c", IGMP_REPORTS]);
-    let reports: u32 = reports.trim().parse().unwrap();
+    let reports = igmp_reports(&kernel, "239.1.2.3");
     assert!((2..=4).contains(&reports), "{reports} reports of 239.1.2.3 in 3 s\n{}", app.proc.output());
     for (to, len, ok) in &to_spate {
         assert!(ok, "{to}: {} (len {len})\n{}", if *len == 0 { "ECONNREFUSED" } else { "echo" }, app.proc.output());
@@ -223,12 +246,20 @@ fn a_killed_spate_leaves_nothing_that_stops_the_next_on_net_af_xdp() {
     let link = spate.must(&["ip", "-d", "link", "show", "dev", "vA"]);
     assert!(link.contains("name spate_xdp"), "the killed spate's program stays attached: {link}");
 
-    let second = SpateApp::start(&spate, ECHO, &echo_args(&name), "UDP echo on");
+    // This one joins a group and reports it only when it joins (the
+    // control of the refresh the other test sees).
+    let config = TempFile::new("refresh-0.toml", "mcast_refresh_secs = 0\n");
+    let args =
+        [echo_args(&name), ["--join", "239.1.2.4", "--config", config.path()].map(String::from).to_vec()].concat();
+    let second = SpateApp::start(&spate, ECHO, &args, "UDP echo on");
     assert!(second.proc.output().contains("that ended without closing its port (killed): detached"));
     let echoed =
         kernel.run(|| [echoes("198.18.0.1:0", "198.18.0.2:7", 100), echoes("[fd00::1]:0", "[fd00::2]:7", 100)]);
     assert_eq!(echoed, [true, true], "{}", second.proc.output());
     assert!(pings(&kernel, "198.18.0.3"), "the kernel answers on its address");
+    // The join's own reports are over within a second of the start.
+    std::thread::sleep(Duration::from_millis(1500));
+    assert_eq!(igmp_reports(&kernel, "239.1.2.4"), 0, "no report unasked with mcast_refresh_secs = 0");
     // A third beside the running one is refused and leaves it working.
     let mut third = spate.spawn("third", ECHO, &echo_args(&format!("{name}-3")), Duration::from_secs(60)).unwrap();
     assert!(third.wait_exit(Duration::from_secs(30)), "{}", third.output());
@@ -238,31 +269,30 @@ fn a_killed_spate_leaves_nothing_that_stops_the_next_on_net_af_xdp() {
 
     // A program that is not spate's: refused, with the way out, and left
     // attached.
-    let dir = std::env::temp_dir().join(format!("spate-xdp-foreign-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
-    let (src, obj) = (dir.join("pass.c"), dir.join("pass.o"));
-    std::fs::write(&src, FOREIGN).unwrap();
+    let src = TempFile::new("pass.c", FOREIGN);
+    let obj = TempFile(std::env::temp_dir().join(format!("spate-xdp-{}-pass.o", std::process::id())));
     let built = std::process::Command::new("/usr/bin/clang")
         .args(["-O2", "-target", "bpfel", &format!("-I/usr/include/{}-linux-gnu", std::env::consts::ARCH), "-c"])
-        .arg(&src)
+        .arg(src.path())
         .arg("-o")
-        .arg(&obj)
+        .arg(obj.path())
         .status()
         .unwrap();
-    assert!(built.success());
-    spate.must(&["ip", "link", "set", "dev", "vA", "xdp", "obj", obj.to_str().unwrap(), "sec", "xdp"]);
+    assert!(built.success() && std::path::Path::new(obj.path()).exists(), "clang built no {}", obj.path());
+    spate.must(&["ip", "link", "set", "dev", "vA", "xdp", "obj", obj.path(), "sec", "xdp"]);
     let mut refused = spate.spawn("foreign", ECHO, &echo_args(&name), Duration::from_secs(60)).unwrap();
     assert!(refused.wait_exit(Duration::from_secs(30)), "{}", refused.output());
     let out = refused.output();
     assert!(out.contains("that is not spate's") && out.contains("xdp off"), "{out}");
     assert!(spate.must(&["ip", "-d", "link", "show", "dev", "vA"]).contains("name other_pass"));
     spate.must(&["ip", "link", "set", "dev", "vA", "xdp", "off"]);
-    let _ = std::fs::remove_dir_all(&dir);
 }
 
-/// Counts the IGMP reports naming 239.1.2.3 that reach `vB` in 3 s.
+/// Counts the IGMP reports naming the group (its argument) that reach `vB`
+/// in 3 s.
 const IGMP_REPORTS: &str = r#"
-import socket, time
+import socket, sys, time
+group = bytes(int(b) for b in sys.argv[1].split("."))
 s = socket.socket(socket.AF_PACKET, socket.SOCK_RAW, socket.htons(0x0800))
 s.bind(("vB", 0))
 s.settimeout(0.2)
@@ -273,7 +303,7 @@ while time.time() < end:
     except socket.timeout:
         continue
     ihl = (f[14] & 15) * 4
-    if f[14 + 9] == 2 and bytes([239, 1, 2, 3]) in f[14 + ihl:]:
+    if f[14 + 9] == 2 and group in f[14 + ihl:]:
         n += 1
 print(n)
 "#;

@@ -186,11 +186,11 @@ counters! {
     Ip6InMcastPkts = kept "Ip6"."InMcastPkts": "IPv6 packets received for a multicast group.";
     Ip6OutMcastPkts = kept "Ip6"."OutMcastPkts": "IPv6 packets sent to a multicast group.";
     IgmpInQueries = kept "Igmp"."InQueries": "IGMP membership queries received (every version).";
-    IgmpOutReports = kept "Igmp"."OutReports": "IGMP reports sent (joins, leaves as IGMPv3 records, answers to queries; IGMPv3, or v2 or v1 while an older querier is heard).";
+    IgmpOutReports = kept "Igmp"."OutReports": "IGMP reports sent (joins, leaves as IGMPv3 records, answers to queries, the unasked states of `mcast_refresh_secs`; IGMPv3, or v2 or v1 while an older querier is heard).";
     IgmpOutLeaves = kept "Igmp"."OutLeaves": "IGMPv2 leave messages sent (while an IGMPv2 querier is heard).";
     IgmpAnswersLimited = kept "Igmp"."AnswersLimited": "Answers to IGMP queries not sent: past the rate limit (3 at once, 2 a second, per interface and group or general).";
     Mld6InQueries = kept "Mld6"."InQueries": "MLD queries received (both versions).";
-    Mld6OutReports = kept "Mld6"."OutReports": "MLD reports sent (joins, leaves as MLDv2 records, answers to queries; MLDv2, or v1 while an MLDv1 querier is heard).";
+    Mld6OutReports = kept "Mld6"."OutReports": "MLD reports sent (joins, leaves as MLDv2 records, answers to queries, the unasked states of `mcast_refresh_secs`; MLDv2, or v1 while an MLDv1 querier is heard).";
     Mld6OutDones = kept "Mld6"."OutDones": "MLDv1 done messages sent (while an MLDv1 querier is heard).";
     Mld6AnswersLimited = kept "Mld6"."AnswersLimited": "Answers to MLD queries not sent: past the rate limit (3 at once, 2 a second, per interface and group or general).";
 

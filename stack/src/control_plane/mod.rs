@@ -181,8 +181,15 @@ impl Stack {
         for &(iface, group) in changed.iter().filter(|(_, g)| crate::mcast::report::reported(g)) {
             let repeat = Instant(now.0 + 1 + (self.shared.random_u32() as u64 % 1_000_000_000));
             for (due, repeat) in [(now, false), (repeat, true)] {
-                let report =
-                    PendingReport { due, iface, v6: group.is_ipv6(), group: Some(group), current: false, repeat };
+                let report = PendingReport {
+                    due,
+                    iface,
+                    v6: group.is_ipv6(),
+                    group: Some(group),
+                    current: false,
+                    repeat,
+                    unasked: false,
+                };
                 reports.reports.push(report);
             }
         }

@@ -67,7 +67,15 @@ impl Worker<'_> {
         }
         match reports.iter_mut().find(|p| same(p) && p.group == q.group) {
             Some(p) => p.due = p.due.min(due),
-            None => reports.push(PendingReport { due, iface, v6, group: q.group, current: true, repeat: false }),
+            None => reports.push(PendingReport {
+                due,
+                iface,
+                v6,
+                group: q.group,
+                current: true,
+                repeat: false,
+                unasked: false,
+            }),
         }
         self.shared.mcast_pending.store(true, Ordering::Release);
     }
@@ -86,7 +94,7 @@ impl Worker<'_> {
             let mut due: Vec<(PendingReport, u8)> = Vec::new();
             let mut limited = (0, 0);
             for r in timers.reports.iter().filter(|r| r.due <= now).copied().collect::<Vec<_>>() {
-                if r.current && !timers.answers.take(r.iface, r.v6, r.group, now.0) {
+                if r.current && !r.unasked && !timers.answers.take(r.iface, r.v6, r.group, now.0) {
                     if r.v6 {
                         limited.1 += 1
                     } else {
@@ -130,21 +138,25 @@ impl Worker<'_> {
             let groups = net.mcast.ifaces.get(i).map(|g| g.as_slice()).unwrap_or_default();
             for v6 in [false, true] {
                 if groups.iter().any(|(g, _)| g.is_ipv6() == v6 && report::reported(g)) {
-                    due.push(PendingReport {
-                        due: now,
-                        iface: ifc.index,
-                        v6,
-                        group: None,
-                        current: true,
-                        repeat: false,
-                    });
+                    let (iface, group, current, repeat, unasked) = (ifc.index, None, true, false, true);
+                    due.push(PendingReport { due: now, iface, v6, group, current, repeat, unasked });
                 }
             }
         }
         if due.is_empty() {
             return;
         }
-        self.shared.mcast_reports.lock().unwrap_or_else(|p| p.into_inner()).reports.extend(due);
+        let mut timers = self.shared.mcast_reports.lock().unwrap_or_else(|p| p.into_inner());
+        // A general state already on its way covers it.
+        let pending = |r: &PendingReport, t: &[PendingReport]| {
+            t.iter().any(|p| p.current && p.group.is_none() && (p.iface, p.v6) == (r.iface, r.v6))
+        };
+        for r in due {
+            if !pending(&r, &timers.reports) {
+                timers.reports.push(r);
+            }
+        }
+        drop(timers);
         self.shared.mcast_pending.store(true, Ordering::Release);
     }
 

@@ -143,7 +143,7 @@ fn warn_uncovered_queues(device: &str, iface: &str) {
     let Ok(dir) = std::fs::read_dir(format!("/sys/class/net/{iface}/queues")) else { return };
     let rx = dir.flatten().filter(|e| e.file_name().to_str().is_some_and(|n| n.starts_with("rx-"))).count();
     let first: usize = devarg(device, "start_queue").and_then(|v| v.parse().ok()).unwrap_or(0);
-    let count: usize = devarg(device, "queue_count").and_then(|v| v.parse().ok()).unwrap_or(1);
+    let count: usize = devarg(device, "queue_count").and_then(|v| v.parse().ok()).unwrap_or(1).max(1);
     if rx > 0 && (first > 0 || first + count < rx) {
         log::warn!(
             "spate: interface {iface} receives on {rx} queues and port {device} covers queues {first} to {}: \

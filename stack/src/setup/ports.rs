@@ -122,13 +122,13 @@ pub(super) fn remove_stale_vhost_socket(device: &str) {
 
 /// Whether the kernel hands a port's frames over as they were sent (a
 /// packet socket or an XDP socket on an interface: `net_af_packet`,
-/// `net_af_xdp`, `net_pcap` with `iface=`): a sender on the same host (a
+/// `net_af_xdp`, `net_pcap` with `iface=`, `rx_iface=` or `rx_iface_in=`): a sender on the same host (a
 /// veth's peer with TX checksum offload on) may have left a UDP checksum
 /// to an offload that never runs.
 pub(super) fn hands_over_as_sent(driver: &str, device: &str) -> bool {
     match driver {
         "net_af_packet" | "net_af_xdp" => true,
-        "net_pcap" => device.split(',').skip(1).any(|kv| kv.starts_with("iface=")),
+        "net_pcap" => device.split(',').skip(1).any(|kv| kv.starts_with("iface=") || kv.starts_with("rx_iface")),
         _ => false,
     }
 }
@@ -180,6 +180,7 @@ mod tests {
         assert!(hands_over_as_sent("net_af_packet", "net_af_packet0,iface=v0"));
         assert!(hands_over_as_sent("net_af_xdp", "net_af_xdp0,iface=v0"));
         assert!(hands_over_as_sent("net_pcap", "net_pcap0,iface=v0,phy_mac=1"));
+        assert!(hands_over_as_sent("net_pcap", "net_pcap0,rx_iface_in=v0,tx_iface=v0"));
         assert!(!hands_over_as_sent("net_pcap", "net_pcap0,rx_pcap=in.pcap,tx_pcap=out.pcap"));
         assert!(!hands_over_as_sent("net_tap", "net_tap0,iface=spate0"));
     }

@@ -89,6 +89,9 @@ pub struct PendingReport {
     /// A change's repetition (robustness): an IGMPv2 leave or MLDv1 done
     /// goes once, as Linux sends it.
     pub repeat: bool,
+    /// A state sent unasked (`mcast_refresh_secs`): no query's answer,
+    /// so not held to the answers' rate.
+    pub unasked: bool,
 }
 
 /// What the lcores keep of IGMP and MLD between queries and reports.
