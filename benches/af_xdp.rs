@@ -35,7 +35,7 @@ use std::time::Duration;
 
 use spate_apps::quic::threads_cpu_seconds;
 use spate_testkit::stats::median_and_spread;
-use spate_testkit::testpmd::{SPATE_MAC, TestPmd, TestPmdBuilder};
+use spate_testkit::testpmd::{SPATE_MAC, TestPmd, TestPmdBuilder, txonly_args};
 use spate_testkit::{Netns, Proc, cpu_model, kernel_peer, unique, veth};
 
 const SINK: &str = env!("CARGO_BIN_EXE_spate-sink");
@@ -112,19 +112,12 @@ fn source(peer: &Netns) -> TestPmd {
         .in_netns(peer)
         .vdev("net_af_packet0,iface=vB")
         .interactive()
-        .args([
-            "--forward-mode=txonly".to_string(),
-            "--txpkts=64".into(),
-            format!("--eth-peer=0,{SPATE_MAC}"),
-            "--tx-ip=198.18.0.1,198.18.0.2".into(),
-            "--tx-udp=9,9".into(),
-            "--nb-cores=1".into(),
-            "--total-num-mbufs=8192".into(),
-        ])
+        .args(txonly_args(64))
+        .args(["--total-num-mbufs=8192"])
         .limit(Duration::from_secs(1800))
         .spawn("afxdp-src")
         .expect("testpmd on net_af_packet");
-    assert!(pmd.proc.wait_for_output("testpmd> ", Duration::from_secs(60)), "{}", pmd.proc.output());
+    pmd.wait_prompt(Duration::from_secs(60)).expect("the source's prompt");
     pmd
 }
 

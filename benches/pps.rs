@@ -23,7 +23,7 @@ use std::time::{Duration, Instant};
 use plotters::prelude::*;
 use serde_json::{Value, json};
 use spate_testkit::process::Proc;
-use spate_testkit::testpmd::{SPATE_MAC, rxonly, txonly_source_on_queues};
+use spate_testkit::testpmd::{SPATE_MAC, rxonly, txonly_args, txonly_source_on_queues};
 use spate_testkit::{FwdStats, Netns, TestPmd, TestPmdBuilder, unique, unique_socket_path};
 
 const SINK: &str = env!("CARGO_BIN_EXE_spate-sink");
@@ -317,15 +317,8 @@ fn kernel_tap(t: Timing, hz: f64) -> Point {
         .in_netns(&ns)
         .interactive()
         .vdev("net_tap0,iface=spt0")
-        .args([
-            "--forward-mode=txonly".to_string(),
-            "--txpkts=64".into(),
-            format!("--eth-peer=0,{SPATE_MAC}"),
-            "--tx-ip=198.18.0.1,198.18.0.2".into(),
-            "--tx-udp=9,9".into(),
-            "--nb-cores=1".into(),
-            "--total-num-mbufs=8192".into(),
-        ])
+        .args(txonly_args(64))
+        .args(["--total-num-mbufs=8192"])
         .limit(Duration::from_secs(300))
         .spawn("tap-src")
         .expect("testpmd on a TAP device");

@@ -188,6 +188,20 @@ impl TestPmd {
 /// The MAC spate's benchmarks give the receiving side.
 pub const SPATE_MAC: &str = "02:53:50:41:54:45";
 
+/// The arguments every `txonly` source here starts from: `frame`-byte UDP
+/// frames from 198.18.0.1:9 to 198.18.0.2:9 and [`SPATE_MAC`], one
+/// forwarding core. Each source adds its rings, pool and reporting.
+pub fn txonly_args(frame: usize) -> Vec<String> {
+    vec![
+        "--forward-mode=txonly".into(),
+        format!("--txpkts={frame}"),
+        format!("--eth-peer=0,{SPATE_MAC}"),
+        "--tx-ip=198.18.0.1,198.18.0.2".into(),
+        "--tx-udp=9,9".into(),
+        "--nb-cores=1".into(),
+    ]
+}
+
 /// dpdk-testpmd `txonly` serving `net_vhost` at `sock`: UDP frames of
 /// `frame` bytes from 198.18.0.1:9 to 198.18.0.2:9 and [`SPATE_MAC`], one
 /// forwarding core on CPU 0 (main lcore 1). Interactive, it sends from
@@ -205,16 +219,8 @@ pub fn txonly_tap_source(ns: &crate::Netns, iface: &str, frame: usize, limit: Du
     let g = TestPmdBuilder::new("0,1", 1)
         .in_netns(ns)
         .vdev(&format!("net_tap0,iface={iface}"))
-        .args([
-            "--forward-mode=txonly".to_string(),
-            format!("--txpkts={frame}"),
-            format!("--eth-peer=0,{SPATE_MAC}"),
-            "--tx-ip=198.18.0.1,198.18.0.2".into(),
-            "--tx-udp=9,9".into(),
-            "--nb-cores=1".into(),
-            "--total-num-mbufs=8192".into(),
-            "--stats-period=1".into(),
-        ])
+        .args(txonly_args(frame))
+        .args(["--total-num-mbufs=8192", "--stats-period=1"])
         .limit(limit)
         .spawn("tap-src")
         .expect("testpmd on a TAP device");
@@ -241,13 +247,8 @@ pub fn txonly_source_on_queues(
     let b = if interactive { b.interactive() } else { b };
     let mut g = b
         .vdev(&format!("net_vhost0,iface={},queues={queues}", sock.display()))
+        .args(txonly_args(frame))
         .args([
-            "--forward-mode=txonly".to_string(),
-            format!("--txpkts={frame}"),
-            format!("--eth-peer=0,{SPATE_MAC}"),
-            "--tx-ip=198.18.0.1,198.18.0.2".into(),
-            "--tx-udp=9,9".into(),
-            "--nb-cores=1".into(),
             format!("--rxq={queues}"),
             format!("--txq={queues}"),
             "--burst=32".into(),
@@ -277,18 +278,8 @@ pub fn txonly_source_on_queues(
 pub fn txonly_client(sock: &Path, limit: Duration) -> TestPmd {
     let mut g = TestPmdBuilder::new("0,1", 1)
         .vdev(&format!("net_vhost0,iface={},queues=1,client=1", sock.display()))
-        .args([
-            "--forward-mode=txonly".to_string(),
-            "--txpkts=64".into(),
-            format!("--eth-peer=0,{SPATE_MAC}"),
-            "--tx-ip=198.18.0.1,198.18.0.2".into(),
-            "--tx-udp=9,9".into(),
-            "--nb-cores=1".into(),
-            "--rxd=1024".into(),
-            "--txd=1024".into(),
-            "--total-num-mbufs=16384".into(),
-            "--stats-period=1".into(),
-        ])
+        .args(txonly_args(64))
+        .args(["--rxd=1024", "--txd=1024", "--total-num-mbufs=16384", "--stats-period=1"])
         .limit(limit)
         .spawn("client")
         .expect("start the txonly client");
