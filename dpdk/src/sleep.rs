@@ -300,7 +300,7 @@ fn packet_socket_on(fd: std::os::fd::RawFd) -> Option<u32> {
 
 /// Socket option `opt` (an int, at `SOL_SOCKET`) of descriptor `fd`, or
 /// none where it is no socket.
-fn socket_option(fd: std::os::fd::RawFd, opt: libc::c_int) -> Option<libc::c_int> {
+pub(crate) fn socket_option(fd: std::os::fd::RawFd, opt: libc::c_int) -> Option<libc::c_int> {
     let mut value: libc::c_int = 0;
     let mut len = std::mem::size_of::<libc::c_int>() as libc::socklen_t;
     // SAFETY: reads an int option into a live int of the given length; a

@@ -267,25 +267,12 @@ pub fn own_sockets(if_index: u32) -> Vec<RawFd> {
                 .iter()
                 .filter(|(_, link)| link.starts_with("socket:"))
                 .map(|(fd, _)| *fd)
-                .filter(|&fd| socket_domain(fd) == Some(libc::AF_XDP))
+                .filter(|&fd| crate::sleep::socket_option(fd, libc::SO_DOMAIN) == Some(libc::AF_XDP))
                 .collect();
             xsks.sort_unstable();
             xsks
         }
     }
-}
-
-/// The address family of socket `fd` (`SO_DOMAIN`), or none where it is
-/// no socket.
-fn socket_domain(fd: RawFd) -> Option<libc::c_int> {
-    let mut value: libc::c_int = 0;
-    let mut len = std::mem::size_of::<libc::c_int>() as libc::socklen_t;
-    // SAFETY: reads an int option into a live int of that length; a
-    // descriptor that is not a socket says ENOTSOCK.
-    let ret = unsafe {
-        libc::getsockopt(fd, libc::SOL_SOCKET, libc::SO_DOMAIN, (&mut value as *mut libc::c_int).cast(), &mut len)
-    };
-    (ret == 0).then_some(value)
 }
 
 /// A process holding a descriptor of loaded program `id`, if one does (a
@@ -325,13 +312,9 @@ pub fn program_file() -> io::Result<(OwnedFd, String)> {
     Ok((fd, path))
 }
 
-fn if_index_of(name: &str) -> Option<u32> {
-    if_index(name).ok()
-}
-
-/// The addresses the kernel has on interface `if_index` (`getifaddrs`, in
+/// The addresses the kernel has on interface `interface` (`getifaddrs`, in
 /// the calling thread's network namespace).
-pub fn kernel_addresses(if_index: u32) -> Vec<IpAddr> {
+pub fn kernel_addresses(interface: u32) -> Vec<IpAddr> {
     let mut head: *mut libc::ifaddrs = std::ptr::null_mut();
     // SAFETY: getifaddrs fills `head` with a list freed below.
     if unsafe { libc::getifaddrs(&mut head) } != 0 {
@@ -349,7 +332,7 @@ pub fn kernel_addresses(if_index: u32) -> Vec<IpAddr> {
         // SAFETY: a NUL-terminated name of the node, alive until freeifaddrs.
         let name = unsafe { std::ffi::CStr::from_ptr(ifa.ifa_name) }.to_string_lossy();
         // An IPv4 address with a label (`eth0:1`) is named by it.
-        if if_index_of(name.split(':').next().unwrap_or_default()) != Some(if_index) {
+        if if_index(name.split(':').next().unwrap_or_default()).ok() != Some(interface) {
             continue;
         }
         // SAFETY: ifa_addr points to a sockaddr of the family it names.

@@ -19,6 +19,7 @@ mod port;
 
 pub use cidr::{Cidr, is_link_local};
 pub use lcores::{lcore_ids, parse_lcores};
+pub(crate) use port::devarg;
 pub use port::{NeighborConfig, PortSpec, StaticNeighbor, VXLAN_PORT, VxlanSpec, mac_from_device};
 
 /// Hugepage use.

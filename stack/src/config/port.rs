@@ -224,5 +224,11 @@ impl Default for NeighborConfig {
 
 /// Parses a MAC given in a device string's `mac=` argument, if any.
 pub fn mac_from_device(device: &str) -> Option<MacAddr> {
-    device.split(',').find_map(|kv| kv.strip_prefix("mac=")).and_then(|m| m.parse().ok())
+    devarg(device, "mac").and_then(|m| m.parse().ok())
+}
+
+/// The value of argument `key` in a device string (`net_af_xdp0,iface=eth0`:
+/// `iface` is `eth0`), if it has one.
+pub(crate) fn devarg<'a>(device: &'a str, key: &str) -> Option<&'a str> {
+    device.split(',').skip(1).find_map(|kv| kv.strip_prefix(key)?.strip_prefix('='))
 }

@@ -12,6 +12,7 @@ use std::net::IpAddr;
 use spate_dpdk::xdp::AddressMaps;
 
 use super::Stack;
+use crate::config::is_link_local;
 
 /// A port's program: its maps, what they hold, and the kernel's own
 /// addresses on the interface at start.
@@ -22,10 +23,6 @@ pub(crate) struct XdpPort {
     pub kernel: Vec<IpAddr>,
     /// The addresses both have, warned about once.
     pub warned: BTreeSet<IpAddr>,
-}
-
-fn is_link_local(ip: &IpAddr) -> bool {
-    matches!(ip, IpAddr::V6(a) if a.segments()[0] & 0xffc0 == 0xfe80)
 }
 
 impl Stack {
@@ -44,7 +41,7 @@ impl Stack {
             if !port.kernel.contains(&ip) {
                 want.insert(ip);
             } else if port.warned.insert(ip) {
-                if is_link_local(&ip) {
+                if matches!(ip, IpAddr::V6(a) if is_link_local(&a)) {
                     log::info!(
                         "spate: interface {iface}: its link-local address {ip} is the kernel's too (made from the MAC \
                          both use): its frames stay the kernel's, so spate reaches no neighbour or gateway by a \

@@ -15,7 +15,7 @@ use crate::lookup::{Family, FlowKey, ip_key};
 use crate::neigh;
 use crate::shared::Net;
 use crate::stats::Counter;
-use crate::wire::{arp, checksum, ethernet, ip_proto, ipv4, ipv6, udp};
+use crate::wire::{arp, ethernet, ip_proto, ipv4, ipv6, udp};
 
 impl parse::Tally for &Worker<'_> {
     #[inline(always)]
@@ -74,7 +74,7 @@ impl Worker<'_> {
             Ok(h) => {
                 let mut m = m;
                 if h.partial {
-                    complete_udp_checksum(&mut m, &at);
+                    complete_udp_checksum(&mut m, &at, &h);
                 }
                 self.rx_udp_deliver::<GRO>(ifc, m, at, h.src_port, h.dst_port, h.payload)
             }
@@ -277,13 +277,9 @@ impl Worker<'_> {
 /// (the field holds the pseudo-header's sum): the offload's work, done
 /// here, so the datagram's headers are whole for a reply built from them.
 #[cold]
-fn complete_udp_checksum(m: &mut Mbuf, at: &UdpInFrame) {
+fn complete_udp_checksum(m: &mut Mbuf, at: &UdpInFrame, h: &parse::UdpHeader) {
     let Some(d) = m.data_mut().get_mut(at.l4..at.end) else { return };
-    // The UDP length, which may be shorter than the IP payload.
-    let len = u16::from_be_bytes([d[4], d[5]]);
-    let Some(d) = d.get_mut(..len as usize) else { return };
-    let pseudo = udp::pseudo_header(&at.src, &at.dst, len);
-    d[6..8].fill(0);
-    let c = udp::finish_checksum(pseudo, checksum::sum(d));
-    d[6..8].copy_from_slice(&c.to_be_bytes());
+    // Over the UDP length, which may be shorter than the IP payload.
+    let repr = udp::Repr { src_port: h.src_port, dst_port: h.dst_port, payload_len: h.payload as u16 };
+    repr.emit_with_checksum(d, &at.src, &at.dst);
 }

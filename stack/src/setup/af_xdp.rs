@@ -9,7 +9,7 @@ use std::os::fd::OwnedFd;
 
 use spate_dpdk::xdp::{self, AddressMaps};
 
-use crate::config::PortSpec;
+use crate::config::{PortSpec, devarg};
 use crate::error::{Error, Result};
 
 /// A `net_af_xdp` port about to be created.
@@ -30,11 +30,6 @@ pub(super) struct Loaded {
     pub maps: AddressMaps,
     /// The kernel's own addresses on the interface at start.
     pub kernel: Vec<IpAddr>,
-}
-
-/// A device argument's value.
-fn devarg<'a>(device: &'a str, key: &str) -> Option<&'a str> {
-    device.split(',').skip(1).find_map(|kv| kv.strip_prefix(key)?.strip_prefix('='))
 }
 
 /// For a `net_af_xdp` port: the interface made ready (a stale spate

@@ -3,7 +3,7 @@
 //! software, and the stale vhost-user socket a restarted server must
 //! remove first.
 
-use crate::config::RssMode;
+use crate::config::{RssMode, devarg};
 use crate::shared::PortSteering;
 
 /// How a port is set up for the stack's lcores.
@@ -105,9 +105,8 @@ pub(super) fn remove_stale_vhost_socket(device: &str) {
     if !device.starts_with("net_virtio_user") {
         return;
     }
-    let args: Vec<&str> = device.split(',').skip(1).collect();
-    let server = args.contains(&"server=1");
-    let Some(path) = args.iter().find_map(|a| a.strip_prefix("path=")) else { return };
+    let server = devarg(device, "server") == Some("1");
+    let Some(path) = devarg(device, "path") else { return };
     use std::os::unix::fs::FileTypeExt;
     let is_socket = std::fs::symlink_metadata(path).is_ok_and(|m| m.file_type().is_socket());
     if server
@@ -128,7 +127,7 @@ pub(super) fn remove_stale_vhost_socket(device: &str) {
 pub(super) fn hands_over_as_sent(driver: &str, device: &str) -> bool {
     match driver {
         "net_af_packet" | "net_af_xdp" => true,
-        "net_pcap" => device.split(',').skip(1).any(|kv| kv.starts_with("iface=") || kv.starts_with("rx_iface")),
+        "net_pcap" => ["iface", "rx_iface", "rx_iface_in"].iter().any(|k| devarg(device, k).is_some()),
         _ => false,
     }
 }
@@ -152,12 +151,7 @@ pub(super) fn af_packet_ipv4_limit(driver: &str, device: &str) -> Option<usize> 
     if driver != "net_af_packet" {
         return None;
     }
-    let framesz = device
-        .split(',')
-        .skip(1)
-        .find_map(|kv| kv.strip_prefix("framesz="))
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(AF_PACKET_FRAMESZ);
+    let framesz = devarg(device, "framesz").and_then(|v| v.parse().ok()).unwrap_or(AF_PACKET_FRAMESZ);
     Some(framesz.saturating_sub(AF_PACKET_NETOFF))
 }
 
