@@ -184,6 +184,10 @@ pub(super) struct PortMemo {
     socket: u32,
     /// Whether that socket (or the group's sockets) is IPv6.
     mapped: bool,
+    /// A spread group's first member's index and how many it has (0: not
+    /// one), apart from `route`, tested second.
+    first: u32,
+    members: u32,
     /// The answer otherwise.
     route: Route,
 }
@@ -191,7 +195,7 @@ pub(super) struct PortMemo {
 impl PortMemo {
     /// A memo that remembers nothing yet.
     pub(super) fn new() -> PortMemo {
-        PortMemo { key: u32::MAX, socket: 0, mapped: false, route: Route::Walk }
+        PortMemo { key: u32::MAX, socket: 0, mapped: false, first: 0, members: 0, route: Route::Walk }
     }
 
     /// What the table says of port and family `key`: out of line, as it
@@ -203,7 +207,9 @@ impl PortMemo {
         match route {
             Route::Found(Some((index, mapped))) => PortMemo { socket: index + 1, mapped, ..memo },
             Route::Group(g) => match snapshot.spread(g) {
-                Some((first, members, mapped)) => PortMemo { mapped, route: Route::Spread(first, members), ..memo },
+                Some((first, members, mapped)) => {
+                    PortMemo { mapped, first, members, route: Route::Spread(first, members), ..memo }
+                }
                 None => memo,
             },
             _ => memo,
@@ -303,18 +309,22 @@ impl Worker<'_> {
         (dst, dst_port): (u128, u16),
     ) -> Option<(u32, bool)> {
         let key = dst_port as u32 | (v4 as u32) << 16;
-        if memo.key == key && memo.socket != 0 {
-            return Some((memo.socket - 1, memo.mapped));
-        }
         if memo.key != key {
             *memo = PortMemo::of(key, &*self.snapshot);
-            if memo.socket != 0 {
-                return Some((memo.socket - 1, memo.mapped));
-            }
+        }
+        if memo.socket != 0 {
+            return Some((memo.socket - 1, memo.mapped));
+        }
+        // A group spread by the port's hash before anything else: the
+        // addresses are not looked at.
+        if memo.members != 0
+            && let Some(hash) = m.rss_hash()
+        {
+            return Some((memo.first + reciprocal_scale(hash, memo.members), memo.mapped));
         }
         let found = match memo.route {
             Route::Spread(first, members) => {
-                let hash = m.rss_hash().unwrap_or_else(|| self.snapshot.flow_hash_of(src, src_port, dst, dst_port));
+                let hash = self.snapshot.flow_hash_of(src, src_port, dst, dst_port);
                 return Some((first + reciprocal_scale(hash, members), memo.mapped));
             }
             Route::Found(found) => return found,
