@@ -12,7 +12,7 @@
 //! of group datagrams) wait uncharged.
 //!
 //! Staging sorts nothing: each datagram joins its socket's share as it is
-//! staged (a 64-entry table from binding index to share answers which), so
+//! staged (a table from binding index to share answers which), so
 //! a burst that reuseport spread over many sockets costs one push per
 //! datagram and one queue append per socket, and every socket's datagrams
 //! keep the order they arrived in.
@@ -25,8 +25,10 @@ use crate::rx_queue::Refusal;
 use crate::shared::BURST;
 use crate::stats::Counter;
 
-/// Entries in the table from binding index to share (a power of two).
-const SLOTS: usize = 64;
+/// Entries in the table from binding index to share: the binding indices
+/// it answers for directly (a snapshot's first 256 bindings; the rest are
+/// found by a scan of the burst's shares).
+const SLOTS: usize = 256;
 
 /// One socket's datagrams of the burst, in arrival order (generic, so the
 /// unit tests below stage plain values; the lcores stage [`Datagram`]s).
@@ -36,14 +38,12 @@ struct Share<D = Datagram> {
     index: u32,
     /// The interface its first datagram came in on (a re-lookup's key).
     iface: u16,
-    /// How many of `datagrams` are IPv4 (for the counters).
-    v4: u32,
     datagrams: Vec<D>,
 }
 
 impl<D> Default for Share<D> {
     fn default() -> Self {
-        Share { index: 0, iface: 0, v4: 0, datagrams: Vec::new() }
+        Share { index: 0, iface: 0, datagrams: Vec::new() }
     }
 }
 
@@ -54,17 +54,20 @@ impl<D> Default for Share<D> {
 pub(super) struct Staging<D = Datagram> {
     shares: Vec<Share<D>>,
     used: usize,
-    /// 1 + the share of a binding index, at `index % SLOTS`; 0: none. An index
-    /// whose entry another holds is found by a scan of the used shares.
+    /// 1 + the share of binding index `index < SLOTS`, at `index`; 0: none
+    /// yet (or, past the 255th share, not noted: found by a scan).
     slot: [u8; SLOTS],
-    /// The binding index pushed last and its share (`u32::MAX`: none):
-    /// a burst's datagrams mostly go to the socket the one before went to.
+    /// The binding index whose share opened last, and that share
+    /// (`u32::MAX`: none): a burst to one socket finds it here, without the
+    /// table.
     last: (u32, usize),
-    /// Datagrams staged; those the callback took, and how many of them
-    /// IPv4: counted delivered with the rest of the burst.
+    /// Datagrams staged, and how many of them IPv4: counted delivered
+    /// with the burst, less those a queue refuses or a re-lookup counts
+    /// (apart in memory: two counts side by side become a vector add).
     staged: u64,
+    /// Datagrams the callback took.
     taken: u64,
-    taken_v4: u64,
+    staged_v4: u64,
 }
 
 impl<D> Staging<D> {
@@ -75,8 +78,8 @@ impl<D> Staging<D> {
             slot: [0; SLOTS],
             last: (u32::MAX, 0),
             staged: 0,
+            staged_v4: 0,
             taken: 0,
-            taken_v4: 0,
         }
     }
 
@@ -89,30 +92,29 @@ impl<D> Staging<D> {
             _ => self.find(index, iface),
         };
         self.staged += 1;
+        self.staged_v4 += v4 as u64;
         let share = &mut self.shares[r];
-        share.v4 += v4 as u32;
         share.datagrams.push(d);
         (r, share.datagrams.len() - 1)
     }
 
-    /// The share of binding `index`, from the table (or a new one), noted
-    /// as the last.
+    /// The share of binding `index`, from the table (or a new one, noted
+    /// as the last: a burst to one socket finds it there).
     #[inline(always)]
     fn find(&mut self, index: u32, iface: u16) -> usize {
-        let h = index as usize % SLOTS;
-        let r = match self.slot[h] as usize {
-            s if s > 0 && self.shares[s - 1].index == index => s - 1,
-            s => self.open(index, iface, h, s == 0),
-        };
-        self.last = (index, r);
-        r
+        match self.slot.get(index as usize) {
+            Some(&s) if s > 0 => s as usize - 1,
+            _ => self.open(index, iface),
+        }
     }
 
     /// The share of an index the table does not answer for: found among the
-    /// used shares (its entry taken by another), or a new one.
+    /// used shares (an index past the table, or past the 255th share), or a
+    /// new one.
     #[inline(always)]
-    fn open(&mut self, index: u32, iface: u16, h: usize, free: bool) -> usize {
-        if !free && let Some(r) = self.shares[..self.used].iter().position(|r| r.index == index) {
+    fn open(&mut self, index: u32, iface: u16) -> usize {
+        let noted = (index as usize) < SLOTS && self.used < u8::MAX as usize;
+        if !noted && let Some(r) = self.shares[..self.used].iter().position(|r| r.index == index) {
             return r;
         }
         if self.used == self.shares.len() {
@@ -121,10 +123,11 @@ impl<D> Staging<D> {
         let r = self.used;
         self.used += 1;
         let share = &mut self.shares[r];
-        (share.index, share.iface, share.v4) = (index, iface, 0);
-        if free && r < u8::MAX as usize {
-            self.slot[h] = r as u8 + 1;
+        (share.index, share.iface) = (index, iface);
+        if noted {
+            self.slot[index as usize] = r as u8 + 1;
         }
+        self.last = (index, r);
         r
     }
 
@@ -136,11 +139,11 @@ impl<D> Staging<D> {
     /// Forgets the burst's shares (each already emptied by its delivery).
     #[inline]
     fn reset(&mut self) {
-        // The whole table: 64 bytes, a few stores, no loop.
+        // The whole table: 256 bytes, a few stores, no loop.
         self.slot = [0; SLOTS];
         self.last = (u32::MAX, 0);
         self.used = 0;
-        (self.staged, self.taken, self.taken_v4) = (0, 0, 0);
+        (self.staged, self.staged_v4, self.taken) = (0, 0, 0);
     }
 }
 
@@ -182,9 +185,8 @@ impl LcoreCtx<'_> {
     pub fn recv_staged(&self, mut f: impl FnMut(u64, Staged<'_>)) {
         // A callback that calls this from `f` finds nothing more.
         let Ok(mut staged) = self.staged.try_borrow_mut() else { return };
-        let staged = &mut **staged;
-        for r in 0..staged.used {
-            let share = &mut staged.shares[r];
+        let Staging { shares, used, taken, .. } = &mut **staged;
+        for share in &mut shares[..*used] {
             if share.datagrams.is_empty() {
                 continue;
             }
@@ -196,14 +198,12 @@ impl LcoreCtx<'_> {
             }
             // Counted taken before `f` runs: a panic in it drops them with
             // the iterator, counted.
-            let (n, v4) = (share.datagrams.len() as u64, share.v4);
-            (staged.taken, staged.taken_v4) = (staged.taken + n, staged.taken_v4 + v4 as u64);
+            let n = share.datagrams.len() as u64;
+            *taken += n;
             f(b.id, Staged::new(&mut share.datagrams));
             // All or none: none, and they are queued after the callback.
             if !share.datagrams.is_empty() {
-                (staged.taken, staged.taken_v4) = (staged.taken - n, staged.taken_v4 - v4 as u64);
-            } else {
-                share.v4 = 0;
+                *taken -= n;
             }
         }
     }
@@ -224,7 +224,7 @@ impl Worker<'_> {
         let staging = &mut self.staging;
         if staging.taken == staging.staged {
             // The callback took them all: only the counting is left.
-            let (delivered, v4) = (staging.taken, staging.taken_v4);
+            let (delivered, v4) = (staging.staged, staging.staged_v4);
             staging.reset();
             self.count_delivered(delivered, v4);
             return;
@@ -243,8 +243,9 @@ impl Worker<'_> {
     /// [`deliver_staged`](Self::deliver_staged) when some are left to queue.
     #[inline(never)]
     fn queue_staged(&mut self) {
-        // What the callback took, and then what is queued.
-        let (mut delivered, mut v4) = (self.staging.taken, self.staging.taken_v4);
+        // Every datagram staged, less those refused and those a re-lookup
+        // counts itself.
+        let (mut delivered, mut v4) = (self.staging.staged, self.staging.staged_v4);
         for r in 0..self.staging.used {
             // The fields apart, so the share's datagrams go to the queue where
             // they lie (no move of the `Vec` in and out).
@@ -258,6 +259,8 @@ impl Worker<'_> {
                 // The socket changed (connected, left its group, closed)
                 // after this snapshot: look again in the current one.
                 let (iface, mut datagrams) = (share.iface, std::mem::take(&mut share.datagrams));
+                let n4 = datagrams.iter().filter(|d| d.wire_src().is_ipv4()).count() as u64;
+                (delivered, v4) = (delivered - datagrams.len() as u64, v4 - n4);
                 self.redeliver(iface, &mut datagrams);
                 self.staging.shares[r].datagrams = datagrams;
                 continue;
@@ -268,17 +271,12 @@ impl Worker<'_> {
             if accepted > 0 {
                 mark_ready(&mut self.ready, &mut self.ready_bits, b.id);
             }
-            let n4 = share.v4 as u64;
-            let (n, n4) = match refusal {
-                Ok(()) => (accepted as u64, n4),
-                Err(refusal) => {
-                    let mut datagrams = std::mem::take(&mut share.datagrams);
-                    let counted = self.refused(n4, &mut datagrams, refusal, accepted as u64);
-                    self.staging.shares[r].datagrams = datagrams;
-                    counted
-                }
-            };
-            (delivered, v4) = (delivered + n, v4 + n4);
+            if let Err(refusal) = refusal {
+                let mut datagrams = std::mem::take(&mut share.datagrams);
+                let (n, n4) = self.refused(&mut datagrams, refusal);
+                self.staging.shares[r].datagrams = datagrams;
+                (delivered, v4) = (delivered - n, v4 - n4);
+            }
         }
         self.staging.reset();
         self.count_delivered(delivered, v4);
@@ -296,14 +294,14 @@ impl Worker<'_> {
         }
     }
 
-    /// Counts and frees the tail of a share its queue refused; returns what
-    /// was queued.
+    /// Counts and frees the tail of a share its queue refused; returns how
+    /// many, and how many of them IPv4.
     #[cold]
-    fn refused(&mut self, v4: u64, datagrams: &mut Vec<Datagram>, refusal: Refusal, accepted: u64) -> (u64, u64) {
-        let refused_v4 = datagrams.iter().filter(|d| d.wire_src().is_ipv4()).count() as u64;
-        self.count_refusal(refusal, datagrams.len() as u64, refused_v4);
+    fn refused(&mut self, datagrams: &mut Vec<Datagram>, refusal: Refusal) -> (u64, u64) {
+        let (n, n4) = (datagrams.len() as u64, datagrams.iter().filter(|d| d.wire_src().is_ipv4()).count() as u64);
+        self.count_refusal(refusal, n, n4);
         datagrams.clear();
-        (accepted, v4 - refused_v4)
+        (n, n4)
     }
 
     /// Counts `total` datagrams (`v4` of them IPv4) a queue refused, as
@@ -391,9 +389,9 @@ fn mark_ready(ready: &mut Vec<u64>, bits: &mut u64, id: u64) {
 mod tests {
     use super::*;
 
-    /// The shares staged so far: (binding index, IPv4 count, datagrams).
-    fn shares(r: &Staging<u32>) -> Vec<(u32, u32, Vec<u32>)> {
-        r.shares[..r.used].iter().map(|share| (share.index, share.v4, share.datagrams.clone())).collect()
+    /// The shares staged so far: (binding index, datagrams).
+    fn shares(r: &Staging<u32>) -> Vec<(u32, Vec<u32>)> {
+        r.shares[..r.used].iter().map(|share| (share.index, share.datagrams.clone())).collect()
     }
 
     #[test]
@@ -403,20 +401,36 @@ mod tests {
             .into_iter()
             .map(|(index, d)| r.push(index, 0, d % 2 == 0, d))
             .collect();
-        assert_eq!(shares(&r), [(7, 2, vec![0, 2, 5]), (2, 1, vec![1, 4]), (9, 0, vec![3])]);
+        assert_eq!(shares(&r), [(7, vec![0, 2, 5]), (2, vec![1, 4]), (9, vec![3])]);
         assert_eq!(at, [(0, 0), (1, 0), (0, 1), (2, 0), (1, 1), (0, 2)]);
         *r.get_mut((1, 1)) = 40;
-        assert_eq!(shares(&r)[1].2, [1, 40]);
-        assert_eq!(r.staged, 6);
+        assert_eq!(shares(&r)[1].1, [1, 40]);
+        assert_eq!((r.staged, r.staged_v4), (6, 3));
     }
 
     #[test]
-    fn indexes_that_share_a_slot_keep_shares_of_their_own() {
+    fn indexes_past_the_table_keep_shares_of_their_own() {
         let mut r: Staging<u32> = Staging::new();
-        for (i, index) in [1, 65, 1, 129, 65, 129, 1].into_iter().enumerate() {
+        for (i, index) in [1, 300, 1, 556, 300, 556, 1].into_iter().enumerate() {
             r.push(index, 0, true, i as u32);
         }
-        assert_eq!(shares(&r), [(1, 3, vec![0, 2, 6]), (65, 2, vec![1, 4]), (129, 2, vec![3, 5])]);
+        assert_eq!(shares(&r), [(1, vec![0, 2, 6]), (300, vec![1, 4]), (556, vec![3, 5])]);
+    }
+
+    #[test]
+    fn shares_past_the_255th_are_found_by_a_scan() {
+        let mut r: Staging<u32> = Staging::new();
+        for index in 0..SLOTS as u32 {
+            r.push(index, 0, false, index);
+        }
+        // The 256th share (index 255) has no entry in the table.
+        for index in [255, 10, 255] {
+            r.push(index, 0, false, 1000 + index);
+        }
+        let got = shares(&r);
+        assert_eq!(got.len(), SLOTS);
+        assert_eq!(got[255], (255, vec![255, 1255, 1255]));
+        assert_eq!(got[10], (10, vec![10, 1010]));
     }
 
     #[test]
@@ -429,7 +443,7 @@ mod tests {
         r.push(0, 0, false, n);
         let got = shares(&r);
         assert_eq!(got.len(), n as usize);
-        assert_eq!(got[0].2, [0, n], "the first socket's second datagram found its share");
+        assert_eq!(got[0].1, [0, n], "the first socket's second datagram found its share");
         assert!(got.iter().enumerate().all(|(i, share)| share.0 == i as u32 * 3));
         assert_eq!(r.shares[5].iface, 5, "a share keeps its first datagram's interface");
     }
@@ -447,7 +461,7 @@ mod tests {
         // share without opening one.
         r.push(7, 0, true, 3);
         r.push(8, 0, false, 2);
-        assert_eq!(shares(&r), [(7, 1, vec![3]), (8, 0, vec![2])]);
-        assert_eq!(r.staged, 2);
+        assert_eq!(shares(&r), [(7, vec![3]), (8, vec![2])]);
+        assert_eq!((r.staged, r.staged_v4), (2, 1));
     }
 }
