@@ -12,7 +12,7 @@
 //! of group datagrams) wait uncharged.
 //!
 //! Staging sorts nothing: each datagram joins its socket's share as it is
-//! staged (a table from binding index to share answers which), so
+//! staged (a 64-entry table from binding index to share answers which), so
 //! a burst that reuseport spread over many sockets costs one push per
 //! datagram and one queue append per socket, and every socket's datagrams
 //! keep the order they arrived in.
@@ -25,10 +25,8 @@ use crate::rx_queue::Refusal;
 use crate::shared::BURST;
 use crate::stats::Counter;
 
-/// Entries in the table from binding index to share: the binding indices
-/// it answers for directly (a snapshot's first 256 bindings; the rest are
-/// found by a scan of the burst's shares).
-const SLOTS: usize = 256;
+/// Entries in the table from binding index to share (a power of two).
+const SLOTS: usize = 64;
 
 /// One socket's datagrams of the burst, in arrival order (generic, so the
 /// unit tests below stage plain values; the lcores stage [`Datagram`]s).
@@ -54,8 +52,9 @@ impl<D> Default for Share<D> {
 pub(super) struct Staging<D = Datagram> {
     shares: Vec<Share<D>>,
     used: usize,
-    /// 1 + the share of binding index `index < SLOTS`, at `index`; 0: none
-    /// yet (or, past the 255th share, not noted: found by a scan).
+    /// 1 + the share of a binding index, at `index % SLOTS`; 0: none. An index
+    /// whose entry another holds, or whose share is past the 255th, is found
+    /// by a scan of the used shares.
     slot: [u8; SLOTS],
     /// The binding index whose share opened last, and that share
     /// (`u32::MAX`: none): a burst to one socket finds it here, without the
@@ -102,18 +101,19 @@ impl<D> Staging<D> {
     /// as the last: a burst to one socket finds it there).
     #[inline(always)]
     fn find(&mut self, index: u32, iface: u16) -> usize {
-        match self.slot.get(index as usize) {
-            Some(&s) if s > 0 => s as usize - 1,
-            _ => self.open(index, iface),
+        let h = index as usize % SLOTS;
+        match self.slot[h] as usize {
+            s if s > 0 && self.shares[s - 1].index == index => s - 1,
+            s => self.open(index, iface, h, s == 0),
         }
     }
 
     /// The share of an index the table does not answer for: found among the
-    /// used shares (an index past the table, or past the 255th share), or a
-    /// new one.
+    /// used shares (its entry taken by another, or past the 255th share), or
+    /// a new one.
     #[inline(always)]
-    fn open(&mut self, index: u32, iface: u16) -> usize {
-        let noted = (index as usize) < SLOTS && self.used < u8::MAX as usize;
+    fn open(&mut self, index: u32, iface: u16, h: usize, free: bool) -> usize {
+        let noted = free && self.used < u8::MAX as usize;
         if !noted && let Some(r) = self.shares[..self.used].iter().position(|r| r.index == index) {
             return r;
         }
@@ -125,7 +125,7 @@ impl<D> Staging<D> {
         let share = &mut self.shares[r];
         (share.index, share.iface) = (index, iface);
         if noted {
-            self.slot[index as usize] = r as u8 + 1;
+            self.slot[h] = r as u8 + 1;
         }
         self.last = (index, r);
         r
@@ -139,7 +139,7 @@ impl<D> Staging<D> {
     /// Forgets the burst's shares (each already emptied by its delivery).
     #[inline]
     fn reset(&mut self) {
-        // The whole table: 256 bytes, a few stores, no loop.
+        // The whole table: 64 bytes, a few stores, no loop.
         self.slot = [0; SLOTS];
         self.last = (u32::MAX, 0);
         self.used = 0;
@@ -409,27 +409,29 @@ mod tests {
     }
 
     #[test]
-    fn indexes_past_the_table_keep_shares_of_their_own() {
+    fn indexes_that_share_a_slot_keep_shares_of_their_own() {
         let mut r: Staging<u32> = Staging::new();
-        for (i, index) in [1, 300, 1, 556, 300, 556, 1].into_iter().enumerate() {
+        for (i, index) in [1, 65, 1, 129, 65, 129, 1].into_iter().enumerate() {
             r.push(index, 0, true, i as u32);
         }
-        assert_eq!(shares(&r), [(1, vec![0, 2, 6]), (300, vec![1, 4]), (556, vec![3, 5])]);
+        assert_eq!(shares(&r), [(1, vec![0, 2, 6]), (65, vec![1, 4]), (129, vec![3, 5])]);
     }
 
     #[test]
     fn shares_past_the_255th_are_found_by_a_scan() {
         let mut r: Staging<u32> = Staging::new();
-        for index in 0..SLOTS as u32 {
+        // 255 shares, none in entry 63; then index 319 (entry 63, free),
+        // whose share, the 256th, an entry cannot name.
+        let first: Vec<u32> = (0..).filter(|i| i % SLOTS as u32 != 63).take(255).collect();
+        for &index in first.iter().chain(&[319]) {
             r.push(index, 0, false, index);
         }
-        // The 256th share (index 255) has no entry in the table.
-        for index in [255, 10, 255] {
+        for index in [319, 10, 319] {
             r.push(index, 0, false, 1000 + index);
         }
         let got = shares(&r);
-        assert_eq!(got.len(), SLOTS);
-        assert_eq!(got[255], (255, vec![255, 1255, 1255]));
+        assert_eq!(got.len(), 256, "no second share for 319");
+        assert_eq!(got[255], (319, vec![319, 1319, 1319]));
         assert_eq!(got[10], (10, vec![10, 1010]));
     }
 
