@@ -44,11 +44,12 @@
 //! handshake. Medians of the rounds, sides alternating in each round.
 //!
 //! ```text
-//! cargo bench --bench quic -- [--quick] [--only JOB] [--json PATH]
+//! cargo bench --bench quic -- [--quick] [--only JOB] [--rounds N] [--handshakes N] [--json PATH]
 //! ```
 //!
 //! `--only` runs the jobs whose name holds JOB (`handshakes`,
-//! `client`...).
+//! `client`...); `--rounds` (3; 1 with `--quick`) and `--handshakes` (200
+//! a round) set the run's size.
 
 use spate_testkit::stats::median;
 use std::path::PathBuf;
@@ -293,6 +294,15 @@ fn main() {
     let json = args.iter().position(|a| a == "--json").and_then(|i| args.get(i + 1)).cloned();
     let only = args.iter().position(|a| a == "--only").and_then(|i| args.get(i + 1)).cloned();
     let (bytes, handshakes, rounds) = if quick { (100_000_000, 200, 1) } else { (400_000_000, 200, 3) };
+    // A run's own counts: handshakes move by a third from one 200-handshake
+    // round to the next on a 2-vCPU guest.
+    let number = |flag: &str| -> Option<u32> {
+        let at = args.iter().position(|a| a == flag)?;
+        Some(args.get(at + 1).and_then(|v| v.parse().ok()).unwrap_or_else(|| panic!("{flag} takes a number")))
+    };
+    let handshakes = number("--handshakes").unwrap_or(handshakes);
+    let rounds = number("--rounds").unwrap_or(rounds);
+    assert!(handshakes > 0 && rounds > 0, "--handshakes and --rounds take a positive number");
     let net = Net::new(bytes);
     let jobs: [(&str, bool, bool); 4] = [
         ("client downloads", true, true),
