@@ -9,7 +9,9 @@ use std::time::{Duration, Instant};
 use spate::dpdk::Memory;
 use spate::wire::{MacAddr, arp, ethernet, ip_proto, ipv4, udp};
 use spate::{Counter, LcoreCtx, PortSpec, Stack, StackConfig, UdpSocket};
-use spate_testkit::wire_peer::{PEER_IP, PEER_MAC, SPATE_IP, eth, frag_needed_icmp, udp_frame};
+use spate_testkit::wire_peer::{
+    PEER_IP, PEER_MAC, SPATE_IP, SPATE_IP6, eth, frag_needed_icmp, ipv6_packet, udp_datagram_between, udp_frame,
+};
 use spate_testkit::{WirePeer, device_lock, rig, shared_eal, stack_config};
 
 fn is_announcement(f: &[u8]) -> bool {
@@ -157,6 +159,58 @@ fn slow_reader_overflow_counts_drops_and_keeps_order() {
     peer.send(&udp_frame(spate_mac, false, 40000, 9, &50u32.to_be_bytes()));
     let n = sock.recv(&mut buf).unwrap();
     assert_eq!(&buf[..n], &50u32.to_be_bytes());
+
+    running.stop();
+    assert_eq!(stack.counters().unaccounted_frames(), 0);
+    drop(sock);
+    drop(peer);
+    assert_eq!(stack.mempool().in_use(), 0, "mbufs leaked");
+}
+
+/// An IPv6 datagram whose source is written as an IPv4-mapped address
+/// (`::ffff:a.b.c.d`) is IPv6's, as Linux takes it (this guest's kernel
+/// delivers one to an IPv6 socket and counts it in `Udp6InDatagrams`): its
+/// delivery and its refusals are counted in the IPv6 counters, none in
+/// IPv4's, and the reader sees the source as sent.
+#[test]
+fn an_ipv6_datagram_from_a_mapped_source_is_counted_as_ipv6() {
+    let _serial = device_lock();
+    shared_eal(Memory::Auto);
+    let (mut peer, spate_port, _a) = WirePeer::new(1023);
+    let stack = wire_stack(rig::spate_port_dual(&spate_port), false);
+    let spate_mac = stack.interfaces()[0].mac;
+    let truesize = stack.datagram_truesize();
+    let sock = UdpSocket::builder(&stack).recv_buffer_size(2 * truesize).bind("[::]:9").unwrap();
+    sock.set_nonblocking(true).unwrap();
+    let running = stack.spawn_polling().unwrap();
+
+    let mapped: std::net::Ipv6Addr = "::ffff:198.18.0.9".parse().unwrap();
+    for seq in 0..5u32 {
+        let dg = udp_datagram_between(mapped.into(), SPATE_IP6.into(), 40000, 9, &seq.to_be_bytes());
+        peer.send(&eth(spate_mac, ethernet::ethertype::IPV6, &ipv6_packet(mapped, SPATE_IP6, ip_proto::UDP, 64, &dg)));
+    }
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let settled = || {
+        let c = stack.counters();
+        c[Counter::Udp6InDatagrams] + c[Counter::Udp6RcvbufErrors] == 5
+    };
+    while !settled() {
+        assert!(Instant::now() < deadline, "{}", stack.counters().render_nonzero());
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    let c = stack.counters();
+    assert_eq!((c[Counter::Udp6InDatagrams], c[Counter::Udp6RcvbufErrors]), (2, 3), "{}", c.render_nonzero());
+    assert_eq!(
+        (c[Counter::UdpInDatagrams], c[Counter::UdpRcvbufErrors], c[Counter::UdpInErrors]),
+        (0, 0, 0),
+        "nothing IPv4's: {}",
+        c.render_nonzero()
+    );
+    assert_eq!(c[Counter::RxDelivered], 2);
+
+    let mut buf = [0u8; 16];
+    let (n, from) = sock.recv_from(&mut buf).unwrap();
+    assert_eq!((&buf[..n], from), (&0u32.to_be_bytes()[..], SocketAddr::from((mapped, 40000))));
 
     running.stop();
     assert_eq!(stack.counters().unaccounted_frames(), 0);

@@ -226,6 +226,14 @@ impl Datagram {
         crate::addr::normalize(self.src())
     }
 
+    /// Whether it arrived over IPv4 (its IP header's version): the family
+    /// its counters are, whatever its addresses look like (an IPv6 source
+    /// of the form `::ffff:a.b.c.d` stays IPv6's).
+    #[inline]
+    pub(crate) fn arrived_v4(&self) -> bool {
+        self.headers().0[0] >> 4 == 4
+    }
+
     /// The destination as on the wire (IPv4 not mapped).
     pub(crate) fn wire_dst(&self) -> SocketAddr {
         crate::addr::normalize(self.dst())

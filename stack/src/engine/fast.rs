@@ -251,7 +251,8 @@ impl Worker<'_> {
     /// UDP length the IP payload's, to a bound socket. Such a datagram is
     /// staged for its socket, and counted with the burst (`IpInReceives`
     /// and `IpInDelivers`, or their IPv6 twins, by the caller;
-    /// `RxDelivered` and `UdpInDatagrams` when queued), exactly as the
+    /// `RxDelivered` and `UdpInDatagrams` when queued or taken by the
+    /// callback), exactly as the
     /// full path would. Returns whether it was IPv4. Anything else comes
     /// back untouched, for the full path, which counts and answers it
     /// (ICMP port unreachable included): nothing here is counted or
@@ -315,8 +316,8 @@ impl Worker<'_> {
         if memo.socket != 0 {
             return Some((memo.socket - 1, memo.mapped));
         }
-        // A group spread by the port's hash before anything else: the
-        // addresses are not looked at.
+        // A group spread by the port's hash, right after the sole socket:
+        // the addresses are not looked at.
         if memo.members != 0
             && let Some(hash) = m.rss_hash()
         {
@@ -361,7 +362,7 @@ impl Worker<'_> {
             return Err(m);
         }
         let d = Datagram::new(m, header_span(FAST_L3, l4), mapped, iface);
-        self.stage(index, iface, v4, d);
+        self.stage(index, v4, d);
         Ok(())
     }
 }

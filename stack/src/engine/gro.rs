@@ -165,7 +165,7 @@ impl Worker<'_> {
             };
         }
         let d = Datagram::new(m, header_span(at.l3, at.l4), mapped, iface);
-        let pos = self.stage(index, iface, at.src.is_ipv4(), d);
+        let pos = self.stage(index, at.src.is_ipv4(), d);
         self.gro_open(coalesce, index, flow, payload, pos);
         Step::Done(None)
     }

@@ -92,7 +92,7 @@ impl Worker<'_> {
         let mapped = self.snapshot.binding(index).family == Family::V6 && v4;
         let mut d = Datagram::new(m, header_span(at.l3, at.l4), mapped, ifc.index);
         d.set_group_copy();
-        self.stage(index, ifc.index, v4, d);
+        self.stage(index, v4, d);
     }
 }
 

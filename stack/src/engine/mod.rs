@@ -380,8 +380,8 @@ impl<'s> Worker<'s> {
     /// socket's queue (see [`deliver`]);
     /// returns where it waits (for a GRO train to grow it).
     #[inline(always)]
-    fn stage(&mut self, index: u32, iface: u16, v4: bool, d: Datagram) -> (usize, usize) {
-        self.staging.push(index, iface, v4, d)
+    fn stage(&mut self, index: u32, v4: bool, d: Datagram) -> (usize, usize) {
+        self.staging.push(index, v4, d)
     }
 
     /// Stamps the datagrams staged so far with `CLOCK_REALTIME` read now,

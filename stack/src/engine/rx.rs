@@ -134,7 +134,7 @@ impl Worker<'_> {
             let d = Datagram::new(m, header_span(at.l3, at.l4), mapped, ifc.index);
             // Staged: for the callback, or queued with one charge and one
             // lock per socket.
-            self.stage(index, ifc.index, at.src.is_ipv4(), d);
+            self.stage(index, at.src.is_ipv4(), d);
             return Step::Done(None);
         }
         self.inc(c.no_ports);
