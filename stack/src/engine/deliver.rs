@@ -260,10 +260,9 @@ impl Worker<'_> {
                 // The socket changed (connected, left its group, closed)
                 // after this snapshot: look again in the current one.
                 let mut datagrams = std::mem::take(&mut share.datagrams);
-                let n4 = datagrams.iter().filter(|d| d.arrived_v4()).count() as u64;
-                (delivered, v4) = (delivered - datagrams.len() as u64, v4 - n4);
-                self.redeliver(&mut datagrams);
+                let (n, n4) = self.redeliver(&mut datagrams);
                 self.staging.shares[r].datagrams = datagrams;
+                (delivered, v4) = (delivered - n, v4 - n4);
                 continue;
             }
             let offered = share.datagrams.len();
@@ -338,9 +337,11 @@ impl Worker<'_> {
     }
 
     /// Delivers datagrams whose socket changed since the lookup, one by one,
-    /// after a fresh lookup in the current snapshot.
+    /// after a fresh lookup in the current snapshot, each counted here;
+    /// returns how many, and how many of them IPv4.
     #[cold]
-    fn redeliver(&mut self, batch: &mut Vec<Datagram>) {
+    fn redeliver(&mut self, batch: &mut Vec<Datagram>) -> (u64, u64) {
+        let counted = (batch.len() as u64, batch.iter().filter(|d| d.arrived_v4()).count() as u64);
         // The current snapshot, kept apart: the burst's other shares hold
         // binding indices into the one they were staged against, which
         // stays the lcore's until its next poll takes the new one.
@@ -372,6 +373,7 @@ impl Worker<'_> {
                 Err(crate::rx_queue::Refused::Closed(_)) => self.count_refusal(Refusal::Closed, 1, v4 as u64),
             }
         }
+        counted
     }
 }
 
