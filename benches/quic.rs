@@ -345,7 +345,12 @@ fn main() {
         }
     }
 
-    println!("QUIC over spate and over the kernel's sockets ({}; quinn 0.11, {} rounds)", cpu_model(), rounds);
+    println!(
+        "QUIC over spate and over the kernel's sockets ({}; quinn 0.11, {} rounds, {} handshakes a round)",
+        cpu_model(),
+        rounds,
+        handshakes
+    );
     println!(
         "peer: quinn on kernel sockets, CPU 1; kernel side on CPU 0; spate beside: quinn on the lcore (adaptive polling), CPU 0; idle 0: --poll-idle-us 0; thread: quinn on a thread beside the lcore, CPU 0; apart: lcore busy on CPU 0, quinn's thread CPU 1; spate to spate: vhost-user, client CPU 0, server CPU 1"
     );
@@ -404,7 +409,7 @@ fn main() {
         }));
     }
     if let Some(path) = json {
-        let body = serde_json::json!({ "cpu": cpu_model(), "rounds": rounds, "rows": rows, "pairs": pairs });
+        let body = serde_json::json!({ "cpu": cpu_model(), "rounds": rounds, "handshakes": handshakes, "rows": rows, "pairs": pairs });
         std::fs::write(&path, serde_json::to_string_pretty(&body).unwrap()).unwrap();
     }
 }

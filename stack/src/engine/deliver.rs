@@ -64,8 +64,9 @@ pub(super) struct Staging<D = Datagram> {
     /// Datagrams the callback took.
     taken: u64,
     /// How many of the staged datagrams arrived over IPv4 (declared apart
-    /// from `staged`: side by side, the compiler made the two increments
-    /// one vector add of four instructions).
+    /// from `staged`: side by side, as rustc lays out these fields in
+    /// practice, the compiler made the two increments one vector add of
+    /// four instructions).
     staged_v4: u64,
 }
 
@@ -199,10 +200,11 @@ impl LcoreCtx<'_> {
             let n = share.datagrams.len() as u64;
             f(b.id, Staged::new(&mut share.datagrams));
             // All or none: none, and they are queued after the callback.
-            // (The count of what was staged counts them delivered either
-            // way; this one only says whether anything is left to queue,
-            // so a callback that panics after taking them leaves the
-            // empty share to the queueing, which skips it.)
+            // (What is counted delivered comes from the count of what was
+            // staged, less what a queue refuses; this one only says
+            // whether anything is left to queue, so a callback that
+            // panics after taking them leaves an empty share to the
+            // queueing, which skips it.)
             if share.datagrams.is_empty() {
                 *taken += n;
             }
@@ -213,7 +215,8 @@ impl LcoreCtx<'_> {
 impl Worker<'_> {
     /// Queues the burst's datagrams to their sockets: each socket's share
     /// with one lock, the shares in the order their sockets first appeared.
-    /// The burst's delivered datagrams are counted once, after them all.
+    /// The burst's delivered datagrams are counted once, after them all
+    /// (those a re-lookup takes, by it).
     /// Called before a burst is staged too (nothing staged: one load), so
     /// that at most one burst waits for the callback.
     #[inline]

@@ -251,8 +251,8 @@ impl Worker<'_> {
     /// UDP length the IP payload's, to a bound socket. Such a datagram is
     /// staged for its socket, and counted with the burst (`IpInReceives`
     /// and `IpInDelivers`, or their IPv6 twins, by the caller;
-    /// `RxDelivered` and `UdpInDatagrams` when queued or taken by the
-    /// callback), exactly as the
+    /// `RxDelivered` and `UdpInDatagrams` or `Udp6InDatagrams` with the
+    /// burst's staged datagrams, less what a queue refuses), exactly as the
     /// full path would. Returns whether it was IPv4. Anything else comes
     /// back untouched, for the full path, which counts and answers it
     /// (ICMP port unreachable included): nothing here is counted or

@@ -377,10 +377,13 @@ impl<'s> Worker<'s> {
     }
 
     /// Stages a datagram for binding `index`, for the callback or the
-    /// socket's queue (see [`deliver`]);
-    /// returns where it waits (for a GRO train to grow it).
+    /// socket's queue (see [`deliver`]); `v4`: it arrived over IPv4 (its
+    /// IP header's family, which its counters follow and which a refusal
+    /// or a re-lookup reads back with `Datagram::arrived_v4`). Returns
+    /// where it waits (for a GRO train to grow it).
     #[inline(always)]
     fn stage(&mut self, index: u32, v4: bool, d: Datagram) -> (usize, usize) {
+        debug_assert_eq!(v4, d.arrived_v4(), "staged as the header's family");
         self.staging.push(index, v4, d)
     }
 
