@@ -11,53 +11,45 @@
 //! is staged, so at most one burst's mbufs (and its `GROUP_COPIES` copies
 //! of group datagrams) wait uncharged.
 //!
-//! Staging sorts nothing: each datagram joins its socket's share as it is
-//! staged (a 64-entry table from binding index to share answers which), so
-//! a burst that reuseport spread over many sockets costs one push per
-//! datagram and one queue append per socket, and every socket's datagrams
-//! keep the order they arrived in.
+//! Staging sorts nothing: each binding (socket) of the lcore's snapshot
+//! has a share of its own, found by the binding's index, and the burst
+//! notes the order in which shares got their first datagram. A burst that
+//! reuseport spread over many sockets costs one push per datagram and one
+//! queue append per socket, and every socket's datagrams keep the order
+//! they arrived in.
 
 use std::sync::atomic::Ordering;
+
+use arrayvec::ArrayVec;
 
 use super::{LcoreCtx, Worker};
 use crate::datagram::{Datagram, Staged};
 use crate::rx_queue::Refusal;
-use crate::shared::BURST;
+use crate::shared::{BURST, GROUP_COPIES};
 use crate::stats::Counter;
 
-/// Entries in the table from binding index to share (a power of two).
-const SLOTS: usize = 64;
+/// Shares whose order the staging keeps inline: what a burst of
+/// datagrams to as many sockets and its group copies stage. More (which
+/// no burst reaches today) go on in a vector of their own.
+const ORDER: usize = BURST + GROUP_COPIES;
 
-/// One socket's datagrams of the burst, in arrival order (generic, so the
-/// unit tests below stage plain values; the lcores stage [`Datagram`]s).
-#[derive(Debug)]
-struct Share<D = Datagram> {
-    /// The binding's index in the lcore's snapshot.
-    index: u32,
-    datagrams: Vec<D>,
-}
-
-impl<D> Default for Share<D> {
-    fn default() -> Self {
-        Share { index: 0, datagrams: Vec::new() }
-    }
-}
-
-/// The burst's staged datagrams, grouped by socket as they arrive: each
-/// socket's share. Shares past `used` are kept, with their capacity, for
-/// the next burst.
+/// The burst's staged datagrams, grouped by socket as they arrive
+/// (generic, so the unit tests below stage plain values; the lcores stage
+/// [`Datagram`]s).
 #[derive(Debug)]
 pub(super) struct Staging<D = Datagram> {
-    shares: Vec<Share<D>>,
-    used: usize,
-    /// 1 + the share of a binding index, at `index % SLOTS`; 0: none. An index
-    /// whose entry another holds, or whose share is past the 255th, is found
-    /// by a scan of the used shares.
-    slot: [u8; SLOTS],
-    /// The binding index whose share opened last, and that share
-    /// (`u32::MAX`: none): a burst to one socket finds it here, without the
-    /// table.
-    last: (u32, usize),
+    /// Each binding index's share, in arrival order. A share grows as
+    /// any vector does the first times its socket gets datagrams on this
+    /// lcore, and keeps its capacity: memory grows with the sockets this
+    /// lcore delivered to (at most a burst's worth each, 512 bytes for
+    /// [`Datagram`]), never per datagram once a socket has had a full
+    /// burst.
+    shares: Vec<Vec<D>>,
+    /// The binding indices whose share is not empty, in the order their
+    /// first datagram arrived: the first [`ORDER`] here (no capacity
+    /// test of a vector's), the rest in `spill`.
+    order: ArrayVec<u32, ORDER>,
+    spill: Vec<u32>,
     /// Datagrams staged: counted delivered with the burst, less those a
     /// queue refuses or a re-lookup counts itself.
     staged: u64,
@@ -72,88 +64,70 @@ pub(super) struct Staging<D = Datagram> {
 
 impl<D> Staging<D> {
     pub(super) fn new() -> Staging<D> {
-        Staging {
-            shares: (0..BURST).map(|_| Share { datagrams: Vec::with_capacity(BURST), ..Share::default() }).collect(),
-            used: 0,
-            slot: [0; SLOTS],
-            last: (u32::MAX, 0),
-            staged: 0,
-            staged_v4: 0,
-            taken: 0,
-        }
+        Staging { shares: Vec::new(), order: ArrayVec::new(), spill: Vec::new(), staged: 0, staged_v4: 0, taken: 0 }
     }
 
-    /// Adds `d` to binding `index`'s share; returns where it went (share,
-    /// position), for a GRO train to grow it.
+    /// Adds `d` to binding `index`'s share; returns where it went (binding
+    /// index, position), for a GRO train to grow it.
     #[inline(always)]
     pub(super) fn push(&mut self, index: u32, v4: bool, d: D) -> (usize, usize) {
-        let r = match self.last {
-            (last, r) if last == index => r,
-            _ => self.find(index),
-        };
+        let r = index as usize;
         self.staged += 1;
         self.staged_v4 += v4 as u64;
-        let share = &mut self.shares[r];
-        share.datagrams.push(d);
-        (r, share.datagrams.len() - 1)
-    }
-
-    /// The share of binding `index`, from the table (or a new one, noted
-    /// as the last: a burst to one socket finds it there).
-    #[inline(always)]
-    fn find(&mut self, index: u32) -> usize {
-        let h = index as usize % SLOTS;
-        match self.slot[h] as usize {
-            s if s > 0 && self.shares[s - 1].index == index => s - 1,
-            s => self.open(index, h, s == 0),
+        let share = match self.shares.get_mut(r) {
+            Some(share) => share,
+            None => grow(&mut self.shares, r),
+        };
+        if share.is_empty()
+            && let Err(full) = self.order.try_push(index)
+        {
+            spill(&mut self.spill, full.element());
         }
-    }
-
-    /// The share of an index the table does not answer for: found among the
-    /// used shares (its entry taken by another, or past the 255th share), or
-    /// a new one.
-    #[inline(always)]
-    fn open(&mut self, index: u32, h: usize, free: bool) -> usize {
-        let noted = free && self.used < u8::MAX as usize;
-        if !noted && let Some(r) = self.shares[..self.used].iter().position(|r| r.index == index) {
-            return r;
-        }
-        if self.used == self.shares.len() {
-            self.shares.push(Share::default());
-        }
-        let r = self.used;
-        self.used += 1;
-        let share = &mut self.shares[r];
-        share.index = index;
-        if noted {
-            self.slot[h] = r as u8 + 1;
-        }
-        self.last = (index, r);
-        r
+        share.push(d);
+        (r, share.len() - 1)
     }
 
     /// The staged datagram at `at` (from [`push`](Self::push)).
     pub(super) fn get_mut(&mut self, (r, i): (usize, usize)) -> &mut D {
-        &mut self.shares[r].datagrams[i]
+        &mut self.shares[r][i]
+    }
+
+    /// The binding indices whose share is not empty, in the order their
+    /// first datagram arrived.
+    fn ordered(&self) -> impl Iterator<Item = u32> + '_ {
+        self.order.iter().chain(&self.spill).copied()
     }
 
     /// Forgets the burst's shares (each already emptied by its delivery).
     #[inline]
     fn reset(&mut self) {
-        // The whole table: 64 bytes, a few stores, no loop.
-        self.slot = [0; SLOTS];
-        self.last = (u32::MAX, 0);
-        self.used = 0;
+        debug_assert!(self.ordered().all(|i| self.shares[i as usize].is_empty()), "a share left full");
+        self.order.clear();
+        self.spill.clear();
         (self.staged, self.staged_v4, self.taken) = (0, 0, 0);
     }
+}
+
+/// Notes a share past the first [`ORDER`] of a burst.
+#[cold]
+fn spill(spill: &mut Vec<u32>, index: u32) {
+    spill.push(index);
+}
+
+/// Shares up to binding index `r` (empty, without memory until used);
+/// returns `r`'s.
+#[cold]
+fn grow<D>(shares: &mut Vec<Vec<D>>, r: usize) -> &mut Vec<D> {
+    shares.resize_with(r + 1, Vec::new);
+    &mut shares[r]
 }
 
 impl Staging<Datagram> {
     /// Notes `ns` as the receive time of every staged datagram.
     #[cold]
     pub(super) fn stamp(&mut self, ns: u64) {
-        for share in &mut self.shares[..self.used] {
-            for d in &mut share.datagrams {
+        for index in self.order.iter().chain(&self.spill) {
+            for d in &mut self.shares[*index as usize] {
                 d.stamp(ns);
             }
         }
@@ -186,26 +160,33 @@ impl LcoreCtx<'_> {
     pub fn recv_staged(&self, mut f: impl FnMut(u64, Staged<'_>)) {
         // A callback that calls this from `f` finds nothing more.
         let Ok(mut staged) = self.staged.try_borrow_mut() else { return };
-        let Staging { shares, used, taken, .. } = &mut **staged;
-        for share in &mut shares[..*used] {
-            if share.datagrams.is_empty() {
-                continue;
-            }
-            let b = self.snapshot.get(share.index);
+        let Staging { shares, order, spill, taken, .. } = &mut **staged;
+        self.lend(shares, order, taken, &mut f);
+        if !spill.is_empty() {
+            self.lend(shares, spill, taken, &mut f);
+        }
+    }
+
+    /// [`recv_staged`](Self::recv_staged) for the shares of `order`.
+    #[inline(always)]
+    fn lend(&self, shares: &mut [Vec<Datagram>], order: &[u32], taken: &mut u64, f: &mut impl FnMut(u64, Staged<'_>)) {
+        for &index in order {
+            let share = &mut shares[index as usize];
+            let b = self.snapshot.get(index);
             // A socket that changed after the lookup: looked up again when
             // the shares are queued.
             if b.sock.epoch.load(Ordering::Acquire) != b.epoch || !b.sock.queue.looks_empty() {
                 continue;
             }
-            let n = share.datagrams.len() as u64;
-            f(b.id, Staged::new(&mut share.datagrams));
+            let n = share.len() as u64;
+            f(b.id, Staged::new(share));
             // All or none: none, and they are queued after the callback.
             // (What is counted delivered comes from the count of what was
             // staged, less what a queue refuses; this one only says
             // whether anything is left to queue, so a callback that
             // panics after taking them leaves an empty share to the
             // queueing, which skips it.)
-            if share.datagrams.is_empty() {
+            if share.is_empty() {
                 *taken += n;
             }
         }
@@ -222,7 +203,7 @@ impl Worker<'_> {
     #[inline]
     pub(super) fn deliver_staged(&mut self) {
         self.group_copies = 0;
-        if self.staging.used == 0 {
+        if self.staging.order.is_empty() {
             return;
         }
         let staging = &mut self.staging;
@@ -250,42 +231,53 @@ impl Worker<'_> {
         // Every datagram staged, less those refused and those a re-lookup
         // counts itself.
         let (mut delivered, mut v4) = (self.staging.staged, self.staging.staged_v4);
-        for r in 0..self.staging.used {
-            // The fields apart, so the share's datagrams go to the queue where
-            // they lie (no move of the `Vec` in and out).
-            let share = &mut self.staging.shares[r];
-            if share.datagrams.is_empty() {
-                // The callback took them all.
-                continue;
-            }
-            let b = self.snapshot.get(share.index);
-            if b.sock.epoch.load(Ordering::Acquire) != b.epoch {
-                // The socket changed (connected, left its group, closed)
-                // after this snapshot: look again in the current one.
-                let mut datagrams = std::mem::take(&mut share.datagrams);
-                let (n, n4) = self.redeliver(&mut datagrams);
-                self.staging.shares[r].datagrams = datagrams;
-                (delivered, v4) = (delivered - n, v4 - n4);
-                continue;
-            }
-            let offered = share.datagrams.len();
-            let refusal = b.sock.queue.push_batch_gathering(self.idx, &mut share.datagrams, Some(&mut self.wakers));
-            let accepted = offered - share.datagrams.len();
-            if accepted > 0 {
-                mark_ready(&mut self.ready, &mut self.ready_bits, b.id);
-            }
-            if let Err(refusal) = refusal {
-                let mut datagrams = std::mem::take(&mut share.datagrams);
-                let (n, n4) = self.refused(&mut datagrams, refusal);
-                self.staging.shares[r].datagrams = datagrams;
-                (delivered, v4) = (delivered - n, v4 - n4);
-            }
+        for k in 0..self.staging.order.len() {
+            let (n, n4) = self.queue_share(self.staging.order[k]);
+            (delivered, v4) = (delivered - n, v4 - n4);
+        }
+        for k in 0..self.staging.spill.len() {
+            let (n, n4) = self.queue_share(self.staging.spill[k]);
+            (delivered, v4) = (delivered - n, v4 - n4);
         }
         self.staging.reset();
         self.count_delivered(delivered, v4);
         if !self.wakers.is_empty() {
             self.wake_tasks();
         }
+    }
+
+    /// Queues binding `index`'s share; returns how many of its datagrams
+    /// (and how many IPv4) are not counted with the burst: those its queue
+    /// refused, and those a re-lookup counted itself.
+    #[inline(always)]
+    fn queue_share(&mut self, index: u32) -> (u64, u64) {
+        // The fields apart, so the share's datagrams go to the queue where
+        // they lie (no move of the `Vec` in and out).
+        let share = &mut self.staging.shares[index as usize];
+        if share.is_empty() {
+            // The callback took them all.
+            return (0, 0);
+        }
+        let b = self.snapshot.get(index);
+        if b.sock.epoch.load(Ordering::Acquire) != b.epoch {
+            // The socket changed (connected, left its group, closed)
+            // after this snapshot: look again in the current one.
+            let mut datagrams = std::mem::take(share);
+            let counted = self.redeliver(&mut datagrams);
+            self.staging.shares[index as usize] = datagrams;
+            return counted;
+        }
+        let offered = share.len();
+        let refusal = b.sock.queue.push_batch_gathering(self.idx, share, Some(&mut self.wakers));
+        let accepted = offered - share.len();
+        if accepted > 0 {
+            mark_ready(&mut self.ready, &mut self.ready_bits, b.id);
+        }
+        let Err(refusal) = refusal else { return (0, 0) };
+        let mut datagrams = std::mem::take(share);
+        let counted = self.refused(&mut datagrams, refusal);
+        self.staging.shares[index as usize] = datagrams;
+        counted
     }
 
     /// Wakes the tasks waiting on the sockets the burst reached, once the
@@ -395,9 +387,10 @@ fn mark_ready(ready: &mut Vec<u64>, bits: &mut u64, id: u64) {
 mod tests {
     use super::*;
 
-    /// The shares staged so far: (binding index, datagrams).
+    /// The shares staged so far, in the order their first datagram
+    /// arrived: (binding index, datagrams).
     fn shares(r: &Staging<u32>) -> Vec<(u32, Vec<u32>)> {
-        r.shares[..r.used].iter().map(|share| (share.index, share.datagrams.clone())).collect()
+        r.ordered().map(|index| (index, r.shares[index as usize].clone())).collect()
     }
 
     #[test]
@@ -408,46 +401,34 @@ mod tests {
             .map(|(index, d)| r.push(index, d % 2 == 0, d))
             .collect();
         assert_eq!(shares(&r), [(7, vec![0, 2, 5]), (2, vec![1, 4]), (9, vec![3])]);
-        assert_eq!(at, [(0, 0), (1, 0), (0, 1), (2, 0), (1, 1), (0, 2)]);
-        *r.get_mut((1, 1)) = 40;
+        assert_eq!(at, [(7, 0), (2, 0), (7, 1), (9, 0), (2, 1), (7, 2)]);
+        *r.get_mut((2, 1)) = 40;
         assert_eq!(shares(&r)[1].1, [1, 40]);
         assert_eq!((r.staged, r.staged_v4), (6, 3));
     }
 
     #[test]
-    fn indexes_that_share_a_slot_keep_shares_of_their_own() {
+    fn shares_are_made_up_to_the_index_and_keep_their_memory() {
         let mut r: Staging<u32> = Staging::new();
-        for (i, index) in [1, 65, 1, 129, 65, 129, 1].into_iter().enumerate() {
-            r.push(index, true, i as u32);
+        for d in 0..BURST as u32 {
+            r.push(300, true, d);
         }
-        assert_eq!(shares(&r), [(1, vec![0, 2, 6]), (65, vec![1, 4]), (129, vec![3, 5])]);
+        assert_eq!(r.shares.len(), 301);
+        assert!(r.shares[..300].iter().all(|s| s.capacity() == 0), "no memory for bindings without datagrams");
+        r.shares[300].clear();
+        r.reset();
+        let before = r.shares[300].as_ptr();
+        for d in 0..BURST as u32 {
+            r.push(300, true, d);
+        }
+        assert_eq!(r.shares[300].as_ptr(), before, "a second burst to the socket did not reallocate");
     }
 
     #[test]
-    fn shares_past_the_255th_are_found_by_a_scan() {
+    fn more_sockets_than_a_burst_each_get_a_share() {
         let mut r: Staging<u32> = Staging::new();
-        // 255 shares, none in entry 63; then index 319 (entry 63, free),
-        // whose share, the 256th, an entry cannot name.
-        let first: Vec<u32> = (0..).filter(|i| i % SLOTS as u32 != 63).take(255).collect();
-        for &index in first.iter().chain(&[319]) {
-            r.push(index, false, index);
-        }
-        // 400's entry is 10's: a share of its own, the last opened, so
-        // 319's is found by neither the table nor the last.
-        for index in [319, 10, 400, 319] {
-            r.push(index, false, 1000 + index);
-        }
-        let got = shares(&r);
-        assert_eq!(got.len(), 257, "no second share for 319");
-        assert_eq!(got[255], (319, vec![319, 1319, 1319]));
-        assert_eq!(got[256], (400, vec![1400]));
-        assert_eq!(got[10], (10, vec![10, 1010]));
-    }
-
-    #[test]
-    fn more_sockets_than_shares_made_ahead_still_each_get_one() {
-        let mut r: Staging<u32> = Staging::new();
-        let n = BURST as u32 + 300;
+        // Past the inline order: the rest in the spill, in order too.
+        let n = ORDER as u32 + 300;
         for index in 0..n {
             r.push(index * 3, false, index);
         }
@@ -456,22 +437,29 @@ mod tests {
         assert_eq!(got.len(), n as usize);
         assert_eq!(got[0].1, [0, n], "the first socket's second datagram found its share");
         assert!(got.iter().enumerate().all(|(i, share)| share.0 == i as u32 * 3));
+        assert_eq!(r.spill.len(), n as usize - ORDER);
+        for index in r.ordered().collect::<Vec<_>>() {
+            r.shares[index as usize].clear();
+        }
+        r.reset();
+        r.push(9, true, 1);
+        assert_eq!((r.order.len(), r.spill.len()), (1, 0), "the spill forgotten with the burst");
     }
 
     #[test]
-    fn a_reset_forgets_the_shares_and_the_table() {
+    fn a_reset_forgets_the_order_and_the_counts() {
         let mut r: Staging<u32> = Staging::new();
         r.push(7, true, 1);
-        for share in &mut r.shares[..r.used] {
-            share.datagrams.clear();
+        r.push(8, true, 2);
+        for index in r.ordered().collect::<Vec<_>>() {
+            r.shares[index as usize].clear();
         }
         r.reset();
         assert_eq!(shares(&r), []);
-        // 7 again first: a table left as it was would send it to the old
-        // share without opening one.
-        r.push(7, true, 3);
-        r.push(8, false, 2);
-        assert_eq!(shares(&r), [(7, vec![3]), (8, vec![2])]);
+        // 8 first this time: the order is this burst's.
+        r.push(8, false, 3);
+        r.push(7, true, 4);
+        assert_eq!(shares(&r), [(8, vec![3]), (7, vec![4])]);
         assert_eq!((r.staged, r.staged_v4), (2, 1));
     }
 }
