@@ -254,6 +254,38 @@ fn retain_with_keeps_what_it_is_given_back_in_order() {
     assert_eq!(pool.in_use(), 0);
 }
 
+/// `Mbuf::free_all` frees every item's mbuf once, chains whole, across
+/// its 64-mbuf bulk calls, and drops what else an item holds; the vector
+/// keeps its buffer, empty.
+#[test]
+fn free_all_frees_each_items_mbuf_once_in_bulk_calls() {
+    let _serial = device_lock();
+    shared_eal(Memory::Auto);
+    let pool = Mempool::new(&MempoolConfig::new(&unique("freeall"), 511)).unwrap();
+    let dropped = Arc::new(());
+    for n in [0usize, 1, 63, 64, 65, 130] {
+        let mut items: Vec<(spate::dpdk::Mbuf, Arc<()>)> = (0..n)
+            .map(|i| {
+                let mut m = pool.try_alloc().unwrap();
+                m.append(1).unwrap()[0] = i as u8;
+                if i % 5 == 0 {
+                    // Every fifth a chain of two.
+                    let mut tail = pool.try_alloc().unwrap();
+                    tail.append(1).unwrap();
+                    m.chain(tail).unwrap();
+                }
+                (m, dropped.clone())
+            })
+            .collect();
+        assert_eq!(pool.in_use() as usize, n + n.div_ceil(5));
+        let cap = items.capacity();
+        spate::dpdk::Mbuf::free_all(&mut items, |(m, _)| m);
+        assert_eq!(pool.in_use(), 0, "{n} items: every mbuf and chain back, once");
+        assert!(items.is_empty() && items.capacity() == cap);
+        assert_eq!(Arc::strong_count(&dropped), 1, "{n} items: what else they held was dropped");
+    }
+}
+
 /// A pool reuses the mbufs that pass its per-lcore caches in the order
 /// asked: the last freed first (the `lf_stack` driver, the default: warm
 /// lines for the reader thread's and other lcores' frees), or the first

@@ -753,10 +753,14 @@ fn the_callback_takes_staged_datagrams_in_order_and_leaves_the_rest_queued() {
     let mode = Arc::new(AtomicU8::new(1));
     let got: Arc<Mutex<Vec<u32>>> = Arc::default();
     let (s, m, g) = (sock.clone(), mode.clone(), got.clone());
+    // Set when a second `recv_staged` in one iteration lent a share (its
+    // length + 1).
+    let lent_twice = Arc::new(std::sync::atomic::AtomicU32::new(0));
+    let t = lent_twice.clone();
     let seq = |d: &spate::Datagram| u32::from_be_bytes(d.data()[..4].try_into().unwrap());
     let running = stack
         .spawn(move |_| {
-            let (s, m, g) = (s.clone(), m.clone(), g.clone());
+            let (s, m, g, twice) = (s.clone(), m.clone(), g.clone(), t.clone());
             let mut batch = DatagramBatch::with_capacity(64);
             move |ctx: &mut LcoreCtx<'_>| {
                 let mode = m.load(Ordering::Relaxed);
@@ -772,6 +776,8 @@ fn the_callback_takes_staged_datagrams_in_order_and_leaves_the_rest_queued() {
                         _ => g.extend(staged.drain().map(|d| seq(&d))),
                     }
                 });
+                // Taken whole: a second call lends nothing more.
+                ctx.recv_staged(|_, staged| twice.store(staged.len() as u32 + 1, Ordering::Relaxed));
                 g.extend(batch.drain().map(|d| seq(&d)));
                 if mode == 2 {
                     while s.recv_batch(&mut batch, 64).is_ok() {
@@ -790,6 +796,7 @@ fn the_callback_takes_staged_datagrams_in_order_and_leaves_the_rest_queued() {
     };
     wait_for(20);
     assert_eq!(*got.lock().unwrap(), (0..20).collect::<Vec<_>>());
+    assert_eq!(lent_twice.load(Ordering::Relaxed), 0, "a share taken whole was lent again (its length + 1)");
     assert_eq!(stack.counters()[Counter::UdpRcvbufErrors], 0, "{}", stack.counters().render_nonzero());
 
     // Queued while the callback reads nothing; then, while they wait, a

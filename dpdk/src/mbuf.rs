@@ -108,30 +108,35 @@ impl Mbuf {
     }
 
     /// Frees the mbuf of every item of `items` and empties it, up to 64
-    /// in one bulk call: the pointers are gathered straight from the
-    /// items (a load and a store each), without [`Burst::push`]'s count
-    /// and bound per mbuf. `mbuf` names an item's mbuf. The items are
-    /// forgotten, not dropped, so they must own nothing else.
+    /// in one bulk call: each item is moved out and handed to `mbuf`,
+    /// which gives back the mbuf it owns (dropping whatever else it
+    /// holds), and the pointers are gathered with a load and a store
+    /// each, without [`Burst::push`]'s count and bound per mbuf.
     ///
     /// [`Burst::push`]: crate::Burst::push
-    pub fn free_all<T>(items: &mut Vec<T>, mbuf: impl Fn(&T) -> &Mbuf) {
+    pub fn free_all<T>(items: &mut Vec<T>, mbuf: impl Fn(T) -> Mbuf) {
         const CHUNK: usize = 64;
         let len = items.len();
-        // SAFETY: the vector forgets its items first, so a panic in
-        // `mbuf` below leaks the rest instead of freeing any mbuf twice;
-        // the slice reads the `len` items still in place.
-        let all = unsafe {
-            items.set_len(0);
-            std::slice::from_raw_parts(items.as_ptr(), len)
-        };
-        for chunk in all.chunks(CHUNK) {
-            let mut raw = [std::ptr::null_mut::<sys::rte_mbuf>(); CHUNK];
-            for (r, item) in raw.iter_mut().zip(chunk) {
-                *r = mbuf(item).0.as_ptr();
+        // SAFETY: the vector forgets its items before they are moved out
+        // below, each once; a panic in `mbuf` leaks what is left (and
+        // the mbufs gathered so far) instead of dropping anything twice.
+        unsafe { items.set_len(0) };
+        let base = items.as_ptr();
+        let mut start = 0;
+        while start < len {
+            let n = CHUNK.min(len - start);
+            // Not zeroed first: only the `n` written are passed on.
+            let mut raw = [const { std::mem::MaybeUninit::<*mut sys::rte_mbuf>::uninit() }; CHUNK];
+            for (k, r) in raw[..n].iter_mut().enumerate() {
+                // SAFETY: item `start + k` is initialised (it was within
+                // the vector's length) and is moved out only here.
+                r.write(mbuf(unsafe { base.add(start + k).read() }).into_raw());
             }
-            // SAFETY: each of these mbufs is owned by its item, which is
-            // forgotten (above), so freed exactly once, here.
-            unsafe { sys::rte_pktmbuf_free_bulk(raw.as_mut_ptr(), chunk.len() as u32) };
+            // SAFETY: the first `n` pointers were written above, each an
+            // mbuf this call owns (`into_raw` gave up its `Mbuf`), freed
+            // exactly once, here.
+            unsafe { sys::rte_pktmbuf_free_bulk(raw.as_mut_ptr() as *mut *mut sys::rte_mbuf, n as u32) };
+            start += n;
         }
     }
 

@@ -48,7 +48,7 @@ impl DatagramBatch {
 
     /// Frees every datagram held, 64 mbufs per call.
     pub fn clear(&mut self) {
-        Mbuf::free_all(&mut self.items, |d| &d.mbuf);
+        Mbuf::free_all(&mut self.items, |d| d.mbuf);
     }
 
     pub(crate) fn vec(&mut self) -> &mut Vec<Datagram> {

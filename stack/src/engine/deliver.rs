@@ -38,12 +38,15 @@ const ORDER: usize = BURST + GROUP_COPIES;
 /// [`Datagram`]s).
 #[derive(Debug)]
 pub(super) struct Staging<D = Datagram> {
-    /// Each binding index's share, in arrival order. A share grows as
-    /// any vector does the first times its socket gets datagrams on this
-    /// lcore, and keeps its capacity: memory grows with the sockets this
-    /// lcore delivered to (at most a burst's worth each, 512 bytes for
-    /// [`Datagram`]), never per datagram once a socket has had a full
-    /// burst.
+    /// Each binding index's share, in arrival order: made with a burst's
+    /// room (512 bytes of [`Datagram`]s, as a socket's queue holds for
+    /// each lcore) for every index up to the largest staged, the first
+    /// time one is, and kept with its buffer, so nothing is allocated per
+    /// datagram. A buffer changes hands without a copy where it can: with
+    /// a socket's empty queue (the same room) and with the callback's
+    /// empty batch ([`Staged::move_to`]: a batch with more room leaves its
+    /// buffer here), so a share holds a burst's room or, at most, that of
+    /// the largest batch the callback moved datagrams into.
     shares: Vec<Vec<D>>,
     /// The binding indices whose share is not empty, in the order their
     /// first datagram arrived: the first [`ORDER`] here (no capacity
@@ -76,7 +79,7 @@ impl<D> Staging<D> {
         self.staged_v4 += v4 as u64;
         let share = match self.shares.get_mut(r) {
             Some(share) => share,
-            None => grow(&mut self.shares, r),
+            None => grow_shares(&mut self.shares, r),
         };
         if share.is_empty()
             && let Err(full) = self.order.try_push(index)
@@ -114,11 +117,11 @@ fn spill(spill: &mut Vec<u32>, index: u32) {
     spill.push(index);
 }
 
-/// Shares up to binding index `r` (empty, without memory until used);
-/// returns `r`'s.
+/// Shares up to binding index `r`, each with a burst's room (the room a
+/// socket's empty queue swaps for its own); returns `r`'s.
 #[cold]
-fn grow<D>(shares: &mut Vec<Vec<D>>, r: usize) -> &mut Vec<D> {
-    shares.resize_with(r + 1, Vec::new);
+fn grow_shares<D>(shares: &mut Vec<Vec<D>>, r: usize) -> &mut Vec<D> {
+    shares.resize_with(r + 1, || Vec::with_capacity(BURST));
     &mut shares[r]
 }
 
@@ -127,6 +130,8 @@ impl Staging<Datagram> {
     #[cold]
     pub(super) fn stamp(&mut self, ns: u64) {
         for index in self.order.iter().chain(&self.spill) {
+            // (Not `ordered()`: its borrow of the whole staging would
+            // keep the shares from being written.)
             for d in &mut self.shares[*index as usize] {
                 d.stamp(ns);
             }
@@ -172,6 +177,10 @@ impl LcoreCtx<'_> {
     fn lend(&self, shares: &mut [Vec<Datagram>], order: &[u32], taken: &mut u64, f: &mut impl FnMut(u64, Staged<'_>)) {
         for &index in order {
             let share = &mut shares[index as usize];
+            if share.is_empty() {
+                // Taken by an earlier call in this iteration.
+                continue;
+            }
             let b = self.snapshot.get(index);
             // A socket that changed after the lookup: looked up again when
             // the shares are queued.
@@ -408,20 +417,33 @@ mod tests {
     }
 
     #[test]
-    fn shares_are_made_up_to_the_index_and_keep_their_memory() {
+    fn shares_have_a_bursts_room_up_to_the_index_and_keep_it() {
         let mut r: Staging<u32> = Staging::new();
-        for d in 0..BURST as u32 {
+        r.push(300, true, 0);
+        assert_eq!(r.shares.len(), 301);
+        assert!(
+            r.shares.iter().all(|s| s.capacity() == BURST),
+            "the room a socket's empty queue swaps for its own, for every index up to the one staged"
+        );
+        let before = r.shares[300].as_ptr();
+        for d in 1..BURST as u32 {
             r.push(300, true, d);
         }
-        assert_eq!(r.shares.len(), 301);
-        assert!(r.shares[..300].iter().all(|s| s.capacity() == 0), "no memory for bindings without datagrams");
         r.shares[300].clear();
         r.reset();
-        let before = r.shares[300].as_ptr();
-        for d in 0..BURST as u32 {
-            r.push(300, true, d);
-        }
-        assert_eq!(r.shares[300].as_ptr(), before, "a second burst to the socket did not reallocate");
+        r.push(300, true, 0);
+        r.push(7, true, 0);
+        assert_eq!(r.shares[300].as_ptr(), before, "a burst and the next to the same socket in one buffer");
+        assert_eq!(r.shares.len(), 301, "a smaller index made nothing new");
+    }
+
+    #[test]
+    #[cfg(debug_assertions)]
+    #[should_panic(expected = "a share left full")]
+    fn a_reset_with_a_share_left_full_is_caught_in_debug_builds() {
+        let mut r: Staging<u32> = Staging::new();
+        r.push(3, true, 0);
+        r.reset();
     }
 
     #[test]
@@ -433,9 +455,11 @@ mod tests {
             r.push(index * 3, false, index);
         }
         r.push(0, false, n);
+        r.push((n - 1) * 3, false, n + 1);
         let got = shares(&r);
         assert_eq!(got.len(), n as usize);
         assert_eq!(got[0].1, [0, n], "the first socket's second datagram found its share");
+        assert_eq!(got[n as usize - 1].1, [n - 1, n + 1], "so did the last one's, in the spill");
         assert!(got.iter().enumerate().all(|(i, share)| share.0 == i as u32 * 3));
         assert_eq!(r.spill.len(), n as usize - ORDER);
         for index in r.ordered().collect::<Vec<_>>() {

@@ -57,7 +57,8 @@ impl Flow {
 pub(crate) struct Train {
     /// Whether a train is open.
     open: bool,
-    /// Its place among the burst's staged datagrams (run, position).
+    /// Its place among the burst's staged datagrams (binding index,
+    /// position in its share).
     pos: (usize, usize),
     /// The frame that last grew it.
     frame: u64,
