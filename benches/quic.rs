@@ -18,6 +18,9 @@
 //!   us without work, then sleeps until a frame, a hand-off or its next
 //!   timer wakes it), the thread that drives tokio's timers and file
 //!   reads on CPU 0 too;
+//! - `other build` (with `--against PATH`): `spate, beside` run by
+//!   another build's spate-quic, to set two builds side by side in one
+//!   run (the binary keeps its name, `spate-quic`, in a folder of its own);
 //! - `beside, idle 0`: the same, the lcore sleeping as soon as it is idle
 //!   (`--poll-idle-us 0`);
 //! - `beside, thread`: quinn on tokio in a thread of its own on CPU 0
@@ -44,11 +47,14 @@
 //! handshake. Medians of the rounds, sides alternating in each round.
 //!
 //! ```text
-//! cargo bench --bench quic -- [--quick] [--only JOB] [--rounds N] [--handshakes N] [--json PATH]
+//! cargo bench --bench quic -- [--quick] [--only JOB] [--sides LIST] [--against PATH] [--rounds N] [--handshakes N] [--json PATH]
 //! ```
 //!
 //! `--only` runs the jobs whose name holds JOB (`handshakes`,
-//! `client`...); `--rounds` (3; 1 with `--quick`) and `--handshakes` (200
+//! `client`...); `--sides` the sides a comma-separated list names
+//! (`beside`, `against`, `idle0`, `thread`, `apart`, `pair`), the
+//! kernel's always; `--against PATH` adds `other build`: `spate, beside`
+//! run by another build's spate-quic (two builds side by side in one run); `--rounds` (3; 1 with `--quick`) and `--handshakes` (200
 //! a round) set the run's size.
 
 use spate_testkit::stats::median;
@@ -64,6 +70,8 @@ struct Net {
     measured: Netns,
     peer: Netns,
     root: PathBuf,
+    /// The `--against` build's spate-quic (none: the side is not run).
+    against: String,
 }
 
 impl Net {
@@ -92,7 +100,7 @@ impl Net {
             })
             .collect();
         std::fs::write(root.join("bulk.bin"), body).unwrap();
-        Net { measured, peer, root }
+        Net { measured, peer, root, against: String::new() }
     }
 }
 
@@ -106,6 +114,8 @@ impl Drop for Net {
 enum Side {
     Kernel,
     SpateBeside,
+    /// `spate, beside` run by the binary `--against` names (another build).
+    Against,
     SpateBesideNoIdle,
     SpateBesideThread,
     SpateApart,
@@ -114,9 +124,10 @@ enum Side {
 }
 
 impl Side {
-    const ALL: [Side; 6] = [
+    const ALL: [Side; 7] = [
         Side::Kernel,
         Side::SpateBeside,
+        Side::Against,
         Side::SpateBesideNoIdle,
         Side::SpateBesideThread,
         Side::SpateApart,
@@ -127,10 +138,24 @@ impl Side {
         match self {
             Side::Kernel => "kernel",
             Side::SpateBeside => "spate, beside",
+            Side::Against => "other build",
             Side::SpateBesideNoIdle => "beside, idle 0",
             Side::SpateBesideThread => "beside, thread",
             Side::SpateApart => "spate, apart",
             Side::SpatePair => "spate to spate",
+        }
+    }
+
+    /// Its key for `--sides`.
+    fn key(self) -> &'static str {
+        match self {
+            Side::Kernel => "kernel",
+            Side::SpateBeside => "beside",
+            Side::Against => "against",
+            Side::SpateBesideNoIdle => "idle0",
+            Side::SpateBesideThread => "thread",
+            Side::SpateApart => "apart",
+            Side::SpatePair => "pair",
         }
     }
 
@@ -150,11 +175,15 @@ impl Side {
 
     /// The program and its flags (before the role's own), pinned as the
     /// side says.
-    fn command(self, role: &str) -> (String, Vec<String>) {
+    fn command(self, role: &str, against: &str) -> (String, Vec<String>) {
+        if self == Side::Against {
+            let (_, args) = Side::SpateBeside.command(role, against);
+            return (against.to_string(), args);
+        }
         let spate = ["--vdev", "net_af_packet0,iface=vA", "--ip", "198.18.0.2/24", "--lcores", "0", "--mbufs", "32767"];
         let side: &[&str] = match self {
             Side::Kernel => return ("taskset".into(), ["-c", "0", QUIC, role, "--kernel"].map(String::from).to_vec()),
-            Side::SpateBeside => &["--app-cpus", "0", "--poll", "adaptive"],
+            Side::SpateBeside | Side::Against => &["--app-cpus", "0", "--poll", "adaptive"],
             Side::SpateBesideNoIdle => &["--app-cpus", "0", "--poll", "adaptive", "--poll-idle-us", "0"],
             Side::SpateBesideThread => &["--app-cpus", "0", "--poll", "adaptive", "--drivers", "thread"],
             Side::SpateApart => &["--app-cpus", "1", "--drivers", "thread"],
@@ -255,7 +284,7 @@ fn as_client(net: &Net, side: Side, download: bool, n: u32) -> Cost {
     let (prog, args) = if pair { pair_command("server", &vhost) } else { peer_command("server") };
     let (mut peer, peer_pid) = server(&net.peer, "quic-peer", &prog, &args, &net.root);
     peer.remove_on_drop(&vhost);
-    let (prog, mut args) = if pair { pair_command("client", &vhost) } else { side.command("client") };
+    let (prog, mut args) = if pair { pair_command("client", &vhost) } else { side.command("client", &net.against) };
     args.extend(job_args(download, n, side.peer_addr()));
     let before = cpu_of(peer_pid);
     let v = client(&net.measured, "quic-measured", &prog, &args);
@@ -271,7 +300,7 @@ fn as_client(net: &Net, side: Side, download: bool, n: u32) -> Cost {
 
 /// The measured side as a server, the peer's client fetching.
 fn as_server(net: &Net, side: Side, download: bool, n: u32) -> Cost {
-    let (prog, args) = side.command("server");
+    let (prog, args) = side.command("server", &net.against);
     let (_server, pid) = server(&net.measured, "quic-measured", &prog, &args, &net.root);
     let (prog, mut args) = peer_command("client");
     args.extend(job_args(download, n, side.addr()));
@@ -303,7 +332,29 @@ fn main() {
     let handshakes = number("--handshakes").unwrap_or(handshakes);
     let rounds = number("--rounds").unwrap_or(rounds);
     assert!(handshakes > 0 && rounds > 0, "--handshakes and --rounds take a positive number");
-    let net = Net::new(bytes);
+    // The kernel's side always runs: every ratio is to it.
+    let sides: Vec<Side> = match args.iter().position(|a| a == "--sides") {
+        None => Side::ALL.to_vec(),
+        Some(at) => {
+            let list = args.get(at + 1).expect("--sides takes a list");
+            let keys: Vec<&str> = list.split(',').collect();
+            for k in &keys {
+                assert!(
+                    Side::ALL.iter().any(|s| s.key() == *k),
+                    "--sides: {k}? (kernel, beside, against, idle0, thread, apart, pair)"
+                );
+            }
+            Side::ALL.into_iter().filter(|s| *s == Side::Kernel || keys.contains(&s.key())).collect()
+        }
+    };
+    let against = args.iter().position(|a| a == "--against").map(|at| {
+        let path = args.get(at + 1).expect("--against takes a spate-quic binary");
+        assert!(std::path::Path::new(path).is_file(), "--against {path}: no such file");
+        path.clone()
+    });
+    let sides: Vec<Side> = sides.into_iter().filter(|s| *s != Side::Against || against.is_some()).collect();
+    let mut net = Net::new(bytes);
+    net.against = against.unwrap_or_default();
     let jobs: [(&str, bool, bool); 4] = [
         ("client downloads", true, true),
         ("server uploads", false, true),
@@ -317,7 +368,7 @@ fn main() {
         let mut costs: Vec<Vec<Cost>> = vec![Vec::new(); Side::ALL.len()];
         for _ in 0..rounds {
             for (i, side) in Side::ALL.into_iter().enumerate() {
-                if side == Side::SpatePair && !as_a_client {
+                if !sides.contains(&side) || side == Side::SpatePair && !as_a_client {
                     continue;
                 }
                 let c = if as_a_client {
@@ -352,7 +403,7 @@ fn main() {
         handshakes
     );
     println!(
-        "peer: quinn on kernel sockets, CPU 1; kernel side on CPU 0; spate beside: quinn on the lcore (adaptive polling), CPU 0; idle 0: --poll-idle-us 0; thread: quinn on a thread beside the lcore, CPU 0; apart: lcore busy on CPU 0, quinn's thread CPU 1; spate to spate: vhost-user, client CPU 0, server CPU 1"
+        "peer: quinn on kernel sockets, CPU 1; kernel side on CPU 0; spate beside: quinn on the lcore (adaptive polling), CPU 0; other build: the same, --against's binary; idle 0: --poll-idle-us 0; thread: quinn on a thread beside the lcore, CPU 0; apart: lcore busy on CPU 0, quinn's thread CPU 1; spate to spate: vhost-user, client CPU 0, server CPU 1"
     );
     println!(
         "{:<18} {:<14} {:>12} {:>14} {:>14} {:>10} {:>12}",
