@@ -146,10 +146,15 @@ fn adaptive_echo_sleeps_when_idle_and_wakes_for_frames() {
 fn poll_idle_us_sets_how_long_an_idle_lcore_polls_before_it_sleeps() {
     let _serial = device_lock();
     // Datagrams 2 ms apart, each after the last one's echo: an lcore that
-    // polls 10 ms idle never sleeps between them (one wake for the first);
-    // one that sleeps at once is woken by every frame.
+    // polls 10 ms idle sleeps between them only while its window grows
+    // back after the quiet before the first ended it (a wake for the
+    // first, then one with none and one with 10 us: the next window is
+    // twice the gap; a gap held up past 20 ms ends it again: three more);
+    // one that sleeps at once is woken by every frame, and so is one
+    // polling 50 us: the quiet ended its window, and 2 ms gaps are too
+    // late to grow it back.
     let mut wakes = Vec::new();
-    for idle_us in ["10000", "0"] {
+    for idle_us in ["10000", "0", "50"] {
         let (spate_ns, kernel) = spate_and_kernel("pidle");
         let args: Vec<String> = ["--vdev", "net_af_packet0,iface=vA", "--ip", "198.18.0.2/24", "--lcores", "0"]
             .into_iter()
@@ -161,12 +166,22 @@ fn poll_idle_us_sets_how_long_an_idle_lcore_polls_before_it_sleeps() {
         kernel.run(|| spate_testkit::echo_after_gaps(30, 20, Duration::from_millis(2)));
         let (c, out) = app.stop();
         assert_eq!(counter(&c, "Udp.InDatagrams"), 30, "{out}");
-        wakes.push((counter(&c, "Poll.WakesRx"), out));
+        let window = (counter(&c, "Poll.WindowGrown"), counter(&c, "Poll.WindowShrunk"));
+        wakes.push((counter(&c, "Poll.WakesRx"), window, out));
     }
-    let ((long, out_long), (none, out_none)) = (&wakes[0], &wakes[1]);
-    println!("Poll.WakesRx for 30 datagrams 2 ms apart: {long} polling 10 ms idle, {none} sleeping at once");
-    assert!(*long <= 5, "a 10 ms idle poll spans the 2 ms gaps: {long} wakes\n{out_long}");
+    let [(long, (grown, _), out_long), (none, (grown_none, _), out_none), (short, (_, shrunk), out_short)] = &wakes[..]
+    else {
+        unreachable!()
+    };
+    println!(
+        "Poll.WakesRx for 30 datagrams 2 ms apart: {long} polling 10 ms idle, {none} sleeping at once, {short} polling 50 us"
+    );
+    assert!(*long <= 10, "a 10 ms idle poll spans the 2 ms gaps: {long} wakes\n{out_long}");
+    assert!(*grown >= 1, "the window grew back after the quiet\n{out_long}");
     assert!(*none >= 25, "no idle poll: a wake per frame: {none}\n{out_none}");
+    assert_eq!(*grown_none, 0, "nothing to grow\n{out_none}");
+    assert!(*short >= 25, "2 ms gaps keep a 50 us window closed: a wake per frame: {short}\n{out_short}");
+    assert!(*shrunk >= 1, "the quiet before the first datagram ended the window\n{out_short}");
 }
 
 /// An adaptive stack in this process on `device` in `ns`: its lcore
@@ -213,7 +228,8 @@ fn sends_wake_the_lcore(stack: &spate::Stack, kernel: &Netns, what: &str, rx_int
     let before = stack.counters();
     let mut late = Vec::new();
     for i in 0..10u8 {
-        // Idle long enough that the lcore sleeps (after 50 us).
+        // Idle long enough that the lcore sleeps (after its window, 50 us
+        // at most).
         std::thread::sleep(Duration::from_millis(25));
         let t = std::time::Instant::now();
         s.send_to(&[i; 8], "198.18.0.1:6000").unwrap();
@@ -366,23 +382,37 @@ fn a_cpu_set_lcore_yields_to_threads_waiting_for_a_cpu() {
     let _serial = device_lock();
     // An lcore free to run on every CPU sleeps as soon as it is idle while
     // threads wait for a CPU; a pinned one polls out its idle time. A
-    // thread spinning on each CPU keeps them all busy.
+    // thread spinning on each CPU keeps them all busy. The datagrams come
+    // 2 ms apart, within a 10 ms idle poll: idle times longer than the
+    // poll would end it (the lcore then sleeps at once, threads waiting or
+    // not), as the quiet before the first datagram does; the second idle
+    // time's sleep grows it back, and after that each idle time polls.
     let all = format!("1@(0-{})", spate::dpdk::lcore::online_cpus().expect("the online CPUs").max(2) - 1);
     for (lcores, yields) in [(all.as_str(), true), ("1", false)] {
         let (spate_ns, kernel) = spate_and_kernel("pyld");
-        let app = echo_on(&spate_ns, "net_af_packet0,iface=vA", "adaptive", lcores);
+        let app = SpateApp::start(
+            &spate_ns,
+            ECHO,
+            &["--vdev", "net_af_packet0,iface=vA", "--ip", "198.18.0.2/24", "--lcores", lcores, "--interval", "0"]
+                .into_iter()
+                .chain(["--poll", "adaptive", "--poll-idle-us", "10000", "--mbufs", "4095"])
+                .map(String::from)
+                .collect::<Vec<_>>(),
+            "UDP echo on",
+        );
         let spinners = Spinners::start();
-        echo_after_gaps(&kernel);
+        kernel.run(|| spate_testkit::echo_after_gaps(10, 20, Duration::from_millis(2)));
         drop(spinners);
         let (c, out) = app.stop();
-        assert_eq!(counter(&c, "Udp.InDatagrams"), 5, "{out}");
+        assert_eq!(counter(&c, "Udp.InDatagrams"), 10, "{out}");
         let contended = counter(&c, "Poll.SleepsContended");
         println!("--lcores {lcores}: {contended} contended sleeps");
         if yields {
             assert!(out.contains("sleeps at once while threads wait for a CPU"), "said in the log: {out}");
-            // After each reply, the first idle look finds the spinners
-            // waiting.
-            assert!(contended >= 4, "{contended} contended sleeps of 5 replies\n{out}");
+            // After each reply once the window is open again (the quiet
+            // before the first datagram ended it), the first idle look
+            // finds the spinners waiting.
+            assert!(contended >= 6, "{contended} contended sleeps of 10 replies\n{out}");
         } else {
             assert!(!out.contains("sleeps at once while threads wait"), "{out}");
             assert_eq!(contended, 0, "a pinned lcore keeps its CPU\n{out}");

@@ -60,7 +60,8 @@ pub struct StackArgs {
     #[arg(long, value_name = "MODE")]
     pub poll: Option<spate::config::PollMode>,
     /// With `--poll adaptive`: how long an idle lcore polls before it
-    /// sleeps, in microseconds (50; 0 sleeps at once).
+    /// sleeps at most, in microseconds (50; 0 sleeps at once); less while
+    /// its idle times run longer.
     #[arg(long, value_name = "US")]
     pub poll_idle_us: Option<u32>,
     /// Mbufs in the packet pool.

@@ -105,8 +105,9 @@ pub enum PollMode {
     #[default]
     Busy,
     /// Poll while there is work; after `poll_idle_us` (50 us) of none,
-    /// sleep until a frame (the RX queues' interrupts), a hand-off from
-    /// another thread or lcore (`Stack::wake_lcore` included), the
+    /// or less while the lcore's idle times run longer than that (its
+    /// window, tuned as KVM tunes halt polling), sleep until a frame (the
+    /// RX queues' interrupts), a hand-off from another thread or lcore (`Stack::wake_lcore` included), the
     /// callback's next turn (`LcoreCtx::wake_at`) or 100 ms pass (the
     /// idle lcore's timer tick), and poll again. Ports without RX
     /// interrupts get naps on the hand-off bell instead, from 1 us
@@ -178,12 +179,14 @@ pub struct StackConfig {
     /// makes `idle_sleep_us` moot: it is not used then).
     pub poll: PollMode,
     /// With `poll = "adaptive"`: how long (µs) an lcore polls without
-    /// work before it sleeps, at most [`POLL_IDLE_US_MAX`]. 50 (Linux's
-    /// `busy_poll` figure) catches a reply or the next request of an
-    /// exchange without a wake-up; 0 sleeps as soon as the lcore is idle,
-    /// which spends no CPU on polling where work comes in slower
-    /// exchanges (an application computing between datagrams on the
-    /// lcore's own CPU) at the cost of a wake-up per frame.
+    /// work before it sleeps at most, [`POLL_IDLE_US_MAX`] at most. 50
+    /// (Linux's `busy_poll` figure) catches a reply or the next request of
+    /// an exchange without a wake-up. An idle time longer than twice this
+    /// ends the lcore's poll (it sleeps at once after work from then on), and
+    /// wake-ups for work within it grow the poll back: a peer that computes
+    /// between its datagrams (a QUIC handshake's flights) costs no polling.
+    /// 0 sleeps as soon as the lcore is idle, at the cost of a wake-up per
+    /// frame.
     pub poll_idle_us: u32,
     /// On a `net_af_xdp` port sharing its interface with the kernel, where
     /// IGMP and MLD queries reach only the kernel: every how many seconds

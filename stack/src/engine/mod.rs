@@ -71,6 +71,7 @@ mod steer;
 mod testing;
 mod tx;
 mod vxlan;
+mod window;
 
 use memo::{NeighMemo, RateLimit};
 
@@ -232,8 +233,9 @@ pub(crate) struct Worker<'s> {
     idle_since: Option<u64>,
     /// When the callback asked to run again ([`LcoreCtx::wake_at`]).
     app_deadline: Option<std::time::Instant>,
-    /// How long it polls idle before it sleeps (`poll_idle_us`).
-    idle_ns: u64,
+    /// How long it polls idle before it sleeps: up to `poll_idle_us`,
+    /// tuned by how its idle times end.
+    window: window::PollWindow,
     /// The next nap (no RX interrupts).
     nap_ns: u64,
     /// Descriptors readable while frames wait on a queue whose receive
@@ -245,6 +247,8 @@ pub(crate) struct Worker<'s> {
     pending_seen: bool,
     /// The last sleep ended for a frame.
     woke_rx: bool,
+    /// Nanoseconds asleep in the current idle time.
+    asleep_ns: u64,
     /// The system's run queues, looked at while idle, where the lcore may
     /// run on every CPU.
     run_queue: Option<spate_dpdk::sched::RunQueue>,
@@ -323,10 +327,11 @@ impl<'s> Worker<'s> {
             idle_since: None,
             nap_ns: 0,
             app_deadline: None,
-            idle_ns: 0,
+            window: window::PollWindow::new(0, 0),
             pending_fds: Vec::new(),
             pending_seen: false,
             woke_rx: false,
+            asleep_ns: 0,
             run_queue: None,
             next_idle_check: 0,
             tap: None,

@@ -1,6 +1,7 @@
 //! Adaptive polling (`poll = "adaptive"`): an lcore that found no work
-//! for `poll_idle_us` (50 us) says it is going to sleep (its doorbell), arms its RX
-//! queues' interrupts, looks once more at its queues, inbox and lanes
+//! for its window (at most `poll_idle_us`, 50 us; less while its idle
+//! times run longer: `window.rs`) says it is going to sleep (its
+//! doorbell), arms its RX queues' interrupts, looks once more at its queues, inbox and lanes
 //! (what came before the arming: NAPI's re-check), and sleeps until a
 //! frame, a ring of its bell (work handed over, the stack stopping) or its
 //! timer tick, [`IDLE_TICK_NS`] away while it sleeps (its timers run ten
@@ -33,7 +34,19 @@
 //! next, raises the signal on itself.
 
 use super::Worker;
+use super::window::{PollWindow, Tuned};
 use crate::stats::Counter;
+
+/// How an idle time that went into a sleep ended.
+#[derive(Clone, Copy)]
+enum IdleEnd {
+    /// Work found at the last look: the sleep was given up.
+    LastLook,
+    /// A frame or a hand-off woke the lcore.
+    Work,
+    /// The sleep ran to its timer.
+    Timer,
+}
 
 /// The first nap where the ports have no RX interrupts.
 const NAP_MIN_NS: u64 = 1_000;
@@ -142,18 +155,24 @@ impl Worker<'_> {
             .filter_map(|(_, q)| q.intr_fd())
             .map(|fd| (fd, spate_dpdk::sched::IoSignal::of(fd)))
             .collect();
-        // How long it polls idle; net_tap's frames need two looks at their
-        // descriptors (the second raises the signal) before a sleep.
-        self.idle_ns = self.shared.cfg.poll_idle_us as u64 * 1_000;
-        if !self.pending_fds.is_empty() && self.idle_ns < TAP_IDLE_MIN_NS {
-            log::info!(
-                "spate: lcore {} polls net_tap: it polls {} us idle before it sleeps (poll_idle_us = {})",
-                self.lcore,
-                TAP_IDLE_MIN_NS / 1_000,
-                self.shared.cfg.poll_idle_us
-            );
-            self.idle_ns = TAP_IDLE_MIN_NS;
+        // How long it polls idle at most; net_tap's frames need two looks
+        // at their descriptors (the second raises the signal) before a
+        // sleep: its window never shrinks under them.
+        let mut max_ns = self.shared.cfg.poll_idle_us as u64 * 1_000;
+        let mut min_ns = 0;
+        if !self.pending_fds.is_empty() {
+            min_ns = TAP_IDLE_MIN_NS;
+            if max_ns < TAP_IDLE_MIN_NS {
+                log::info!(
+                    "spate: lcore {} polls net_tap: it polls {} us idle before it sleeps (poll_idle_us = {})",
+                    self.lcore,
+                    TAP_IDLE_MIN_NS / 1_000,
+                    self.shared.cfg.poll_idle_us
+                );
+                max_ns = TAP_IDLE_MIN_NS;
+            }
         }
+        self.window = PollWindow::new(max_ns, min_ns);
         // On a CPU set of every CPU, the lcore yields when threads wait for
         // one.
         let allowed = spate_dpdk::lcore::cpus_allowed();
@@ -217,13 +236,14 @@ impl Worker<'_> {
             None => {
                 // A new idle time: naps start short again.
                 self.idle_since = Some(self.now.0);
+                self.asleep_ns = 0;
                 self.nap_ns = NAP_MIN_NS;
                 self.next_idle_check = self.now.0;
                 self.pending_seen = std::mem::take(&mut self.woke_rx);
                 self.now.0
             }
         };
-        if self.now.0.saturating_sub(since) >= self.idle_ns {
+        if self.now.0.saturating_sub(since) >= self.window.ns() {
             self.sleep();
         } else if self.now.0 >= self.next_idle_check && (self.run_queue.is_some() || !self.pending_fds.is_empty()) {
             self.idle_check();
@@ -276,6 +296,7 @@ impl Worker<'_> {
             self.arm(false);
             self.shared.doorbells[self.idx].awake();
             self.inc(Counter::PollSleepsAborted);
+            self.tune_window(IdleEnd::LastLook);
             self.idle_since = None;
             return;
         }
@@ -292,7 +313,9 @@ impl Worker<'_> {
         self.arm(false);
         self.shared.doorbells[self.idx].awake();
         self.inc(Counter::PollSleeps);
-        self.add(Counter::PollAsleepMicros, start.elapsed().as_micros() as u64);
+        let asleep = u64::try_from(start.elapsed().as_nanos()).unwrap_or(u64::MAX);
+        self.asleep_ns = self.asleep_ns.saturating_add(asleep);
+        self.add(Counter::PollAsleepMicros, asleep / 1_000);
         self.inc(match (woke.rx, woke.bell) {
             (true, _) => Counter::PollWakesRx,
             (false, true) => Counter::PollWakesHandoff,
@@ -304,14 +327,41 @@ impl Worker<'_> {
             self.next_timer = crate::time::Instant(0);
         }
         self.woke_rx = woke.rx;
+        self.tune_window(if woke.timed_out() { IdleEnd::Timer } else { IdleEnd::Work });
         if !woke.timed_out() {
-            // Woken for work: it polls its idle time before sleeping
-            // again. A device may signal before its frame can be taken:
+            // Woken for work: it polls its window before sleeping again
+            // (none, maybe; on net_tap at least its 20 us). A device may signal before its frame can be taken:
             // net_tap's interrupt is its descriptor turning readable, while
             // its receive function returns nothing until the signal that
             // follows has been handled (`trigger_seen`); a later look finds
             // the frame, or raises the signal (`idle_check`).
             self.idle_since = None;
+        }
+    }
+
+    /// The idle time that went into a sleep ended now, as `end` says: the
+    /// idle poll grows or shrinks (`window`). Naps end by their timer
+    /// whether frames came or not: an lcore that naps keeps its window. The
+    /// stack stopping says nothing of its traffic.
+    ///
+    /// The idle time is taken as the window's poll and the time asleep:
+    /// not the time since it began, which on a CPU the lcore shares also
+    /// holds the slices another thread ran in. An lcore preempted while it
+    /// polled keeps its window, as it kept polling.
+    fn tune_window(&mut self, end: IdleEnd) {
+        if !self.rx_intr || self.shared.should_stop() {
+            return;
+        }
+        let Some(since) = self.idle_since else { return };
+        let tuned = match end {
+            IdleEnd::LastLook => self.window.aborted(self.shared.clock.now().0.saturating_sub(since)),
+            IdleEnd::Work => self.window.ended(self.window.ns().saturating_add(self.asleep_ns), true),
+            IdleEnd::Timer => self.window.ended(self.window.ns().saturating_add(self.asleep_ns), false),
+        };
+        match tuned {
+            Tuned::Kept => {}
+            Tuned::Grown => self.inc(Counter::PollWindowGrown),
+            Tuned::Shrunk => self.inc(Counter::PollWindowShrunk),
         }
     }
 
