@@ -44,7 +44,9 @@
 //! nanosecond: the measured client's own reading, a measured server's
 //! from outside over the peer client's run), a busy-polling lcore's idle
 //! polls included; the handshake column is the client's median
-//! handshake. Medians of the rounds, sides alternating in each round.
+//! handshake. Medians of the rounds, sides alternating in each round;
+//! then each side's ratios to the kernel's run of the same round, their
+//! median, least and most (slow drift of the host cancels within a round).
 //!
 //! ```text
 //! cargo bench --bench quic -- [--quick] [--only JOB] [--sides LIST] [--against PATH] [--rounds N] [--handshakes N] [--json PATH]
@@ -362,6 +364,8 @@ fn main() {
         ("server handshakes", false, false),
     ];
     let mut results: Vec<(String, Side, Cost)> = Vec::new();
+    // Each round's CPU a unit and rate against the kernel's in that round.
+    let mut by_round: Vec<(String, Side, Vec<f64>, Vec<f64>)> = Vec::new();
     for (job, as_a_client, download) in
         jobs.into_iter().filter(|(j, ..)| only.as_ref().is_none_or(|o| j.contains(o.as_str())))
     {
@@ -393,6 +397,12 @@ fn main() {
                 hs: m(|c| c.hs),
             };
             results.push((job.to_string(), side, cost));
+            if side != Side::Kernel {
+                let kernel = &costs[0];
+                let cpu = c.iter().zip(kernel).map(|(s, k)| (s.cpu / s.units) / (k.cpu / k.units)).collect();
+                let rate = c.iter().zip(kernel).map(|(s, k)| (s.units / s.secs) / (k.units / k.secs)).collect();
+                by_round.push((job.to_string(), side, cpu, rate));
+            }
         }
     }
 
@@ -459,8 +469,32 @@ fn main() {
             "job": job, "kernel_pair": both(&k), "spate_pair": both(p), "unit": unit, "ratio": both(p) / both(&k),
         }));
     }
+    println!("each round against the kernel's run of the same round: median [least, most]");
+    println!("{:<18} {:<14} {:>24} {:>24}", "job", "side", "CPU/unit vs kernel", "rate vs kernel");
+    let spread = |v: &[f64]| {
+        let least = v.iter().copied().fold(f64::INFINITY, f64::min);
+        let most = v.iter().copied().fold(f64::NEG_INFINITY, f64::max);
+        (median(v), least, most)
+    };
+    let mut rounds_json = Vec::new();
+    for (job, side, cpu, rate) in &by_round {
+        let (c, rt) = (spread(cpu), spread(rate));
+        println!(
+            "{:<18} {:<14} {:>8.2}x [{:.2}, {:.2}] {:>8.2}x [{:.2}, {:.2}]",
+            job,
+            side.name(),
+            c.0,
+            c.1,
+            c.2,
+            rt.0,
+            rt.1,
+            rt.2
+        );
+        rounds_json
+            .push(serde_json::json!({ "job": job, "side": side.name(), "cpu_vs_kernel": cpu, "rate_vs_kernel": rate }));
+    }
     if let Some(path) = json {
-        let body = serde_json::json!({ "cpu": cpu_model(), "rounds": rounds, "handshakes": handshakes, "rows": rows, "pairs": pairs });
+        let body = serde_json::json!({ "cpu": cpu_model(), "rounds": rounds, "handshakes": handshakes, "rows": rows, "pairs": pairs, "by_round": rounds_json });
         std::fs::write(&path, serde_json::to_string_pretty(&body).unwrap()).unwrap();
     }
 }
