@@ -119,7 +119,7 @@ counters! {
     PollWakesHandoff = kept "Poll"."WakesHandoff": "Sleeps a hand-off ended: an application thread's send, another lcore's frames, the stack stopping.";
     PollWakesTimer = kept "Poll"."WakesTimer": "Sleeps that lasted until the stack's next timer, or naps to their end (ports without RX interrupts).";
     PollWindowGrown = kept "Poll"."WindowGrown": "Times an lcore's idle poll grew: work woke it from a sleep soon enough after its idle time began (within twice poll_idle_us, room for the wake-up's latency) that a longer poll might have caught it, or was found at the sleep's last look.";
-    PollWindowShrunk = kept "Poll"."WindowShrunk": "Times an lcore's idle poll ended: its idle time lasted longer than twice poll_idle_us, so the poll before its sleep was spent for nothing.";
+    PollWindowShrunk = kept "Poll"."WindowShrunk": "Times an lcore's idle poll ended: its idle time outlasted the whole of poll_idle_us, or lasted longer than twice it, so the poll before its sleep was spent for nothing.";
     PollSignalsRaised = kept "Poll"."SignalsRaised": "Times an idle lcore raised a net_tap queue's signal itself: frames waited that the driver reads only once its signal was handled.";
     PollAsleepMicros = kept "Poll"."AsleepMicros": "Microseconds the lcores slept.";
 

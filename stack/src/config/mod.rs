@@ -181,8 +181,8 @@ pub struct StackConfig {
     /// With `poll = "adaptive"`: how long (µs) an lcore polls without
     /// work before it sleeps at most, [`POLL_IDLE_US_MAX`] at most. 50
     /// (Linux's `busy_poll` figure) catches a reply or the next request of
-    /// an exchange without a wake-up. An idle time longer than twice this
-    /// ends the lcore's poll (it sleeps at once after work from then on), and
+    /// an exchange without a wake-up. An idle time longer than this ends
+    /// the lcore's poll (it sleeps at once after work from then on), and
     /// wake-ups for work within it grow the poll back: a peer that computes
     /// between its datagrams (a QUIC handshake's flights) costs no polling.
     /// 0 sleeps as soon as the lcore is idle, at the cost of a wake-up per

@@ -42,8 +42,10 @@ use crate::stats::Counter;
 enum IdleEnd {
     /// Work found at the last look: the sleep was given up.
     LastLook,
-    /// A frame or a hand-off woke the lcore.
-    Work,
+    /// A frame or a hand-off woke the lcore; `full`: it had polled its
+    /// whole window before it slept (not a sleep begun early for threads
+    /// waiting for a CPU).
+    Work { full: bool },
     /// The sleep ran to its timer.
     Timer,
 }
@@ -300,6 +302,7 @@ impl Worker<'_> {
             self.idle_since = None;
             return;
         }
+        let full = self.idle_since.is_some_and(|since| self.now.0.saturating_sub(since) >= self.window.ns());
         let start = std::time::Instant::now();
         let sleeper = self.sleeper.as_mut().expect("adaptive");
         let woke = match self.rx_intr {
@@ -327,7 +330,7 @@ impl Worker<'_> {
             self.next_timer = crate::time::Instant(0);
         }
         self.woke_rx = woke.rx;
-        self.tune_window(if woke.timed_out() { IdleEnd::Timer } else { IdleEnd::Work });
+        self.tune_window(if woke.timed_out() { IdleEnd::Timer } else { IdleEnd::Work { full } });
         if !woke.timed_out() {
             // Woken for work: it polls its window before sleeping again
             // (none, maybe; on net_tap at least its 20 us). A device may signal before its frame can be taken:
@@ -355,8 +358,8 @@ impl Worker<'_> {
         let Some(since) = self.idle_since else { return };
         let tuned = match end {
             IdleEnd::LastLook => self.window.aborted(self.shared.clock.now().0.saturating_sub(since)),
-            IdleEnd::Work => self.window.ended(self.window.ns().saturating_add(self.asleep_ns), true),
-            IdleEnd::Timer => self.window.ended(self.window.ns().saturating_add(self.asleep_ns), false),
+            IdleEnd::Work { full } => self.window.woke(self.window.ns().saturating_add(self.asleep_ns), full),
+            IdleEnd::Timer => self.window.timed_out(self.window.ns().saturating_add(self.asleep_ns)),
         };
         match tuned {
             Tuned::Kept => {}

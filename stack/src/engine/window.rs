@@ -12,12 +12,13 @@
 //! came back within `poll_idle_us` can measure up to about twice that:
 //! only more than [`LATE`] times `poll_idle_us` counts as late.
 //! - An idle time that work ended while the lcore polled: the window stays.
-//! - One longer than [`LATE`] times `poll_idle_us`: its poll was lost: the
-//!   window falls to its floor (none, or `net_tap`'s two looks), as KVM's
-//!   does with `halt_poll_ns_shrink = 0` (its default for years; it halves
-//!   now).
-//! - One that outlasted the window and ended sooner in a wake-up for work:
-//!   a longer poll might have caught it: the window grows to
+//! - One that outlasted a window of the whole `poll_idle_us`, or lasted
+//!   longer than [`LATE`] times `poll_idle_us`: its poll was lost, and no
+//!   longer one is allowed: the window falls to its floor (none, or
+//!   `net_tap`'s two looks), as KVM's does with `halt_poll_ns_shrink = 0`
+//!   (its default for years; it halves now).
+//! - One that outlasted a shorter window and ended sooner in a wake-up for
+//!   work: a longer poll might have caught it: the window grows to
 //!   [`GROW_START_NS`] (doubles, if longer already). When the idle time
 //!   before it ended so too (work comes back steadily, later than the
 //!   window), it grows at once to twice this idle time. Never past
@@ -38,7 +39,9 @@
 //! echo's peer answering at once) keeps a window that catches it, two
 //! sleeps after a pause; one whose work comes back later (a peer that
 //! computes for a millisecond between its packets, a quiet link) sleeps
-//! at once, as a blocking thread would.
+//! at once, as a blocking thread would. Work that comes back just later
+//! than `poll_idle_us` takes the window through none, 10 us and the whole
+//! again: a third of a fixed window's loss.
 
 /// The window a wake-up for work within `poll_idle_us` grows to from none.
 pub(super) const GROW_START_NS: u64 = 10_000;
@@ -74,34 +77,55 @@ impl PollWindow {
         PollWindow { ns: max_ns, min_ns, max_ns, short_before: false }
     }
 
-    /// A sleep given up at its last look, `idle_ns` after its idle time
-    /// began: work came as the window ended (or the lcore was held up
-    /// since): the window grows or stays.
-    pub(super) fn aborted(&mut self, idle_ns: u64) -> Tuned {
-        self.ended(idle_ns.min(self.max_ns), true)
-    }
-
     /// How long the lcore polls idle before it sleeps.
     #[inline]
     pub(super) fn ns(&self) -> u64 {
         self.ns
     }
 
-    /// An idle time that went past the window into a sleep (or a sleep
-    /// given up at its last look) ended `idle_ns` after it began: woken for
-    /// work (a frame, a hand-off, work found at the last look), or by its
-    /// timer.
-    pub(super) fn ended(&mut self, idle_ns: u64, for_work: bool) -> Tuned {
-        let before = self.ns;
-        if idle_ns > self.max_ns.saturating_mul(LATE) {
-            self.ns = 0;
-            self.short_before = false;
-        } else if for_work && idle_ns > self.ns {
-            let steady = if self.short_before { idle_ns.saturating_mul(2) } else { 0 };
-            self.ns = (self.ns * 2).max(GROW_START_NS).max(steady);
-            self.short_before = true;
+    /// A sleep woken for work (a frame, a hand-off) ended an idle time of
+    /// `idle_ns`; `full`: the lcore polled its whole window before it
+    /// slept (not a sleep begun early for threads waiting for a CPU).
+    pub(super) fn woke(&mut self, idle_ns: u64, full: bool) -> Tuned {
+        let late = idle_ns > self.max_ns.saturating_mul(LATE);
+        // The whole of poll_idle_us polled, and work came later still.
+        let lost = full && self.ns >= self.max_ns;
+        if late || lost { self.close() } else { self.grow(idle_ns) }
+    }
+
+    /// A sleep that ran to its timer ended an idle time of `idle_ns`.
+    pub(super) fn timed_out(&mut self, idle_ns: u64) -> Tuned {
+        if idle_ns > self.max_ns.saturating_mul(LATE) { self.close() } else { Tuned::Kept }
+    }
+
+    /// A sleep given up at its last look, `idle_ns` after its idle time
+    /// began: work came as the window ended (or the lcore was held up
+    /// since): the window grows or stays.
+    pub(super) fn aborted(&mut self, idle_ns: u64) -> Tuned {
+        self.grow(idle_ns.min(self.max_ns))
+    }
+
+    /// The poll was spent for nothing: none (or the floor) from now on.
+    fn close(&mut self) -> Tuned {
+        self.short_before = false;
+        self.set(0)
+    }
+
+    /// Work came `idle_ns` into the idle time, after the window: to the
+    /// grow start (doubled, if longer already), or twice the idle time
+    /// when the idle time before ended so too.
+    fn grow(&mut self, idle_ns: u64) -> Tuned {
+        if idle_ns <= self.ns {
+            return Tuned::Kept;
         }
-        self.ns = self.ns.clamp(self.min_ns, self.max_ns);
+        let steady = if self.short_before { idle_ns.saturating_mul(2) } else { 0 };
+        self.short_before = true;
+        self.set(self.ns.saturating_mul(2).max(GROW_START_NS).max(steady))
+    }
+
+    fn set(&mut self, ns: u64) -> Tuned {
+        let before = self.ns;
+        self.ns = ns.clamp(self.min_ns, self.max_ns);
         match self.ns.cmp(&before) {
             std::cmp::Ordering::Equal => Tuned::Kept,
             std::cmp::Ordering::Greater => Tuned::Grown,
@@ -120,8 +144,8 @@ mod tests {
     fn starts_at_the_configured_poll_and_keeps_it_while_work_comes_back_within_it() {
         let mut w = PollWindow::new(50 * US, 0);
         assert_eq!(w.ns(), 50 * US);
-        // A sleep woken for work 50 us in at most: nothing to grow into.
-        assert_eq!(w.ended(50 * US, true), Tuned::Kept);
+        // Caught by the poll: nothing reported, nothing tuned.
+        assert_eq!(idle(&mut w, 45 * US), 45 * US);
         assert_eq!(w.ns(), 50 * US);
     }
 
@@ -130,38 +154,51 @@ mod tests {
     fn idle(w: &mut PollWindow, len_ns: u64) -> u64 {
         let polled = len_ns.min(w.ns());
         if len_ns > w.ns() {
-            w.ended(len_ns, true);
+            w.woke(len_ns, true);
         }
         polled
     }
 
     #[test]
-    fn work_that_comes_back_later_than_the_configured_poll_ends_the_poll() {
+    fn work_that_comes_back_later_than_the_whole_configured_poll_ends_it() {
         let mut w = PollWindow::new(50 * US, 0);
-        assert_eq!(w.ended(400 * US, true), Tuned::Shrunk);
+        assert_eq!(w.woke(400 * US, true), Tuned::Shrunk);
         assert_eq!(w.ns(), 0);
-        assert_eq!(w.ended(400 * US, true), Tuned::Kept, "none stays none");
+        assert_eq!(w.woke(400 * US, true), Tuned::Kept, "none stays none");
+        // Just after the whole configured poll: lost as well.
+        let mut w = PollWindow::new(50 * US, 0);
+        assert_eq!(w.woke(60 * US, true), Tuned::Shrunk);
         // A sleep that ran to the stack's idle tick is as long.
         let mut w = PollWindow::new(50 * US, 0);
-        assert_eq!(w.ended(100_000 * US, false), Tuned::Shrunk);
+        assert_eq!(w.timed_out(100_000 * US), Tuned::Shrunk);
         assert_eq!(w.ns(), 0);
     }
 
     #[test]
-    fn a_wake_up_late_by_its_own_latency_or_a_last_look_keeps_the_poll() {
-        // Work 45 us into the idle time, the wake-up 30 us later.
+    fn a_wake_up_late_by_its_own_latency_or_a_last_look_grows_a_short_poll() {
+        // A 10 us window; work 45 us into the idle time, the wake-up 30 us
+        // later: a longer window would have caught it.
         let mut w = PollWindow::new(50 * US, 0);
-        assert_eq!(w.ended(75 * US, true), Tuned::Kept);
-        assert_eq!(w.ended(100 * US, true), Tuned::Kept);
+        w.woke(1_000 * US, true);
+        w.woke(15 * US, true);
+        assert_eq!(w.ns(), 10 * US);
+        assert_eq!(w.woke(75 * US, true), Tuned::Grown);
         assert_eq!(w.ns(), 50 * US);
-        assert_eq!(w.ended(101 * US, true), Tuned::Shrunk, "past twice the configured poll: late");
+        let mut w = PollWindow::new(50 * US, 0);
+        w.woke(1_000 * US, true);
+        assert_eq!(w.woke(101 * US, true), Tuned::Kept, "past twice the configured poll: late, none stays none");
+        // A sleep begun early (threads waited for a CPU) and woken within
+        // twice the configured poll: its poll was not lost.
+        let mut w = PollWindow::new(50 * US, 0);
+        assert_eq!(w.woke(70 * US, false), Tuned::Kept);
+        assert_eq!(w.ns(), 50 * US);
         // Found at the last look after the whole window, or after the
         // lcore was held up for a millisecond: never a shrink.
         let mut w = PollWindow::new(50 * US, 0);
         assert_eq!(w.aborted(50 * US + 1), Tuned::Kept);
         assert_eq!(w.aborted(1_000 * US), Tuned::Kept);
         assert_eq!(w.ns(), 50 * US);
-        w.ended(1_000 * US, true);
+        w.woke(1_000 * US, true);
         assert_eq!(w.aborted(3 * US), Tuned::Grown);
         assert_eq!(w.ns(), 10 * US);
     }
@@ -169,7 +206,7 @@ mod tests {
     #[test]
     fn a_wake_up_for_work_within_the_configured_poll_grows_it_back() {
         let mut w = PollWindow::new(50 * US, 0);
-        w.ended(1_000 * US, true);
+        w.woke(1_000 * US, true);
         let mut seen = Vec::new();
         for _ in 0..3 {
             idle(&mut w, 15 * US);
@@ -177,19 +214,15 @@ mod tests {
         }
         assert_eq!(seen, [10, 30, 30], "the grow start, then twice the idle time, which it catches");
         // Twice a longer idle time is more than the configured poll.
-        w.ended(1_000 * US, true);
+        w.woke(1_000 * US, true);
         assert_eq!([idle(&mut w, 45 * US), idle(&mut w, 45 * US), idle(&mut w, 45 * US)], [0, 10 * US, 45 * US]);
         assert_eq!(w.ns(), 50 * US);
         // A single short idle time between long ones: the grow start only.
-        w.ended(1_000 * US, true);
+        w.woke(1_000 * US, true);
         idle(&mut w, 45 * US);
-        w.ended(1_000 * US, true);
+        w.woke(1_000 * US, true);
         idle(&mut w, 45 * US);
         assert_eq!(w.ns(), 10 * US);
-        // Work the window catches: nothing to tune.
-        let mut w = PollWindow::new(50 * US, 0);
-        assert_eq!(idle(&mut w, 5 * US), 5 * US);
-        assert_eq!(w.ns(), 50 * US);
     }
 
     #[test]
@@ -197,7 +230,7 @@ mod tests {
         // poll_idle_us = 10000 and datagrams 2 ms apart after a quiet
         // (kernel_poll.rs's test): 10 us, then 4 ms.
         let mut w = PollWindow::new(10_000 * US, 0);
-        w.ended(100_000 * US, false);
+        w.timed_out(100_000 * US);
         let sleeps = (0..30).filter(|_| idle(&mut w, 2_000 * US) < 2_000 * US).count();
         assert_eq!(sleeps, 2);
         assert_eq!(w.ns(), 4_000 * US);
@@ -206,10 +239,10 @@ mod tests {
     #[test]
     fn a_timer_within_the_configured_poll_says_nothing() {
         let mut w = PollWindow::new(50 * US, 0);
-        w.ended(1_000 * US, true);
-        w.ended(15 * US, true);
+        w.woke(1_000 * US, true);
+        w.woke(15 * US, true);
         assert_eq!(w.ns(), 10 * US);
-        assert_eq!(w.ended(40 * US, false), Tuned::Kept);
+        assert_eq!(w.timed_out(40 * US), Tuned::Kept);
         assert_eq!(w.ns(), 10 * US);
     }
 
@@ -222,6 +255,15 @@ mod tests {
         idle(&mut w, 5_000 * US);
         let sleeps = (0..10).filter(|_| idle(&mut w, 20 * US) < 20 * US).count();
         assert_eq!(sleeps, 2, "none and 10 us slept; 40 us caught the rest");
+    }
+
+    #[test]
+    fn idle_times_just_longer_than_the_configured_poll_lose_less_than_it() {
+        // A fixed window loses all of its 50 us to each 60 us idle time;
+        // this one cycles through none, 10 us and 50 us.
+        let mut w = PollWindow::new(50 * US, 0);
+        let polled: u64 = (0..99).map(|_| idle(&mut w, 60 * US)).sum();
+        assert_eq!(polled, 33 * 60 * US);
     }
 
     #[test]
@@ -239,16 +281,16 @@ mod tests {
         // net_tap's lcores keep two looks at their descriptors.
         let mut w = PollWindow::new(50 * US, 20 * US);
         for _ in 0..8 {
-            w.ended(1_000 * US, true);
+            w.woke(1_000 * US, true);
         }
         assert_eq!(w.ns(), 20 * US);
         // A floor above the configured poll is the configured poll.
         let mut w = PollWindow::new(5 * US, 20 * US);
-        assert_eq!(w.ended(1_000 * US, true), Tuned::Kept);
+        assert_eq!(w.woke(1_000 * US, true), Tuned::Kept);
         assert_eq!(w.ns(), 5 * US);
         // poll_idle_us = 0: nothing to tune.
         let mut w = PollWindow::new(0, 0);
-        assert_eq!(w.ended(3 * US, true), Tuned::Kept);
+        assert_eq!(w.woke(3 * US, true), Tuned::Kept);
         assert_eq!(w.ns(), 0);
     }
 }
