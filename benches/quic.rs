@@ -14,9 +14,9 @@
 //! - `kernel`: quinn on a kernel socket, pinned to CPU 0;
 //! - `spate, beside`: spate-quic as it runs by default: quinn's drivers
 //!   and the application's tasks on the lcore (`--drivers lcore`), the
-//!   lcore on CPU 0 on adaptive polling (`--poll adaptive`: it polls 50
-//!   us without work, then sleeps until a frame, a hand-off or its next
-//!   timer wakes it), the thread that drives tokio's timers and file
+//!   lcore on CPU 0 on adaptive polling (`--poll adaptive`: it polls up
+//!   to 50 us without work, its window, then sleeps until a frame, a
+//!   hand-off or its next timer wakes it), the thread that drives tokio's timers and file
 //!   reads on CPU 0 too;
 //! - `other build` (with `--against PATH`): `spate, beside` run by
 //!   another build's spate-quic, to set two builds side by side in one
@@ -44,7 +44,8 @@
 //! nanosecond: the measured client's own reading, a measured server's
 //! from outside over the peer client's run), a busy-polling lcore's idle
 //! polls included; the handshake column is the client's median
-//! handshake. Medians of the rounds, sides alternating in each round;
+//! handshake. Medians of the rounds, sides taking turns in each round
+//! (the kernel's first, the others in an order turned by one each round);
 //! then each side's ratios to the kernel's run of the same round, their
 //! median, least and most (slow drift of the host cancels within a round).
 //!
@@ -354,6 +355,12 @@ fn main() {
         assert!(std::path::Path::new(path).is_file(), "--against {path}: no such file");
         path.clone()
     });
+    let named = args.iter().any(|a| a == "--sides");
+    match (&against, sides.contains(&Side::Against)) {
+        (None, true) if named => panic!("--sides against needs --against PATH"),
+        (Some(_), false) => panic!("--against PATH: --sides does not name against"),
+        _ => {}
+    }
     let sides: Vec<Side> = sides.into_iter().filter(|s| *s != Side::Against || against.is_some()).collect();
     let mut net = Net::new(bytes);
     net.against = against.unwrap_or_default();
@@ -370,8 +377,12 @@ fn main() {
         jobs.into_iter().filter(|(j, ..)| only.as_ref().is_none_or(|o| j.contains(o.as_str())))
     {
         let mut costs: Vec<Vec<Cost>> = vec![Vec::new(); Side::ALL.len()];
-        for _ in 0..rounds {
-            for (i, side) in Side::ALL.into_iter().enumerate() {
+        for round in 0..rounds {
+            // The sides in a new order each round (the kernel's first, its
+            // ratios' reference), so that no side always follows another.
+            let n = Side::ALL.len();
+            for i in std::iter::once(0).chain((0..n - 1).map(|k| 1 + (k + round as usize) % (n - 1))) {
+                let side = Side::ALL[i];
                 if !sides.contains(&side) || side == Side::SpatePair && !as_a_client {
                     continue;
                 }
