@@ -146,13 +146,13 @@ fn adaptive_echo_sleeps_when_idle_and_wakes_for_frames() {
 fn poll_idle_us_sets_how_long_an_idle_lcore_polls_before_it_sleeps() {
     let _serial = device_lock();
     // Datagrams 2 ms apart, each after the last one's echo: an lcore that
-    // polls 10 ms idle sleeps between them only while its window grows
-    // back after the quiet before the first ended it (a wake for the
-    // first, then one with none and one with 10 us: the next window is
-    // twice the gap; a gap held up past 20 ms ends it again: three more);
-    // one that sleeps at once is woken by every frame, and so is one
-    // polling 50 us: the quiet ended its window, and 2 ms gaps are too
-    // late to grow it back.
+    // polls 10 ms idle sleeps between them only while its window opens
+    // again after the quiet before the first ended it (a wake for the
+    // first, then two with none: the second of two short idle times opens
+    // the window to twice the gap; a gap held up past 20 ms ends it again:
+    // three more); one that sleeps at once is woken by every frame, and
+    // so is one polling 50 us: the quiet ended its window, and 2 ms gaps
+    // are too late to open it again.
     let mut wakes = Vec::new();
     for idle_us in ["10000", "0", "50"] {
         let (spate_ns, kernel) = spate_and_kernel("pidle");
@@ -169,7 +169,8 @@ fn poll_idle_us_sets_how_long_an_idle_lcore_polls_before_it_sleeps() {
         let window = (counter(&c, "Poll.WindowGrown"), counter(&c, "Poll.WindowShrunk"));
         wakes.push((counter(&c, "Poll.WakesRx"), window, out));
     }
-    let [(long, (grown, _), out_long), (none, (grown_none, _), out_none), (short, (_, shrunk), out_short)] = &wakes[..]
+    let [(long, (grown, shrunk_long), out_long), (none, (grown_none, _), out_none), (short, (_, shrunk), out_short)] =
+        &wakes[..]
     else {
         unreachable!()
     };
@@ -177,6 +178,7 @@ fn poll_idle_us_sets_how_long_an_idle_lcore_polls_before_it_sleeps() {
         "Poll.WakesRx for 30 datagrams 2 ms apart: {long} polling 10 ms idle, {none} sleeping at once, {short} polling 50 us"
     );
     assert!(*long <= 10, "a 10 ms idle poll spans the 2 ms gaps: {long} wakes\n{out_long}");
+    assert!(*shrunk_long >= 1, "the quiet (300 ms) ended the window\n{out_long}");
     assert!(*grown >= 1, "the window grew back after the quiet\n{out_long}");
     assert!(*none >= 25, "no idle poll: a wake per frame: {none}\n{out_none}");
     assert_eq!(*grown_none, 0, "nothing to grow\n{out_none}");

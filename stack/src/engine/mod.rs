@@ -249,6 +249,10 @@ pub(crate) struct Worker<'s> {
     woke_rx: bool,
     /// Nanoseconds asleep in the current idle time.
     asleep_ns: u64,
+    /// What the lcore polled of the current idle time before its first
+    /// sleep, and whether that was its whole window (not a sleep begun
+    /// early for threads waiting for a CPU).
+    polled: Option<(u64, bool)>,
     /// The system's run queues, looked at while idle, where the lcore may
     /// run on every CPU.
     run_queue: Option<spate_dpdk::sched::RunQueue>,
@@ -332,6 +336,7 @@ impl<'s> Worker<'s> {
             pending_seen: false,
             woke_rx: false,
             asleep_ns: 0,
+            polled: None,
             run_queue: None,
             next_idle_check: 0,
             tap: None,

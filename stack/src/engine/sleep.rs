@@ -42,10 +42,8 @@ use crate::stats::Counter;
 enum IdleEnd {
     /// Work found at the last look: the sleep was given up.
     LastLook,
-    /// A frame or a hand-off woke the lcore; `full`: it had polled its
-    /// whole window before it slept (not a sleep begun early for threads
-    /// waiting for a CPU).
-    Work { full: bool },
+    /// A frame or a hand-off woke the lcore.
+    Work,
     /// The sleep ran to its timer.
     Timer,
 }
@@ -239,6 +237,7 @@ impl Worker<'_> {
                 // A new idle time: naps start short again.
                 self.idle_since = Some(self.now.0);
                 self.asleep_ns = 0;
+                self.polled = None;
                 self.nap_ns = NAP_MIN_NS;
                 self.next_idle_check = self.now.0;
                 self.pending_seen = std::mem::take(&mut self.woke_rx);
@@ -285,6 +284,10 @@ impl Worker<'_> {
     #[inline(never)]
     fn sleep(&mut self) {
         let Some(wait_ns) = self.sleep_budget() else { return };
+        if self.polled.is_none() {
+            let polled = self.idle_since.map_or(0, |since| self.now.0.saturating_sub(since));
+            self.polled = Some((polled.min(self.window.ns()), polled >= self.window.ns()));
+        }
         let bell = &self.shared.doorbells[self.idx];
         bell.going_to_sleep();
         self.arm(true);
@@ -302,7 +305,6 @@ impl Worker<'_> {
             self.idle_since = None;
             return;
         }
-        let full = self.idle_since.is_some_and(|since| self.now.0.saturating_sub(since) >= self.window.ns());
         let start = std::time::Instant::now();
         let sleeper = self.sleeper.as_mut().expect("adaptive");
         let woke = match self.rx_intr {
@@ -330,7 +332,7 @@ impl Worker<'_> {
             self.next_timer = crate::time::Instant(0);
         }
         self.woke_rx = woke.rx;
-        self.tune_window(if woke.timed_out() { IdleEnd::Timer } else { IdleEnd::Work { full } });
+        self.tune_window(if woke.timed_out() { IdleEnd::Timer } else { IdleEnd::Work });
         if !woke.timed_out() {
             // Woken for work: it polls its window before sleeping again
             // (none, maybe; on net_tap at least its 20 us). A device may signal before its frame can be taken:
@@ -347,19 +349,25 @@ impl Worker<'_> {
     /// whether frames came or not: an lcore that naps keeps its window. The
     /// stack stopping says nothing of its traffic.
     ///
-    /// The idle time is taken as the window's poll and the time asleep:
-    /// not the time since it began, which on a CPU the lcore shares also
-    /// holds the slices another thread ran in. An lcore preempted while it
-    /// polled keeps its window, as it kept polling.
+    /// The idle time is taken as what the lcore polled of it before its
+    /// first sleep (at most its window) and the time asleep: not the time
+    /// since it began, which on a CPU the lcore shares also holds the
+    /// slices another thread ran in. An lcore preempted while it polled
+    /// keeps its window, as it kept polling. A last look after a sleep in
+    /// the same idle time (one that ran to its timer) ends it as a wake-up
+    /// would.
     fn tune_window(&mut self, end: IdleEnd) {
         if !self.rx_intr || self.shared.should_stop() {
             return;
         }
-        let Some(since) = self.idle_since else { return };
+        let (Some(since), Some((polled, full))) = (self.idle_since, self.polled) else { return };
+        let idle_ns = polled.saturating_add(self.asleep_ns);
         let tuned = match end {
-            IdleEnd::LastLook => self.window.aborted(self.shared.clock.now().0.saturating_sub(since)),
-            IdleEnd::Work { full } => self.window.woke(self.window.ns().saturating_add(self.asleep_ns), full),
-            IdleEnd::Timer => self.window.timed_out(self.window.ns().saturating_add(self.asleep_ns)),
+            IdleEnd::LastLook if self.asleep_ns == 0 => {
+                self.window.aborted(self.shared.clock.now().0.saturating_sub(since))
+            }
+            IdleEnd::LastLook | IdleEnd::Work => self.window.woke(idle_ns, full),
+            IdleEnd::Timer => self.window.timed_out(idle_ns),
         };
         match tuned {
             Tuned::Kept => {}
