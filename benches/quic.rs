@@ -45,7 +45,8 @@
 //! from outside over the peer client's run), a busy-polling lcore's idle
 //! polls included; the handshake column is the client's median
 //! handshake. Medians of the rounds, sides taking turns in each round
-//! (the kernel's first, the others in an order turned by one each round);
+//! (the kernel's first, the others in an order turned by one every other
+//! round and reversed in between);
 //! then each side's ratios to the kernel's run of the same round, their
 //! median, least and most (slow drift of the host cancels within a round).
 //!
@@ -377,15 +378,20 @@ fn main() {
         jobs.into_iter().filter(|(j, ..)| only.as_ref().is_none_or(|o| j.contains(o.as_str())))
     {
         let mut costs: Vec<Vec<Cost>> = vec![Vec::new(); Side::ALL.len()];
-        for round in 0..rounds {
-            // The sides in a new order each round (the kernel's first, its
-            // ratios' reference), so that no side always follows another.
-            let n = Side::ALL.len();
-            for i in std::iter::once(0).chain((0..n - 1).map(|k| 1 + (k + round as usize) % (n - 1))) {
+        // The job's sides but the kernel's, by their index in Side::ALL.
+        let others: Vec<usize> = (1..Side::ALL.len())
+            .filter(|&i| sides.contains(&Side::ALL[i]) && (Side::ALL[i] != Side::SpatePair || as_a_client))
+            .collect();
+        for round in 0..rounds as usize {
+            // The kernel's first (its ratios' reference), then the others
+            // turned by one each round, and reversed every other turn
+            // (a Williams design): no side always follows another.
+            let mut order: Vec<usize> = (0..others.len()).map(|k| others[(k + round / 2) % others.len()]).collect();
+            if round % 2 == 1 {
+                order.reverse();
+            }
+            for i in std::iter::once(0).chain(order) {
                 let side = Side::ALL[i];
-                if !sides.contains(&side) || side == Side::SpatePair && !as_a_client {
-                    continue;
-                }
                 let c = if as_a_client {
                     as_client(&net, side, download, handshakes)
                 } else {
