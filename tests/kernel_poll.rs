@@ -387,8 +387,10 @@ fn a_cpu_set_lcore_yields_to_threads_waiting_for_a_cpu() {
     // thread spinning on each CPU keeps them all busy. The datagrams come
     // 2 ms apart, within a 10 ms idle poll: idle times longer than the
     // poll would end it (the lcore then sleeps at once, threads waiting or
-    // not), as the quiet before the first datagram does; the second idle
-    // time's sleep grows it back, and after that each idle time polls.
+    // not), as the quiet before the first datagram does; the sleeps of the
+    // first two gaps open it again, and after that each idle time begins
+    // with a poll, whose first look finds the threads waiting (or, pinned,
+    // which polls until the datagram).
     let all = format!("1@(0-{})", spate::dpdk::lcore::online_cpus().expect("the online CPUs").max(2) - 1);
     for (lcores, yields) in [(all.as_str(), true), ("1", false)] {
         let (spate_ns, kernel) = spate_and_kernel("pyld");

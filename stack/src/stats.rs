@@ -118,7 +118,7 @@ counters! {
     PollWakesRx = kept "Poll"."WakesRx": "Sleeps an RX queue's interrupt ended.";
     PollWakesHandoff = kept "Poll"."WakesHandoff": "Sleeps a hand-off ended: an application thread's send, another lcore's frames, the stack stopping.";
     PollWakesTimer = kept "Poll"."WakesTimer": "Sleeps that lasted until the stack's next timer, or naps to their end (ports without RX interrupts).";
-    PollWindowGrown = kept "Poll"."WindowGrown": "Times an lcore's idle poll grew: work woke it from a sleep, twice in a row, soon enough after its idle time began (within poll_idle_us and as much again, that room at least 50 us, for the wake-up's latency) that a longer poll might have caught it, or was found at the sleep's last look.";
+    PollWindowGrown = kept "Poll"."WindowGrown": "Times an lcore's idle poll grew (or probed the whole poll_idle_us after 64 idle times closed): work woke it from a sleep, a second time since the window closed, soon enough after its idle time began (within poll_idle_us and as much again, that room at least 50 us, for the wake-up's latency) that a longer poll might have caught it, or was found at the sleep's last look.";
     PollWindowShrunk = kept "Poll"."WindowShrunk": "Times an lcore's idle poll ended: its window was the whole poll_idle_us and the idle time outlasted it, or the idle time was later than poll_idle_us and as much again (that room at least 50 us), so the poll before its sleep was spent for nothing.";
     PollSignalsRaised = kept "Poll"."SignalsRaised": "Times an idle lcore raised a net_tap queue's signal itself: frames waited that the driver reads only once its signal was handled.";
     PollAsleepMicros = kept "Poll"."AsleepMicros": "Microseconds the lcores slept.";

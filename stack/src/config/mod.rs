@@ -178,18 +178,18 @@ pub struct StackConfig {
     /// How the lcores poll: `busy` (the default) or `adaptive` (which
     /// makes `idle_sleep_us` moot: it is not used then).
     pub poll: PollMode,
-    /// With `poll = "adaptive"`: how long (µs) an lcore polls without
-    /// work before it sleeps at most, [`POLL_IDLE_US_MAX`] at most. 50
+    /// With `poll = "adaptive"`: the longest time (µs) an lcore polls
+    /// without work before it sleeps, at most [`POLL_IDLE_US_MAX`]. 50
     /// (Linux's `busy_poll` figure) catches a reply or the next request of
     /// an exchange without a wake-up. The lcore's window follows how its
     /// idle times end: one that outlasted a window of the whole
     /// `poll_idle_us`, or one later than `poll_idle_us` and as much again
-    /// (that room at least 50 us), ends it (the lcore sleeps at once after work
-    /// from then on), and two wake-ups in a row for work sooner open it
-    /// again: a peer
-    /// that computes between its datagrams (a QUIC handshake's flights)
-    /// costs no polling. 0 sleeps as soon as the lcore is idle, at the
-    /// cost of a wake-up per frame.
+    /// (that room at least 50 us), closes it (the lcore sleeps at once
+    /// after work from then on, but on `net_tap`, which keeps 20 us), and
+    /// a second wake-up for work sooner opens it again: a peer that
+    /// computes between its datagrams (a QUIC handshake's flights) costs
+    /// no polling. 0 sleeps as soon as the lcore is idle, at the cost of a
+    /// wake-up per frame.
     pub poll_idle_us: u32,
     /// On a `net_af_xdp` port sharing its interface with the kernel, where
     /// IGMP and MLD queries reach only the kernel: every how many seconds

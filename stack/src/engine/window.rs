@@ -24,10 +24,16 @@
 //!   have caught it: the window grows to twice this idle time (or twice
 //!   itself, if more), never past `poll_idle_us`. A single such idle time
 //!   among late ones only marks it.
-//! - A sleep given up at its last look (work came as the window ended)
-//!   counts as such an idle time, and never shrinks the window.
+//! - A sleep given up at its last look before any sleep of the idle time
+//!   (work came as the window ended) counts as such an idle time, and
+//!   never shrinks the window.
 //! - A sleep that ran to its timer before it was late (the callback's
 //!   next turn) says nothing of when work comes: the window stays.
+//! - After [`PROBE_AFTER`] idle times in a row with the window closed, the
+//!   next polls the whole `poll_idle_us` once: wake-ups slow enough to
+//!   make a steady flow's idle times count as late would otherwise keep
+//!   it closed for good. A lost probe closes it again, at a cost of at
+//!   most `poll_idle_us` / [`PROBE_AFTER`] an idle time.
 //!
 //! Where long and short idle times alternate (a QUIC handshake: a long
 //! wait for the peer's crypto, a short one for its acknowledgement or its
@@ -48,6 +54,9 @@
 /// idle time counts as late: `poll_idle_us` again, at least this (the
 /// latency is a time of its own, not a share of the poll).
 pub(super) const WAKE_ROOM_NS: u64 = 50_000;
+/// Idle times in a row with the window closed before one polls the whole
+/// `poll_idle_us` again (`PollWindow::probe`).
+pub(super) const PROBE_AFTER: u32 = 64;
 
 /// The idle poll's length: between a floor and `poll_idle_us`, starting
 /// at `poll_idle_us`.
@@ -56,9 +65,11 @@ pub(super) struct PollWindow {
     ns: u64,
     min_ns: u64,
     max_ns: u64,
-    /// The last idle time that went into a sleep ended in a wake-up for
+    /// An idle time since the window last closed ended in a wake-up for
     /// work (or at the last look) after the window and before it was late.
     short_before: bool,
+    /// Idle times in a row that left the window closed.
+    closed_run: u32,
 }
 
 /// What an idle time's end did to the window.
@@ -74,7 +85,7 @@ impl PollWindow {
     /// `min_ns` (at most `max_ns`).
     pub(super) fn new(max_ns: u64, min_ns: u64) -> PollWindow {
         let min_ns = min_ns.min(max_ns);
-        PollWindow { ns: max_ns, min_ns, max_ns, short_before: false }
+        PollWindow { ns: max_ns, min_ns, max_ns, short_before: false, closed_run: 0 }
     }
 
     /// How long the lcore polls idle before it sleeps.
@@ -89,12 +100,32 @@ impl PollWindow {
     pub(super) fn woke(&mut self, idle_ns: u64, full: bool) -> Tuned {
         // The whole of poll_idle_us polled, and work came later still.
         let lost = full && self.ns >= self.max_ns;
-        if self.late(idle_ns) || lost { self.close() } else { self.grow(idle_ns) }
+        let tuned = if self.late(idle_ns) || lost { self.close() } else { self.grow(idle_ns) };
+        self.probe(tuned)
     }
 
     /// A sleep that ran to its timer ended an idle time of `idle_ns`.
     pub(super) fn timed_out(&mut self, idle_ns: u64) -> Tuned {
-        if self.late(idle_ns) { self.close() } else { Tuned::Kept }
+        let tuned = if self.late(idle_ns) { self.close() } else { Tuned::Kept };
+        self.probe(tuned)
+    }
+
+    /// After [`PROBE_AFTER`] idle times in a row that left the window
+    /// closed, the next polls the whole `poll_idle_us` once: a steady flow
+    /// whose wake-ups are slow enough to make its idle times count as late
+    /// is caught again (and keeps the window); else that poll is lost and
+    /// closes it, at most `poll_idle_us` / [`PROBE_AFTER`] an idle time.
+    fn probe(&mut self, tuned: Tuned) -> Tuned {
+        if self.ns > self.min_ns || self.min_ns == self.max_ns {
+            self.closed_run = 0;
+            return tuned;
+        }
+        self.closed_run += 1;
+        if self.closed_run < PROBE_AFTER {
+            return tuned;
+        }
+        self.closed_run = 0;
+        self.set(self.max_ns)
     }
 
     /// Work came too late for any poll, with room for the wake-up.
@@ -296,25 +327,52 @@ mod tests {
         // back to catch the flow.
         let mut w = PollWindow::new(50 * US, 0);
         w.timed_out(100_000 * US);
-        let mut sleeps = 0;
-        for _ in 0..10 {
-            if w.ns() < 20 * US {
-                sleeps += 1;
-                w.woke(20 * US + 60 * US, true);
-            }
-        }
-        assert_eq!(sleeps, 2);
+        assert_eq!(slow_sleeps(&mut w, 10, 20 * US, 60 * US), 2);
         assert_eq!(w.ns(), 50 * US);
     }
 
+    /// `n` idle times of `gap_ns`, each sleep's wake-up `late_ns` after its
+    /// work: how many slept.
+    fn slow_sleeps(w: &mut PollWindow, n: usize, gap_ns: u64, late_ns: u64) -> usize {
+        let mut sleeps = 0;
+        for _ in 0..n {
+            if w.ns() < gap_ns {
+                sleeps += 1;
+                w.woke(gap_ns + late_ns, true);
+            }
+        }
+        sleeps
+    }
+
     #[test]
-    fn alternating_long_and_short_idle_times_settle_on_a_short_window() {
+    fn alternating_long_and_short_idle_times_keep_the_window_closed_but_for_probes() {
         // A QUIC client's handshake: a long wait for the peer's crypto, a
         // short one for its answer to the client's last flight. A fixed
-        // window polls 80 us a pair.
+        // window polls 80 us a pair, 8,000 over 100.
         let mut w = PollWindow::new(50 * US, 0);
         let polled: u64 = (0..100).map(|_| idle(&mut w, 400 * US) + idle(&mut w, 30 * US)).sum();
-        assert!(polled <= 50 * US + 100 * 10 * US, "polled {} us over 100 pairs", polled / US);
+        // The first long one, then a probe every 64 idle times (at most
+        // 50 us each, and one that meets a short idle time catches it).
+        assert!(polled <= 50 * US + 4 * 50 * US, "polled {} us over 100 pairs", polled / US);
+        assert!(polled >= 50 * US + 2 * 30 * US, "the probes ran: {} us", polled / US);
+    }
+
+    #[test]
+    fn a_probe_finds_a_steady_flow_that_slow_wake_ups_made_late() {
+        // 20 us gaps, each wake-up 90 us late: 110 us, late for a 50 us
+        // poll; closed, the window would stay closed for good.
+        let mut w = PollWindow::new(50 * US, 0);
+        w.timed_out(100_000 * US);
+        let sleeps = slow_sleeps(&mut w, 200, 20 * US, 90 * US);
+        assert_eq!(sleeps, PROBE_AFTER as usize - 1, "until the probe, which catches the flow and keeps the window");
+        assert_eq!(w.ns(), 50 * US);
+        // A quiet link probes once every 64 of its timer's ticks.
+        let mut w = PollWindow::new(50 * US, 0);
+        let grown = (0..128).filter(|_| w.timed_out(100_000 * US) == Tuned::Grown).count();
+        assert_eq!(grown, 2);
+        // A floor that is the whole poll has nothing to probe.
+        let mut w = PollWindow::new(20 * US, 20 * US);
+        assert!((0..128).all(|_| w.timed_out(100_000 * US) == Tuned::Kept));
     }
 
     #[test]
