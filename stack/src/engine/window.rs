@@ -19,11 +19,11 @@
 //!   with `halt_poll_ns_shrink = 0` (its default for years; it halves
 //!   now).
 //! - One that outlasted a shorter window and ended in a wake-up for work
-//!   before it was late, when the idle time before it ended so too (work
-//!   comes back steadily, later than the window): a longer poll would
-//!   have caught it: the window grows to twice this idle time (or twice
-//!   itself, if more), never past `poll_idle_us`. A single such idle time
-//!   among late ones only marks it.
+//!   before it was late, when one before it since the window last closed
+//!   ended so too (work comes back steadily, later than the window): a
+//!   longer poll would have caught it: the window grows to twice this idle
+//!   time (or twice itself, if more), never past `poll_idle_us`. The first
+//!   such idle time after the window closed only marks it.
 //! - A sleep given up at its last look before any sleep of the idle time
 //!   (work came as the window ended) counts as such an idle time, and
 //!   never shrinks the window.
