@@ -16,8 +16,8 @@
 //!   and the application's tasks on the lcore (`--drivers lcore`), the
 //!   lcore on CPU 0 on adaptive polling (`--poll adaptive`: it polls up
 //!   to 50 us without work, its window, then sleeps until a frame, a
-//!   hand-off or its next timer wakes it), the thread that drives tokio's timers and file
-//!   reads on CPU 0 too;
+//!   hand-off or its next timer wakes it), the thread that drives tokio's
+//!   timers and file reads on CPU 0 too;
 //! - `other build` (with `--against PATH`): `spate, beside` run by
 //!   another build's spate-quic, to set two builds side by side in one
 //!   run (the binary keeps its name, `spate-quic`, in a folder of its own);
@@ -58,8 +58,9 @@
 //! `client`...); `--sides` the sides a comma-separated list names
 //! (`beside`, `against`, `idle0`, `thread`, `apart`, `pair`), the
 //! kernel's always; `--against PATH` adds `other build`: `spate, beside`
-//! run by another build's spate-quic (two builds side by side in one run); `--rounds` (3; 1 with `--quick`) and `--handshakes` (200
-//! a round) set the run's size.
+//! run by another build's spate-quic (two builds side by side in one
+//! run); `--rounds` (3; 1 with `--quick`) and `--handshakes` (200 a round)
+//! set the run's size.
 
 use spate_testkit::stats::median;
 use std::path::PathBuf;

@@ -69,14 +69,16 @@ fn thread_cpus(pid: u32, comm: &str) -> Vec<String> {
 
 /// spate-echo on `device` in `ns` with `--poll mode`, on lcore 0.
 fn echo(ns: &Netns, device: &str, mode: &str) -> SpateApp {
-    echo_on(ns, device, mode, "0")
+    echo_on(ns, device, mode, "0", &[])
 }
 
-/// spate-echo on `device` in `ns` with `--poll mode --lcores lcores`.
-fn echo_on(ns: &Netns, device: &str, mode: &str, lcores: &str) -> SpateApp {
+/// spate-echo on `device` in `ns` with `--poll mode --lcores lcores` and
+/// the flags `extra`.
+fn echo_on(ns: &Netns, device: &str, mode: &str, lcores: &str, extra: &[&str]) -> SpateApp {
     let args: Vec<String> = ["--vdev", device, "--ip", "198.18.0.2/24", "--lcores", lcores, "--interval", "0"]
         .into_iter()
         .chain(["--poll", mode, "--mbufs", "4095"])
+        .chain(extra.iter().copied())
         .map(String::from)
         .collect();
     SpateApp::start(ns, ECHO, &args, "UDP echo on")
@@ -118,7 +120,7 @@ fn adaptive_echo_sleeps_when_idle_and_wakes_for_frames() {
     // finds room. net_pcap: none, naps.
     for (device, lcores) in [("net_af_packet0,iface=vA", "1@(0-1)"), ("net_pcap0,iface=vA,phy_mac=1", "0")] {
         let (spate_ns, kernel) = spate_and_kernel("pnap");
-        let app = echo_on(&spate_ns, device, "adaptive", lcores);
+        let app = echo_on(&spate_ns, device, "adaptive", lcores, &[]);
         let socket = device.starts_with("net_af_packet");
         if socket {
             let cpus = thread_cpus(echo_pid(app.proc.pid()), "rte-worker-1");
@@ -156,12 +158,7 @@ fn poll_idle_us_sets_how_long_an_idle_lcore_polls_before_it_sleeps() {
     let mut wakes = Vec::new();
     for idle_us in ["10000", "0", "50"] {
         let (spate_ns, kernel) = spate_and_kernel("pidle");
-        let args: Vec<String> = ["--vdev", "net_af_packet0,iface=vA", "--ip", "198.18.0.2/24", "--lcores", "0"]
-            .into_iter()
-            .chain(["--interval", "0", "--poll", "adaptive", "--poll-idle-us", idle_us, "--mbufs", "4095"])
-            .map(String::from)
-            .collect();
-        let app = SpateApp::start(&spate_ns, ECHO, &args, "UDP echo on");
+        let app = echo_on(&spate_ns, "net_af_packet0,iface=vA", "adaptive", "0", &["--poll-idle-us", idle_us]);
         std::thread::sleep(Duration::from_millis(300));
         kernel.run(|| spate_testkit::echo_after_gaps(30, 20, Duration::from_millis(2)));
         let (c, out) = app.stop();
@@ -394,16 +391,7 @@ fn a_cpu_set_lcore_yields_to_threads_waiting_for_a_cpu() {
     let all = format!("1@(0-{})", spate::dpdk::lcore::online_cpus().expect("the online CPUs").max(2) - 1);
     for (lcores, yields) in [(all.as_str(), true), ("1", false)] {
         let (spate_ns, kernel) = spate_and_kernel("pyld");
-        let app = SpateApp::start(
-            &spate_ns,
-            ECHO,
-            &["--vdev", "net_af_packet0,iface=vA", "--ip", "198.18.0.2/24", "--lcores", lcores, "--interval", "0"]
-                .into_iter()
-                .chain(["--poll", "adaptive", "--poll-idle-us", "10000", "--mbufs", "4095"])
-                .map(String::from)
-                .collect::<Vec<_>>(),
-            "UDP echo on",
-        );
+        let app = echo_on(&spate_ns, "net_af_packet0,iface=vA", "adaptive", lcores, &["--poll-idle-us", "10000"]);
         let spinners = Spinners::start();
         kernel.run(|| spate_testkit::echo_after_gaps(10, 20, Duration::from_millis(2)));
         drop(spinners);

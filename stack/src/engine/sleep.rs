@@ -335,11 +335,12 @@ impl Worker<'_> {
         self.tune_window(if woke.timed_out() { IdleEnd::Timer } else { IdleEnd::Work });
         if !woke.timed_out() {
             // Woken for work: it polls its window before sleeping again
-            // (none, maybe; on net_tap at least its 20 us). A device may signal before its frame can be taken:
-            // net_tap's interrupt is its descriptor turning readable, while
-            // its receive function returns nothing until the signal that
-            // follows has been handled (`trigger_seen`); a later look finds
-            // the frame, or raises the signal (`idle_check`).
+            // (none, maybe; on net_tap at least its 20 us). A device may
+            // signal before its frame can be taken: net_tap's interrupt is
+            // its descriptor turning readable, while its receive function
+            // returns nothing until the signal that follows has been
+            // handled (`trigger_seen`); a later look finds the frame, or
+            // raises the signal (`idle_check`).
             self.idle_since = None;
         }
     }

@@ -147,8 +147,9 @@ impl PollWindow {
     }
 
     /// Work came `idle_ns` into the idle time, after the window and before
-    /// it was late: when the idle time before ended so too, the window
-    /// grows to twice this one (or twice itself); else this one is marked.
+    /// it was late: when one since the window last closed ended so too,
+    /// the window grows to twice this one (or twice itself); else this one
+    /// is marked.
     fn grow(&mut self, idle_ns: u64) -> Tuned {
         if idle_ns <= self.ns {
             return Tuned::Kept;
