@@ -6,11 +6,18 @@
 //!   datagrams from `dpdk-testpmd txonly`. Under libspate-preload the
 //!   source is a vhost-user pair into `net_virtio_user` and the CPU is
 //!   the whole sink process's (its reading thread and spate's lcore,
-//!   `getrusage`); on the kernel the source writes a TAP device and the
-//!   CPU is the sink process's plus every CPU's softirq time (`/proc/stat`).
-//!   The kernel's receive work done inside testpmd's write is not counted,
-//!   which favours the kernel. Each side runs `--rounds` times (3), taking
-//!   turns; the medians and the ratio (target: at least 5x).
+//!   `getrusage`). On the kernel the CPU is the sink process's plus every
+//!   CPU's softirq time (`/proc/stat`), and the source is fed two ways:
+//!   - through a veth (testpmd on `net_af_packet` at the far end), whose
+//!     frames the kernel takes in its NET_RX softirq as it would a NIC's:
+//!     the count the target is measured against;
+//!   - through a TAP device, whose writes run the kernel's receive path
+//!     in the writer's context, not in softirq: counted without it (which
+//!     favours the kernel) and with the writer's whole system time (its
+//!     copy too, which favours spate).
+//!
+//!   Each feed runs 3 times, taking turns; the medians, the
+//!   datagrams each socket dropped, and the ratios (target: at least 5x).
 //! - Latency: `benches/c/plain_echo.c`, a blocking `recvfrom`/`sendto`
 //!   echo, pinned to CPU 0, on a veth: under spate-run (net_pcap on the
 //!   veth, adaptive polling on lcore 1) and on the kernel's socket (the
@@ -31,7 +38,7 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::{Duration, Instant};
 
-use spate_testkit::testpmd::{SPATE_MAC, txonly_source, txonly_tap_source};
+use spate_testkit::testpmd::{SPATE_MAC, txonly_source, txonly_tap_source, txonly_veth_source};
 use spate_testkit::{Netns, Proc, pin_to_cpu, spate_and_kernel, unique_socket_path};
 
 /// The release install the preload comes from.
@@ -71,6 +78,9 @@ struct Round {
     /// TAP writes, inside which the kernel's receive path runs), in ns.
     source_sys_ns: f64,
     wall_ns: f64,
+    /// Datagrams the kernel dropped at the socket over the whole run
+    /// (none for spate, whose drops this run does not read).
+    dropped: Option<u64>,
 }
 
 impl Round {
@@ -91,10 +101,41 @@ fn testpmd_sys(ns: &Netns) -> f64 {
         .sum()
 }
 
+/// Where a sink run's datagrams come from, and so whose CPU counts.
+#[derive(Clone, Copy, PartialEq)]
+enum Feed {
+    /// The preload over a vhost-user pair from testpmd: the sink process.
+    Spate,
+    /// Kernel sockets behind a TAP device testpmd writes: the sink process
+    /// and softirq; the receive path runs in the writes (reported apart).
+    Tap,
+    /// Kernel sockets behind a veth whose other end testpmd sends on
+    /// through `net_af_packet`: the sink process and softirq, in which the
+    /// receive path runs, as it does from a NIC.
+    Veth,
+}
+
+/// The `InErrors` of `/proc/net/snmp`'s `Udp:` lines in `ns`: datagrams
+/// the kernel took through its receive path and dropped (a full socket
+/// buffer), counted in the CPU but not delivered.
+fn udp_in_errors(ns: &Netns) -> u64 {
+    let o = ns.exec(&["cat", "/proc/net/snmp"]);
+    let text = String::from_utf8_lossy(&o.stdout).into_owned();
+    let mut udp = text.lines().filter(|l| l.starts_with("Udp:"));
+    let (names, values) = (udp.next().unwrap_or_default(), udp.next().unwrap_or_default());
+    names
+        .split_whitespace()
+        .zip(values.split_whitespace())
+        .find(|(n, _)| *n == "InErrors")
+        .and_then(|(_, v)| v.parse().ok())
+        .unwrap_or(0)
+}
+
 /// One sink run.
-fn sink_round(spate: bool, sink: &Path, n: u64) -> Round {
+fn sink_round(feed: Feed, sink: &Path, n: u64) -> Round {
     let mut source_sys = 0.0;
-    let out = if spate {
+    let mut dropped = None;
+    let out = if feed == Feed::Spate {
         let sock = unique_socket_path("spate-preload-bench");
         let mut source = txonly_source(&sock, 64, Duration::from_secs(120), false);
         let args = format!(
@@ -113,32 +154,47 @@ fn sink_round(spate: bool, sink: &Path, n: u64) -> Round {
         assert!(o.status.success(), "sink under the preload: {text}{}", String::from_utf8_lossy(&o.stderr));
         text
     } else {
-        let ns = Netns::new("pl-bench-tap");
-        let mut source = txonly_tap_source(&ns, "spt0", 64, Duration::from_secs(120));
-        ns.must(&["ip", "link", "set", "spt0", "address", SPATE_MAC]);
-        ns.must(&["ip", "addr", "add", "198.18.0.2/24", "dev", "spt0"]);
-        ns.must(&["ip", "link", "set", "spt0", "up"]);
-        let (s0, t0) = (testpmd_sys(&ns), Instant::now());
+        // The sink's namespace holds spate's MAC and address on `spt0` (a
+        // TAP device) or `vA` (a veth end).
+        let (ns, mut source, peer) = if feed == Feed::Tap {
+            let ns = Netns::new("pl-bench-tap");
+            let source = txonly_tap_source(&ns, "spt0", 64, Duration::from_secs(120));
+            ns.must(&["ip", "link", "set", "spt0", "address", SPATE_MAC]);
+            ns.must(&["ip", "addr", "add", "198.18.0.2/24", "dev", "spt0"]);
+            ns.must(&["ip", "link", "set", "spt0", "up"]);
+            (ns, source, None)
+        } else {
+            let (ns, peer) = spate_and_kernel("pl-bench-veth");
+            ns.must(&["ip", "addr", "add", "198.18.0.2/24", "dev", "vA"]);
+            let source = txonly_veth_source(&peer, "vB", 64, Duration::from_secs(120));
+            (ns, source, Some(peer))
+        };
+        let src_ns = peer.as_ref().unwrap_or(&ns);
+        let (s0, e0, t0) = (testpmd_sys(src_ns), udp_in_errors(&ns), Instant::now());
         let o = Command::new("timeout")
             .args(["120", "ip", "netns", "exec", ns.name()])
             .arg(sink)
             .arg(n.to_string())
             .output()
             .expect("the sink");
-        let (s1, secs) = (testpmd_sys(&ns), t0.elapsed().as_secs_f64());
+        let (s1, e1, secs) = (testpmd_sys(src_ns), udp_in_errors(&ns), t0.elapsed().as_secs_f64());
         source.finish();
         let text = String::from_utf8_lossy(&o.stdout).into_owned();
         assert!(o.status.success(), "sink on the kernel: {text}{}", String::from_utf8_lossy(&o.stderr));
         // The source's system time over the sink's run, scaled to its
         // window (first datagram to last).
-        source_sys = (s1 - s0) * 1e9 * (field(&text, "wall_ns=") / 1e9 / secs).min(1.0);
+        if feed == Feed::Tap {
+            source_sys = (s1 - s0) * 1e9 * (field(&text, "wall_ns=") / 1e9 / secs).min(1.0);
+        }
+        dropped = Some(e1.saturating_sub(e0));
         text
     };
     Round {
         datagrams: field(&out, "datagrams="),
-        cpu_ns: field(&out, "process_ns=") + if spate { 0.0 } else { field(&out, "softirq_ns=") },
+        cpu_ns: field(&out, "process_ns=") + if feed == Feed::Spate { 0.0 } else { field(&out, "softirq_ns=") },
         source_sys_ns: source_sys,
         wall_ns: field(&out, "wall_ns="),
+        dropped,
     }
 }
 
@@ -215,40 +271,49 @@ fn main() {
     let echo = build("plain_echo");
 
     // Datagrams per CPU-second.
-    let (mut sp, mut ke) = (vec![], vec![]);
+    let (mut sp, mut tap, mut veth) = (vec![], vec![], vec![]);
     for _ in 0..rounds {
-        sp.push(sink_round(true, &sink, n));
-        ke.push(sink_round(false, &sink, n));
+        sp.push(sink_round(Feed::Spate, &sink, n));
+        veth.push(sink_round(Feed::Veth, &sink, n));
+        tap.push(sink_round(Feed::Tap, &sink, n));
     }
     println!(
         "plain_sink (recvmmsg, 64-byte datagrams from dpdk-testpmd txonly, {n} per round): datagrams per CPU-second"
     );
-    println!("| sockets | CPU counted | per CPU-second, each round | median | datagrams/s (median) | CPUs (median) |");
-    println!("|---|---|---|---|---|---|");
-    let rows: [(&str, &str, &Vec<Round>, bool); 3] = [
-        ("spate (spate-run's preload)", "the sink process (reader and lcore)", &sp, false),
-        ("kernel", "the sink process and softirq", &ke, false),
-        ("kernel", "the sink process, softirq and the source's TAP writes (system time)", &ke, true),
+    println!(
+        "| sockets | fed by | CPU counted | per CPU-second, each round | median | datagrams/s (median) | CPUs (median) | \
+         dropped at the socket (each round) |"
+    );
+    println!("|---|---|---|---|---|---|---|---|");
+    let rows: [(&str, &str, &str, &Vec<Round>, bool); 4] = [
+        ("spate (spate-run's preload)", "vhost-user", "the sink process (reader and lcore)", &sp, false),
+        ("kernel", "veth (`net_af_packet`)", "the sink process and softirq (the receive path)", &veth, false),
+        ("kernel", "TAP", "the sink process and softirq", &tap, false),
+        ("kernel", "TAP", "the sink process, softirq and the source's TAP writes (system time)", &tap, true),
     ];
     let mut medians = vec![];
-    for (name, counted, v, sys) in rows {
+    for (name, fed, counted, v, sys) in rows {
         let each: Vec<String> = v.iter().map(|r| format!("{:.0}", r.per_cpu_second(sys))).collect();
         let m = median(&v.iter().map(|r| r.per_cpu_second(sys)).collect::<Vec<_>>());
         medians.push(m);
         let cpus = median(
             &v.iter().map(|r| (r.cpu_ns + if sys { r.source_sys_ns } else { 0.0 }) / r.wall_ns).collect::<Vec<_>>(),
         );
+        let dropped: Vec<String> = v.iter().map(|r| r.dropped.map_or("-".into(), |d| d.to_string())).collect();
         println!(
-            "| {name} | {counted} | {} | {m:.0} | {:.0} | {cpus:.2} |",
+            "| {name} | {fed} | {counted} | {} | {m:.0} | {:.0} | {cpus:.2} | {} |",
             each.join(", "),
             median(&v.iter().map(|r| r.datagrams / (r.wall_ns / 1e9)).collect::<Vec<_>>()),
+            dropped.join(", "),
         );
     }
     println!(
-        "spate over the kernel, datagrams per CPU-second (target: at least 5x): {:.1}x against the sink and softirq, \
-         {:.1}x with the receive path run in the source's writes",
+        "spate over the kernel, datagrams per CPU-second (target: at least 5x): {:.1}x against the kernel fed by a \
+         veth (its receive path in softirq); fed by TAP, {:.1}x against the sink and softirq, {:.1}x with the receive \
+         path run in the source's writes",
         medians[0] / medians[1],
-        medians[0] / medians[2]
+        medians[0] / medians[2],
+        medians[0] / medians[3]
     );
 
     // Latency, one datagram at a time.

@@ -214,20 +214,41 @@ pub fn txonly_source(sock: &Path, frame: usize, limit: Duration, interactive: bo
 /// A `dpdk-testpmd txonly` source of `frame`-byte UDP frames to
 /// 198.18.0.2:9 (spate's MAC) on a TAP device `iface` it creates in `ns`,
 /// sending from its start: frames the kernel of `ns` receives once the
-/// device has the address (a kernel receiver's source).
+/// device has the address (a kernel receiver's source). The kernel's
+/// receive path runs inside testpmd's writes, as its system time.
 pub fn txonly_tap_source(ns: &crate::Netns, iface: &str, frame: usize, limit: Duration) -> TestPmd {
-    let g = TestPmdBuilder::new("0,1", 1)
-        .in_netns(ns)
-        .vdev(&format!("net_tap0,iface={iface}"))
-        .args(txonly_args(frame))
-        .args(["--total-num-mbufs=8192", "--stats-period=1"])
-        .limit(limit)
-        .spawn("tap-src")
-        .expect("testpmd on a TAP device");
+    let g = txonly_kernel_source(ns, &format!("net_tap0,iface={iface}"), frame, limit, "tap-src");
     // The device exists once testpmd says its port started.
     let deadline = std::time::Instant::now() + Duration::from_secs(30);
     while std::time::Instant::now() < deadline && !ns.exec(&["ip", "link", "show", iface]).status.success() {
         std::thread::sleep(Duration::from_millis(50));
+    }
+    g
+}
+
+/// A `dpdk-testpmd txonly` source of `frame`-byte UDP frames to
+/// 198.18.0.2:9 (spate's MAC) through `net_af_packet` on veth end `iface`
+/// of `ns`, sending from its start: the kernel behind the other end
+/// receives them in its NET_RX softirq (run on the sending CPU when
+/// testpmd's transmit enables bottom halves), as it would from a NIC.
+pub fn txonly_veth_source(ns: &crate::Netns, iface: &str, frame: usize, limit: Duration) -> TestPmd {
+    txonly_kernel_source(ns, &format!("net_af_packet0,iface={iface}"), frame, limit, "veth-src")
+}
+
+/// `txonly` on a kernel-backed `vdev` opened in `ns`, forwarding core on
+/// CPU 0, main lcore 1, rates printed every second; returned once it
+/// forwards.
+fn txonly_kernel_source(ns: &crate::Netns, vdev: &str, frame: usize, limit: Duration, role: &str) -> TestPmd {
+    let mut g = TestPmdBuilder::new("0,1", 1)
+        .in_netns(ns)
+        .vdev(vdev)
+        .args(txonly_args(frame))
+        .args(["--total-num-mbufs=8192", "--stats-period=1"])
+        .limit(limit)
+        .spawn(role)
+        .unwrap_or_else(|e| panic!("testpmd on {vdev}: {e}"));
+    if let Err(e) = g.wait_started(Duration::from_secs(30)) {
+        panic!("testpmd on {vdev}: {e}");
     }
     g
 }
