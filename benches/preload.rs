@@ -6,8 +6,10 @@
 //!   datagrams from `dpdk-testpmd txonly`. Under libspate-preload the
 //!   source is a vhost-user pair into `net_virtio_user` and the CPU is
 //!   the whole sink process's (its reading thread and spate's lcore,
-//!   `getrusage`). On the kernel the CPU is the sink process's plus every
-//!   CPU's softirq time (`/proc/stat`), and the source is fed two ways:
+//!   `getrusage`). On the kernel the CPU is the sink process's (pinned to
+//!   CPU 1, away from testpmd's forwarding core on CPU 0 and the NET_RX
+//!   that runs there) plus every CPU's softirq time (`/proc/stat`), and
+//!   the source is fed two ways:
 //!   - through a veth (testpmd on `net_af_packet` at the far end), whose
 //!     frames the kernel takes in its NET_RX softirq as it would a NIC's:
 //!     the count the target is measured against;
@@ -16,8 +18,9 @@
 //!     favours the kernel) and with the writer's whole system time (its
 //!     copy too, which favours spate).
 //!
-//!   Each feed runs 3 times, taking turns; the medians, the
-//!   datagrams each socket dropped, and the ratios (target: at least 5x).
+//!   Each feed runs 3 times, taking turns; the medians, datagrams per
+//!   call, what the kernel's socket dropped, the share of NET_RX that ran
+//!   on its sink's CPU, and the ratios (target: at least 5x).
 //! - Latency: `benches/c/plain_echo.c`, a blocking `recvfrom`/`sendto`
 //!   echo, pinned to CPU 0, on a veth: under spate-run (net_pcap on the
 //!   veth, adaptive polling on lcore 1) and on the kernel's socket (the
@@ -81,6 +84,12 @@ struct Round {
     /// Datagrams the kernel dropped at the socket over the whole run
     /// (none for spate, whose drops this run does not read).
     dropped: Option<u64>,
+    /// The sink's `recvmmsg` calls.
+    calls: f64,
+    /// For the kernel: the share of the machine's NET_RX softirqs in the
+    /// sink's window that ran on the sink's CPU (where their ticks would
+    /// also count as the sink's own time).
+    net_rx_on_sink: Option<f64>,
 }
 
 impl Round {
@@ -117,7 +126,8 @@ enum Feed {
 
 /// The `InErrors` of `/proc/net/snmp`'s `Udp:` lines in `ns`: datagrams
 /// the kernel took through its receive path and dropped (a full socket
-/// buffer), counted in the CPU but not delivered.
+/// buffer). Read before the sink binds and after it exits, so it also
+/// holds what reached the socket after its last read.
 fn udp_in_errors(ns: &Netns) -> u64 {
     let o = ns.exec(&["cat", "/proc/net/snmp"]);
     let text = String::from_utf8_lossy(&o.stdout).into_owned();
@@ -131,10 +141,23 @@ fn udp_in_errors(ns: &Netns) -> u64 {
         .unwrap_or(0)
 }
 
+/// The NET_RX softirqs each CPU ran so far (`/proc/softirqs`).
+fn net_rx_per_cpu() -> Vec<u64> {
+    let text = std::fs::read_to_string("/proc/softirqs").unwrap_or_default();
+    let line = text.lines().find(|l| l.trim_start().starts_with("NET_RX:")).unwrap_or_default();
+    line.split_whitespace().skip(1).filter_map(|v| v.parse().ok()).collect()
+}
+
+/// The CPU the kernel's sink is pinned to: not testpmd's forwarding core
+/// (CPU 0), where the veth's NET_RX runs, so that no softirq tick lands in
+/// the sink's own time and is counted twice (getrusage and `/proc/stat`).
+const KERNEL_SINK_CPU: usize = 1;
+
 /// One sink run.
 fn sink_round(feed: Feed, sink: &Path, n: u64) -> Round {
     let mut source_sys = 0.0;
     let mut dropped = None;
+    let mut net_rx_on_sink = None;
     let out = if feed == Feed::Spate {
         let sock = unique_socket_path("spate-preload-bench");
         let mut source = txonly_source(&sock, 64, Duration::from_secs(120), false);
@@ -170,14 +193,19 @@ fn sink_round(feed: Feed, sink: &Path, n: u64) -> Round {
             (ns, source, Some(peer))
         };
         let src_ns = peer.as_ref().unwrap_or(&ns);
-        let (s0, e0, t0) = (testpmd_sys(src_ns), udp_in_errors(&ns), Instant::now());
+        let (s0, e0, r0, t0) = (testpmd_sys(src_ns), udp_in_errors(&ns), net_rx_per_cpu(), Instant::now());
+        let cpu = KERNEL_SINK_CPU.to_string();
         let o = Command::new("timeout")
-            .args(["120", "ip", "netns", "exec", ns.name()])
+            .args(["120", "ip", "netns", "exec", ns.name(), "/usr/bin/taskset", "-c", &cpu])
             .arg(sink)
             .arg(n.to_string())
             .output()
             .expect("the sink");
-        let (s1, e1, secs) = (testpmd_sys(src_ns), udp_in_errors(&ns), t0.elapsed().as_secs_f64());
+        let (s1, e1, r1, secs) =
+            (testpmd_sys(src_ns), udp_in_errors(&ns), net_rx_per_cpu(), t0.elapsed().as_secs_f64());
+        let ran: Vec<u64> = r1.iter().zip(&r0).map(|(b, a)| b.saturating_sub(*a)).collect();
+        let all = ran.iter().sum::<u64>().max(1);
+        net_rx_on_sink = Some(ran.get(KERNEL_SINK_CPU).copied().unwrap_or(0) as f64 / all as f64);
         source.finish();
         let text = String::from_utf8_lossy(&o.stdout).into_owned();
         assert!(o.status.success(), "sink on the kernel: {text}{}", String::from_utf8_lossy(&o.stderr));
@@ -194,7 +222,9 @@ fn sink_round(feed: Feed, sink: &Path, n: u64) -> Round {
         cpu_ns: field(&out, "process_ns=") + if feed == Feed::Spate { 0.0 } else { field(&out, "softirq_ns=") },
         source_sys_ns: source_sys,
         wall_ns: field(&out, "wall_ns="),
+        calls: field(&out, "calls="),
         dropped,
+        net_rx_on_sink,
     }
 }
 
@@ -282,9 +312,9 @@ fn main() {
     );
     println!(
         "| sockets | fed by | CPU counted | per CPU-second, each round | median | datagrams/s (median) | CPUs (median) | \
-         dropped at the socket (each round) |"
+         datagrams per call (median) | dropped at the socket (each round) | NET_RX on the sink's CPU (most) |"
     );
-    println!("|---|---|---|---|---|---|---|---|");
+    println!("|---|---|---|---|---|---|---|---|---|---|");
     let rows: [(&str, &str, &str, &Vec<Round>, bool); 4] = [
         ("spate (spate-run's preload)", "vhost-user", "the sink process (reader and lcore)", &sp, false),
         ("kernel", "veth (`net_af_packet`)", "the sink process and softirq (the receive path)", &veth, false),
@@ -300,10 +330,16 @@ fn main() {
             &v.iter().map(|r| (r.cpu_ns + if sys { r.source_sys_ns } else { 0.0 }) / r.wall_ns).collect::<Vec<_>>(),
         );
         let dropped: Vec<String> = v.iter().map(|r| r.dropped.map_or("-".into(), |d| d.to_string())).collect();
+        let on_sink = v
+            .iter()
+            .filter_map(|r| r.net_rx_on_sink)
+            .reduce(f64::max)
+            .map_or("-".into(), |s| format!("{:.1}%", s * 100.0));
         println!(
-            "| {name} | {fed} | {counted} | {} | {m:.0} | {:.0} | {cpus:.2} | {} |",
+            "| {name} | {fed} | {counted} | {} | {m:.0} | {:.0} | {cpus:.2} | {:.1} | {} | {on_sink} |",
             each.join(", "),
             median(&v.iter().map(|r| r.datagrams / (r.wall_ns / 1e9)).collect::<Vec<_>>()),
+            median(&v.iter().map(|r| r.datagrams / r.calls.max(1.0)).collect::<Vec<_>>()),
             dropped.join(", "),
         );
     }

@@ -217,13 +217,8 @@ pub fn txonly_source(sock: &Path, frame: usize, limit: Duration, interactive: bo
 /// device has the address (a kernel receiver's source). The kernel's
 /// receive path runs inside testpmd's writes, as its system time.
 pub fn txonly_tap_source(ns: &crate::Netns, iface: &str, frame: usize, limit: Duration) -> TestPmd {
-    let g = txonly_kernel_source(ns, &format!("net_tap0,iface={iface}"), frame, limit, "tap-src");
-    // The device exists once testpmd says its port started.
-    let deadline = std::time::Instant::now() + Duration::from_secs(30);
-    while std::time::Instant::now() < deadline && !ns.exec(&["ip", "link", "show", iface]).status.success() {
-        std::thread::sleep(Duration::from_millis(50));
-    }
-    g
+    // The device exists once testpmd forwards (its port started first).
+    txonly_kernel_source(ns, &format!("net_tap0,iface={iface}"), frame, limit, "tap-src")
 }
 
 /// A `dpdk-testpmd txonly` source of `frame`-byte UDP frames to
