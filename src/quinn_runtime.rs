@@ -8,10 +8,10 @@ use std::fmt;
 use std::future::Future;
 use std::io;
 use std::pin::Pin;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, Weak};
 use std::task::{Context, Poll, Wake, Waker};
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use quinn::{AsyncTimer, AsyncUdpSocket, Runtime};
 use spate_stack::{LcoreCtx, Stack};
@@ -84,7 +84,19 @@ struct Shared {
     stack: Stack,
     lcore: usize,
     state: Mutex<State>,
+    /// Set (under the lock) when a task joins the ready queue, cleared by
+    /// the turn that takes the queue's length: a turn with nothing woken
+    /// takes no lock for the tasks.
+    woken: AtomicBool,
+    /// The first timer's deadline in nanoseconds after `epoch`, or
+    /// [`NO_TIMER`]; written under the lock whenever the table changes, so
+    /// that a turn with no timer due takes no lock for the timers.
+    first_timer: AtomicU64,
+    epoch: Instant,
 }
+
+/// `first_timer` when no timer is pending.
+const NO_TIMER: u64 = u64::MAX;
 
 #[derive(Default)]
 struct State {
@@ -103,6 +115,23 @@ struct State {
 impl Shared {
     fn state(&self) -> MutexGuard<'_, State> {
         self.state.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// The first timer's deadline, from `first_timer`.
+    fn first_timer(&self) -> Option<Instant> {
+        match self.first_timer.load(Ordering::Acquire) {
+            NO_TIMER => None,
+            ns => Some(self.epoch + Duration::from_nanos(ns)),
+        }
+    }
+
+    /// Publishes the table's first deadline after a change (`st` is the
+    /// locked state).
+    fn timers_changed(&self, st: &State) {
+        let ns = st.timers.keys().next().map_or(NO_TIMER, |&(at, _)| {
+            (at.saturating_duration_since(self.epoch).as_nanos() as u64).min(NO_TIMER - 1)
+        });
+        self.first_timer.store(ns, Ordering::Release);
     }
 }
 
@@ -124,7 +153,10 @@ impl Wake for Spawned {
             return;
         }
         if let Some(shared) = self.shared.upgrade() {
-            shared.state().ready.push_back(self.clone());
+            let mut st = shared.state();
+            st.ready.push_back(self.clone());
+            shared.woken.store(true, Ordering::Release);
+            drop(st);
             shared.stack.wake_lcore(shared.lcore);
         }
     }
@@ -155,7 +187,14 @@ impl LcoreRuntime {
             "LcoreRuntime on lcore index {lcore}: the stack polls on {} lcore(s)",
             stack.lcores().len()
         );
-        let shared = Arc::new(Shared { stack: stack.clone(), lcore, state: Mutex::new(State::default()) });
+        let shared = Arc::new(Shared {
+            stack: stack.clone(),
+            lcore,
+            state: Mutex::new(State::default()),
+            woken: AtomicBool::new(false),
+            first_timer: AtomicU64::new(NO_TIMER),
+            epoch: Instant::now(),
+        });
         Arc::new(LcoreRuntime { shared, fired: Mutex::new(Vec::new()) })
     }
 
@@ -163,11 +202,26 @@ impl LcoreRuntime {
     /// each task woken before the turn began once (those woken during it
     /// wait for the next turn, which comes before the lcore sleeps), and
     /// asks the lcore to wake by the next timer. A callback on another
-    /// lcore than the runtime's does nothing.
+    /// lcore than the runtime's does nothing. A turn with no task woken
+    /// and no timer due reads the clock and two atomics, and takes no
+    /// lock.
     pub fn poll(&self, ctx: &mut LcoreCtx<'_>) {
         if ctx.index() != self.shared.lcore {
             return;
         }
+        if self.shared.first_timer().is_some_and(|at| at <= Instant::now()) {
+            self.fire_timers();
+        }
+        if self.shared.woken.load(Ordering::Acquire) {
+            self.run_woken();
+        }
+        if let Some(at) = self.shared.first_timer() {
+            ctx.wake_at(at);
+        }
+    }
+
+    /// Wakes the tasks of the timers due.
+    fn fire_timers(&self) {
         let now = Instant::now();
         let mut fired = self.fired.lock().unwrap_or_else(|p| p.into_inner());
         {
@@ -178,13 +232,22 @@ impl LcoreRuntime {
                 }
                 fired.push(entry.remove());
             }
+            self.shared.timers_changed(&st);
         }
         for w in fired.drain(..) {
             w.wake();
         }
-        drop(fired);
-        // The tasks woken so far, those of the timers just fired included.
-        let ready = self.shared.state().ready.len();
+    }
+
+    /// Polls each task woken so far once, those of the timers just fired
+    /// included.
+    fn run_woken(&self) {
+        let ready = {
+            let st = self.shared.state();
+            // Woken from now on: set again.
+            self.shared.woken.store(false, Ordering::Relaxed);
+            st.ready.len()
+        };
         for _ in 0..ready {
             let Some(task) = self.shared.state().ready.pop_front() else { break };
             // Woken from now on: queued again.
@@ -207,9 +270,6 @@ impl LcoreRuntime {
                 self.shared.state().live.remove(&task.id);
                 drop(done);
             }
-        }
-        if let Some(&(at, _)) = self.shared.state().timers.keys().next() {
-            ctx.wake_at(at);
         }
     }
 
@@ -238,6 +298,7 @@ impl LcoreRuntime {
             st.closed = true;
             st.ready.clear();
             st.timers.clear();
+            self.shared.timers_changed(&st);
             st.live.drain().map(|(_, t)| t).collect()
         };
         // Dropped outside the lock: a future's drop may drop its timers.
@@ -300,7 +361,9 @@ struct LcoreTimer {
 impl LcoreTimer {
     fn forget(&mut self) {
         if let Some(key) = self.key.take() {
-            self.shared.state().timers.remove(&key);
+            let mut st = self.shared.state();
+            st.timers.remove(&key);
+            self.shared.timers_changed(&st);
         }
     }
 }
@@ -338,6 +401,7 @@ impl AsyncTimer for LcoreTimer {
                 let key = (at, st.next_timer);
                 st.next_timer += 1;
                 st.timers.insert(key, cx.waker().clone());
+                shared.timers_changed(&st);
                 self.key = Some(key);
             }
         }
