@@ -129,7 +129,10 @@ impl Shared {
     /// locked state).
     fn timers_changed(&self, st: &State) {
         let ns = st.timers.keys().next().map_or(NO_TIMER, |&(at, _)| {
-            (at.saturating_duration_since(self.epoch).as_nanos() as u64).min(NO_TIMER - 1)
+            // A deadline centuries away (quinn takes idle timeouts up to
+            // 2^62 ms) is kept as the latest one, not wrapped.
+            u64::try_from(at.saturating_duration_since(self.epoch).as_nanos())
+                .map_or(NO_TIMER - 1, |n| n.min(NO_TIMER - 1))
         });
         self.first_timer.store(ns, Ordering::Release);
     }
@@ -203,8 +206,8 @@ impl LcoreRuntime {
     /// wait for the next turn, which comes before the lcore sleeps), and
     /// asks the lcore to wake by the next timer. A callback on another
     /// lcore than the runtime's does nothing. A turn with no task woken
-    /// and no timer due reads the clock and two atomics, and takes no
-    /// lock.
+    /// and no timer due reads two atomics (and the clock when a timer is
+    /// pending), and takes no lock.
     pub fn poll(&self, ctx: &mut LcoreCtx<'_>) {
         if ctx.index() != self.shared.lcore {
             return;
@@ -250,8 +253,12 @@ impl LcoreRuntime {
         };
         for _ in 0..ready {
             let Some(task) = self.shared.state().ready.pop_front() else { break };
-            // Woken from now on: queued again.
-            task.queued.store(false, Ordering::Release);
+            // Woken from now on: queued again. A swap, not a store: a waker
+            // whose swap finds the flag still set must have written what
+            // it woke the task for before this poll reads it (a plain
+            // store could be passed by the poll's loads, and the wake-up
+            // lost).
+            task.queued.swap(false, Ordering::AcqRel);
             let waker = Waker::from(task.clone());
             let mut slot = task.future.lock().unwrap_or_else(|p| p.into_inner());
             let Some(future) = slot.as_mut() else { continue };
