@@ -3,13 +3,13 @@
 //!
 //! - Datagrams per CPU-second: `benches/c/plain_sink.c` (socket, bind,
 //!   `recvmmsg`, 32 per call, every payload byte read) takes 64-byte
-//!   datagrams from `dpdk-testpmd txonly`. Under libspate-preload the
-//!   source is a vhost-user pair into `net_virtio_user` and the CPU is
-//!   the whole sink process's (its reading thread and spate's lcore,
-//!   `getrusage`). On the kernel the CPU is the sink process's (pinned to
-//!   CPU 1, away from testpmd's forwarding core on CPU 0 and the NET_RX
-//!   that runs there) plus every CPU's softirq time (`/proc/stat`), and
-//!   the source is fed two ways:
+//!   datagrams from `dpdk-testpmd txonly`. The CPU counted is the whole
+//!   sink process's (`getrusage`: under libspate-preload its reading
+//!   thread and spate's lcore) plus every CPU's softirq time
+//!   (`/proc/stat`), on both sides. Under libspate-preload the source is
+//!   a vhost-user pair into `net_virtio_user`. On the kernel the sink is
+//!   pinned to CPU 1, away from testpmd's forwarding core on CPU 0 and
+//!   the NET_RX that runs there, and the source is fed two ways:
 //!   - through a veth (testpmd on `net_af_packet` at the far end), whose
 //!     frames the kernel takes in its NET_RX softirq as it would a NIC's:
 //!     the count the target is measured against;
@@ -74,8 +74,8 @@ fn field(out: &str, key: &str) -> f64 {
 /// One sink run.
 struct Round {
     datagrams: f64,
-    /// The CPU counted, in ns: the sink process's (every thread), plus for
-    /// the kernel every CPU's softirq time.
+    /// The CPU counted, in ns: the sink process's (every thread) plus
+    /// every CPU's softirq time, on both sides.
     cpu_ns: f64,
     /// For the kernel: the source's system time in the sink's window (its
     /// TAP writes, inside which the kernel's receive path runs), in ns.
@@ -113,7 +113,8 @@ fn testpmd_sys(ns: &Netns) -> f64 {
 /// Where a sink run's datagrams come from, and so whose CPU counts.
 #[derive(Clone, Copy, PartialEq)]
 enum Feed {
-    /// The preload over a vhost-user pair from testpmd: the sink process.
+    /// The preload over a vhost-user pair from testpmd: the sink process
+    /// (reader and lcore) and softirq.
     Spate,
     /// Kernel sockets behind a TAP device testpmd writes: the sink process
     /// and softirq; the receive path runs in the writes (reported apart).
@@ -219,7 +220,7 @@ fn sink_round(feed: Feed, sink: &Path, n: u64) -> Round {
     };
     Round {
         datagrams: field(&out, "datagrams="),
-        cpu_ns: field(&out, "process_ns=") + if feed == Feed::Spate { 0.0 } else { field(&out, "softirq_ns=") },
+        cpu_ns: field(&out, "process_ns=") + field(&out, "softirq_ns="),
         source_sys_ns: source_sys,
         wall_ns: field(&out, "wall_ns="),
         calls: field(&out, "calls="),
@@ -316,7 +317,7 @@ fn main() {
     );
     println!("|---|---|---|---|---|---|---|---|---|---|");
     let rows: [(&str, &str, &str, &Vec<Round>, bool); 4] = [
-        ("spate (spate-run's preload)", "vhost-user", "the sink process (reader and lcore)", &sp, false),
+        ("spate (spate-run's preload)", "vhost-user", "the sink process (reader and lcore) and softirq", &sp, false),
         ("kernel", "veth (`net_af_packet`)", "the sink process and softirq (the receive path)", &veth, false),
         ("kernel", "TAP", "the sink process and softirq", &tap, false),
         ("kernel", "TAP", "the sink process, softirq and the source's TAP writes (system time)", &tap, true),
