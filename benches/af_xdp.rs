@@ -132,16 +132,6 @@ fn spate_delivered(name: &str) -> f64 {
     line[at..].split(|c: char| !c.is_ascii_digit()).find(|s| !s.is_empty()).unwrap().parse().unwrap()
 }
 
-/// `Udp: InDatagrams` of namespace `ns`'s kernel.
-fn kernel_delivered(ns: &str) -> f64 {
-    let out = Command::new("ip").args(["netns", "exec", ns, "cat", "/proc/net/snmp"]).output().expect("ip netns exec");
-    let snmp = String::from_utf8_lossy(&out.stdout);
-    let mut udp = snmp.lines().filter(|l| l.starts_with("Udp: "));
-    let (names, values) = (udp.next().unwrap(), udp.next().unwrap());
-    let i = names.split_whitespace().position(|w| w == "InDatagrams").unwrap();
-    values.split_whitespace().nth(i).unwrap().parse().unwrap()
-}
-
 /// One window of `side`: the receiver started, the source sending for
 /// `secs`, the receiver's count and CPU before and after.
 fn round(side: Side, spate: &Netns, src: &mut TestPmd, sink_bin: &Path, secs: u64) -> Window {
@@ -176,7 +166,7 @@ fn round(side: Side, spate: &Netns, src: &mut TestPmd, sink_bin: &Path, secs: u6
             let mut p = spate.spawn("plain-sink", "/usr/bin/taskset", &args, Duration::from_secs(600)).unwrap();
             assert!(p.wait_for_output("READY", Duration::from_secs(30)), "{}", p.output());
             let ns = spate.name().to_string();
-            (p, Box::new(move || kernel_delivered(&ns)))
+            (p, Box::new(move || spate_testkit::kernel_udp_counters(&ns)["InDatagrams"] as f64))
         }
     };
     std::thread::sleep(Duration::from_millis(500));

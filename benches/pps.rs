@@ -349,11 +349,7 @@ fn kernel_tap(t: Timing, hz: f64) -> Point {
         std::hint::black_box(sum);
     });
     let snmp = |ns: &Netns| -> (u64, u64) {
-        let text = ns.must(&["cat", "/proc/net/snmp"]);
-        let udp: Vec<&str> = text.lines().filter(|l| l.starts_with("Udp:")).collect();
-        let (names, values) = (udp[0].split_whitespace(), udp[1].split_whitespace());
-        let m: std::collections::HashMap<&str, u64> =
-            names.zip(values).filter_map(|(k, v)| Some((k, v.parse().ok()?))).collect();
+        let m = spate_testkit::kernel_udp_counters(ns.name());
         (m["InDatagrams"], m["RcvbufErrors"])
     };
     pmd.command("start", "packet forwarding - ports=").expect("start");

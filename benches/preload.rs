@@ -125,23 +125,6 @@ enum Feed {
     Veth,
 }
 
-/// The `InErrors` of `/proc/net/snmp`'s `Udp:` lines in `ns`: datagrams
-/// the kernel took through its receive path and dropped (a full socket
-/// buffer). Read before the sink binds and after it exits, so it also
-/// holds what reached the socket after its last read.
-fn udp_in_errors(ns: &Netns) -> u64 {
-    let o = ns.exec(&["cat", "/proc/net/snmp"]);
-    let text = String::from_utf8_lossy(&o.stdout).into_owned();
-    let mut udp = text.lines().filter(|l| l.starts_with("Udp:"));
-    let (names, values) = (udp.next().unwrap_or_default(), udp.next().unwrap_or_default());
-    names
-        .split_whitespace()
-        .zip(values.split_whitespace())
-        .find(|(n, _)| *n == "InErrors")
-        .and_then(|(_, v)| v.parse().ok())
-        .unwrap_or(0)
-}
-
 /// The NET_RX softirqs each CPU ran so far (`/proc/softirqs`).
 fn net_rx_per_cpu() -> Vec<u64> {
     let text = std::fs::read_to_string("/proc/softirqs").unwrap_or_default();
@@ -179,8 +162,9 @@ fn sink_round(feed: Feed, sink: &Path, n: u64) -> Round {
         text
     } else {
         // The sink's namespace holds spate's MAC and address on `spt0` (a
-        // TAP device) or `vA` (a veth end).
-        let (ns, mut source, peer) = if feed == Feed::Tap {
+        // TAP device) or `vA` (a veth end, the source's namespace kept
+        // until the run's end).
+        let (ns, mut source, _peer) = if feed == Feed::Tap {
             let ns = Netns::new("pl-bench-tap");
             let source = txonly_tap_source(&ns, "spt0", 64, Duration::from_secs(120));
             ns.must(&["ip", "link", "set", "spt0", "address", SPATE_MAC]);
@@ -193,8 +177,10 @@ fn sink_round(feed: Feed, sink: &Path, n: u64) -> Round {
             let source = txonly_veth_source(&peer, "vB", 64, Duration::from_secs(120));
             (ns, source, Some(peer))
         };
-        let src_ns = peer.as_ref().unwrap_or(&ns);
-        let (s0, e0, r0, t0) = (testpmd_sys(src_ns), udp_in_errors(&ns), net_rx_per_cpu(), Instant::now());
+        // testpmd's system time holds the kernel's receive path only when
+        // it writes a TAP device in the sink's namespace.
+        let source_sys_now = || if feed == Feed::Tap { testpmd_sys(&ns) } else { 0.0 };
+        let (s0, e0, r0, t0) = (source_sys_now(), ns.udp_counter("InErrors"), net_rx_per_cpu(), Instant::now());
         let cpu = KERNEL_SINK_CPU.to_string();
         let o = Command::new("timeout")
             .args(["120", "ip", "netns", "exec", ns.name(), "/usr/bin/taskset", "-c", &cpu])
@@ -203,7 +189,7 @@ fn sink_round(feed: Feed, sink: &Path, n: u64) -> Round {
             .output()
             .expect("the sink");
         let (s1, e1, r1, secs) =
-            (testpmd_sys(src_ns), udp_in_errors(&ns), net_rx_per_cpu(), t0.elapsed().as_secs_f64());
+            (source_sys_now(), ns.udp_counter("InErrors"), net_rx_per_cpu(), t0.elapsed().as_secs_f64());
         let ran: Vec<u64> = r1.iter().zip(&r0).map(|(b, a)| b.saturating_sub(*a)).collect();
         let all = ran.iter().sum::<u64>().max(1);
         net_rx_on_sink = Some(ran.get(KERNEL_SINK_CPU).copied().unwrap_or(0) as f64 / all as f64);
@@ -212,9 +198,7 @@ fn sink_round(feed: Feed, sink: &Path, n: u64) -> Round {
         assert!(o.status.success(), "sink on the kernel: {text}{}", String::from_utf8_lossy(&o.stderr));
         // The source's system time over the sink's run, scaled to its
         // window (first datagram to last).
-        if feed == Feed::Tap {
-            source_sys = (s1 - s0) * 1e9 * (field(&text, "wall_ns=") / 1e9 / secs).min(1.0);
-        }
+        source_sys = (s1 - s0) * 1e9 * (field(&text, "wall_ns=") / 1e9 / secs).min(1.0);
         dropped = Some(e1.saturating_sub(e0));
         text
     };

@@ -182,19 +182,6 @@ fn iperf_client_drives_the_kernel_iperf_server_through_a_lossy_relay() {
     assert_loss_matches(reported, a_to_b, before, &text);
 }
 
-/// The kernel's `Udp: RcvbufErrors` in namespace `ns`.
-fn kernel_udp_rcvbuf_errors(ns: &spate_testkit::Netns) -> u64 {
-    let snmp = ns.must(&["cat", "/proc/net/snmp"]);
-    let mut udp = snmp.lines().filter(|l| l.starts_with("Udp: "));
-    let (names, values) = (udp.next().unwrap_or(""), udp.next().unwrap_or(""));
-    names
-        .split_whitespace()
-        .zip(values.split_whitespace())
-        .find(|(n, _)| *n == "RcvbufErrors")
-        .and_then(|(_, v)| v.parse().ok())
-        .unwrap_or_else(|| panic!("no Udp RcvbufErrors in:\n{snmp}"))
-}
-
 #[test]
 fn flood_reaches_a_linux_socket_exactly() {
     let _serial = device_lock();
@@ -223,7 +210,7 @@ fn flood_reaches_a_linux_socket_exactly() {
     while !ready.load(Ordering::Acquire) {
         std::thread::sleep(Duration::from_millis(10));
     }
-    let overflows_before = kernel_udp_rcvbuf_errors(&net.kernel);
+    let overflows_before = net.kernel.udp_counter("RcvbufErrors");
     let mut flood = net
         .spate
         .spawn(
@@ -247,7 +234,7 @@ fn flood_reaches_a_linux_socket_exactly() {
     assert!((36_000..=44_000).contains(&on_wire), "2 s at 20,000/s: {on_wire}\n{out}");
     // On these 2 vCPUs the kernel's reader can fall behind: what its
     // socket buffer refused, the kernel counts.
-    let overflows = kernel_udp_rcvbuf_errors(&net.kernel) - overflows_before;
+    let overflows = net.kernel.udp_counter("RcvbufErrors") - overflows_before;
     assert_eq!(
         received + overflows,
         on_wire,

@@ -20,7 +20,8 @@ pub mod wire_peer;
 pub use eal::{device_lock, shared_eal};
 pub use names::{unique, unique_socket_path};
 pub use netns::{
-    Netns, af_packet_stack, behind_a_small_link, echo_every_size, echo_sizes, kernel_peer, spate_and_kernel, veth,
+    Netns, af_packet_stack, behind_a_small_link, echo_every_size, echo_sizes, kernel_peer, kernel_udp_counters,
+    spate_and_kernel, veth,
 };
 pub use process::Proc;
 pub use rig::{WireRig, recv_datagrams, spate_port, spate_port_dual, stack_config};

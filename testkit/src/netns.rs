@@ -2,6 +2,7 @@
 //! and threads and processes that run inside them. Tests send traffic only
 //! to addresses inside namespaces they created (198.18.0.0/15, fd00::/8).
 
+use std::collections::HashMap;
 use std::path::PathBuf;
 use std::process::{Command, Output};
 use std::time::Duration;
@@ -25,6 +26,24 @@ fn must(out: std::io::Result<Output>, what: &str) {
         Ok(o) => panic!("{what} failed: {}", String::from_utf8_lossy(&o.stderr)),
         Err(e) => panic!("{what}: {e}"),
     }
+}
+
+/// The kernel's `Udp:` counters of `/proc/net/snmp` in namespace `ns`, by
+/// name, read at once (for a closure that outlives the [`Netns`]).
+pub fn kernel_udp_counters(ns: &str) -> HashMap<String, u64> {
+    let o = Command::new("timeout")
+        .args(["60", "ip", "netns", "exec", ns, "cat", "/proc/net/snmp"])
+        .output()
+        .unwrap_or_else(|e| panic!("/proc/net/snmp in {ns}: {e}"));
+    assert!(o.status.success(), "/proc/net/snmp in {ns}: {}", String::from_utf8_lossy(&o.stderr));
+    let text = String::from_utf8_lossy(&o.stdout);
+    let mut udp = text.lines().filter(|l| l.starts_with("Udp: "));
+    let (names, values) = (udp.next().unwrap_or_default(), udp.next().unwrap_or_default());
+    names
+        .split_whitespace()
+        .zip(values.split_whitespace())
+        .filter_map(|(n, v)| Some((n.to_string(), v.parse().ok()?)))
+        .collect()
 }
 
 impl Netns {
@@ -61,6 +80,12 @@ impl Netns {
         let o = self.exec(cmd);
         assert!(o.status.success(), "{cmd:?} in {} failed: {}", self.name, String::from_utf8_lossy(&o.stderr));
         String::from_utf8_lossy(&o.stdout).into_owned()
+    }
+
+    /// The kernel's `Udp:` counter `name` of `/proc/net/snmp` inside it
+    /// (`InDatagrams`, `RcvbufErrors`...); panics if there is none.
+    pub fn udp_counter(&self, name: &str) -> u64 {
+        kernel_udp_counters(&self.name).get(name).copied().unwrap_or_else(|| panic!("no Udp {name} in {}", self.name))
     }
 
     /// Starts a bounded process inside it.
