@@ -108,8 +108,9 @@ pub enum PollMode {
     /// or less while the lcore's idle times run longer than that (its
     /// window, tuned as KVM tunes halt polling), sleep until a frame (the
     /// RX queues' interrupts), a hand-off from another thread or lcore
-    /// (`Stack::wake_lcore` included), the callback's next turn (`LcoreCtx::wake_at`) or 100 ms pass (the
-    /// idle lcore's timer tick), and poll again. Ports without RX
+    /// (`Stack::wake_lcore` included), the callback's next turn
+    /// (`LcoreCtx::wake_at`) or 100 ms pass (the idle lcore's timer tick),
+    /// and poll again. Ports without RX
     /// interrupts get naps on the hand-off bell instead, from 1 us
     /// doubling to 10 ms. The lcore's callback (`Stack::run`) is not
     /// called while it sleeps.
