@@ -231,6 +231,10 @@ pub(crate) struct Worker<'s> {
     intr_registered: Vec<bool>,
     /// When the current idle time began.
     idle_since: Option<u64>,
+    /// The last idle time has not gone into a sleep (yet): one that ends
+    /// so, in work, was caught by the poll (told to the window when the
+    /// next begins).
+    idle_unslept: bool,
     /// When the callback asked to run again ([`LcoreCtx::wake_at`]).
     app_deadline: Option<std::time::Instant>,
     /// How long it polls idle before it sleeps: up to `poll_idle_us`,
@@ -329,6 +333,7 @@ impl<'s> Worker<'s> {
             rx_intr: false,
             intr_registered: Vec::new(),
             idle_since: None,
+            idle_unslept: false,
             nap_ns: 0,
             app_deadline: None,
             window: window::PollWindow::new(0, 0),

@@ -234,6 +234,11 @@ impl Worker<'_> {
         let since = match self.idle_since {
             Some(t) => t,
             None => {
+                // The last idle time ended in work without a sleep: the
+                // poll caught it.
+                if std::mem::replace(&mut self.idle_unslept, true) {
+                    self.window.caught();
+                }
                 // A new idle time: naps start short again.
                 self.idle_since = Some(self.now.0);
                 self.asleep_ns = 0;
@@ -284,6 +289,7 @@ impl Worker<'_> {
     #[inline(never)]
     fn sleep(&mut self) {
         let Some(wait_ns) = self.sleep_budget() else { return };
+        self.idle_unslept = false;
         if self.polled.is_none() {
             let polled = self.idle_since.map_or(0, |since| self.now.0.saturating_sub(since));
             self.polled = Some((polled.min(self.window.ns()), polled >= self.window.ns()));
