@@ -250,6 +250,9 @@ impl Worker<'_> {
             }
         };
         if self.now.0.saturating_sub(since) >= self.window.ns() {
+            // Past the window: work that ends this idle time now (the
+            // callback's next turn too close for a sleep) is no catch.
+            self.idle_unslept = false;
             self.sleep();
         } else if self.now.0 >= self.next_idle_check && (self.run_queue.is_some() || !self.pending_fds.is_empty()) {
             self.idle_check();
