@@ -96,7 +96,9 @@ pub(super) struct PollWindow {
     /// The window was opened by short idle times (not a probe, not the
     /// start) and has not closed since.
     opened: bool,
-    /// Idle times the window caught since it opened.
+    /// Idle times the window caught since it opened (none while it is
+    /// closed: [`caught`](Self::caught) counts only past the floor, and
+    /// closing starts it over).
     catches: u32,
     /// Idle times in a row that left the window closed.
     closed_run: u32,
@@ -178,7 +180,6 @@ impl PollWindow {
             return tuned;
         }
         self.closed_run = 0;
-        self.catches = 0;
         self.set(self.max_ns)
     }
 
@@ -223,7 +224,6 @@ impl PollWindow {
         let tuned = self.set(self.ns.max(idle_ns).saturating_mul(2));
         if closed && tuned == Tuned::Grown {
             self.opened = true;
-            self.catches = 0;
         }
         tuned
     }
