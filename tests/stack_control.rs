@@ -2,8 +2,9 @@
 //! snapshot shows (counters, sockets and their reuseport groups, queued
 //! datagrams, lcores, ports, neighbours, memory), changes made through it,
 //! its socket's mode, a stale socket replaced, a name in use refused, two
-//! stacks with two endpoints, and clients that leave mid-request leaving
-//! nothing attached.
+//! stacks with two endpoints, clients that leave mid-request leaving
+//! nothing attached, and a capture that holds every frame that arrives
+//! once it started.
 
 use std::os::unix::fs::PermissionsExt;
 use std::os::unix::net::{UnixListener, UnixStream};
@@ -19,11 +20,15 @@ use spate_testkit::{WirePeer, device_lock, shared_eal, unique};
 const DIR: &str = "/run/spate";
 
 fn stack_on(port: &str, name: Option<String>) -> spate::Result<Stack> {
+    stack_sleeping(port, name, 50)
+}
+
+fn stack_sleeping(port: &str, name: Option<String>, idle_sleep_us: u32) -> spate::Result<Stack> {
     let cfg = StackConfig {
         lcores: "1".into(),
         ports: vec![PortSpec::new(port).addr("198.18.0.2/24").unwrap()],
         mempool_size: 2047,
-        idle_sleep_us: 50,
+        idle_sleep_us,
         stop_on_signal: false,
         name,
         ..StackConfig::default()
@@ -337,5 +342,68 @@ fn a_capture_stops_when_asked_while_frames_keep_coming() {
     // The flood went on past the stop: the capture ended while frames came.
     assert!(took < Duration::from_secs(3), "the capture took {took:?} to stop under a flood of {sent} frames");
     assert!(Instant::now() < until, "the flood outlasted the capture's stop");
+    running.stop();
+}
+
+/// A capture holds every frame that arrives once the client heard back:
+/// 300 captures, each sent one frame at once, each frame in its capture.
+/// The lcore polls without a pause and shares its CPU with a busy thread:
+/// taken off the CPU between its look at the tap and its burst, it would
+/// carry an iteration begun before the attach past the answer.
+#[test]
+fn a_capture_holds_what_arrives_once_it_started() {
+    let _serial = device_lock();
+    shared_eal(Memory::Auto);
+    let (mut peer, port, _p) = WirePeer::new(1023);
+    let name = unique("capstart-");
+    let stack = stack_sleeping(&port, Some(name.clone()), 0).unwrap();
+    let mac = stack.interfaces()[0].mac;
+    let _sink = UdpSocket::bind(&stack, "0.0.0.0:7").unwrap();
+    let running = stack.spawn_polling().unwrap();
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let neighbour = {
+        let stop = stop.clone();
+        std::thread::spawn(move || {
+            spate_testkit::pin_to_cpu(1).unwrap();
+            spate_testkit::spin_until(&stop)
+        })
+    };
+    let mut missed = Vec::new();
+    for i in 0..300u32 {
+        let client = Client::connect(&path_of(&name)).unwrap();
+        let (_, mut capture) = client.capture(control::CaptureRequest::default()).unwrap();
+        // 18 bytes: a frame of 60, no padding after them.
+        let payload = format!("capture-start-{i:04}").into_bytes();
+        peer.send(&udp_frame(mac, false, 4000, 7, &payload));
+        let has = |m: &control::Message| matches!(m, control::Message::Frame { data, outbound: false, .. } if data.ends_with(&payload));
+        // Counts come every 200 ms: the frame, or a second of them.
+        let until = Instant::now() + Duration::from_secs(1);
+        let mut seen = false;
+        while !seen && Instant::now() < until {
+            match capture.next_message().unwrap() {
+                Some(m) => seen = has(&m),
+                None => panic!("the capture ended by itself"),
+            }
+        }
+        capture.stopper().unwrap().stop().unwrap();
+        let mut last = None;
+        while let Some(m) = capture.next_message().unwrap() {
+            seen |= has(&m);
+            if let control::Message::Counts { last: true, captured, dropped } = m {
+                last = Some((captured, dropped));
+                break;
+            }
+        }
+        if !seen {
+            missed.push((i, last));
+        }
+    }
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    neighbour.join().unwrap();
+    assert!(
+        missed.is_empty(),
+        "{} of 300 frames sent once the capture started not in it (round, last counts): {missed:?}",
+        missed.len()
+    );
     running.stop();
 }

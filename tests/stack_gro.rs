@@ -228,34 +228,21 @@ fn gro_stage_runs_only_while_someone_needs_it() {
     let _running = stack.spawn_polling().unwrap();
     let burst: Vec<Vec<u8>> = (0..20).map(|i| udp_frame(*mac, false, 41000, PLAIN_PORT, &[i as u8; 50])).collect();
     let lookups = |stack: &Stack| stack.counters()[Counter::GroLookups];
-    // The lcore reads the registry once per loop iteration, before its
-    // bursts: frames it takes in an iteration that began before a change
-    // see the old state. Two iterations after it, the change holds.
-    let settle = |stack: &Stack| {
-        let loops = stack.lcore_load(0).1;
-        let t = std::time::Instant::now();
-        while stack.lcore_load(0).1 < loops + 2 && t.elapsed() < std::time::Duration::from_secs(2) {
-            std::thread::yield_now();
-        }
-    };
-
-    // The rig's GRO socket starts with GRO on; the lcore, just spawned,
-    // may have read that before this turns it off.
+    // Each change holds for the next burst: the lcore looks at the
+    // registry again after every burst that brought frames. The rig's GRO
+    // socket starts with GRO on.
     gro.set_gro(false).unwrap();
-    settle(stack);
     let before = lookups(stack);
     send_burst(peer, &burst);
     take(plain, 20);
     assert_eq!(lookups(stack), before, "no GRO socket, no tunnel: the stage is skipped");
 
     gro.set_gro(true).unwrap();
-    settle(stack);
     send_burst(peer, &burst);
     take(plain, 20);
     assert_eq!(lookups(stack), before + 20, "one lookup per UDP datagram while a GRO socket exists");
 
     gro.set_gro(false).unwrap();
-    settle(stack);
     send_burst(peer, &burst);
     take(plain, 20);
     assert_eq!(lookups(stack), before + 20, "skipped again once the last one went");
@@ -263,12 +250,10 @@ fn gro_stage_runs_only_while_someone_needs_it() {
     // A socket that closes with GRO on gives its registration back.
     let other = UdpSocket::bind(stack, ("0.0.0.0", 11)).unwrap();
     other.set_gro(true).unwrap();
-    settle(stack);
     send_burst(peer, &burst);
     take(plain, 20);
     assert_eq!(lookups(stack), before + 40);
     drop(other);
-    settle(stack);
     send_burst(peer, &burst);
     take(plain, 20);
     assert_eq!(lookups(stack), before + 40, "closing the last GRO socket ends the stage");

@@ -176,6 +176,9 @@ pub(crate) struct Worker<'s> {
     rx: Vec<(u16, RxQueue)>,
     snapshot: Arc<TableSnapshot<Arc<SocketCore>>>,
     snap_gen: u64,
+    /// [`Shared::changes`] when this lcore last took them (`u64::MAX`
+    /// before its first look).
+    changes_seen: u64,
     /// The interfaces' addresses and the routes, and their generation:
     /// taken again when it moves.
     net: Arc<Net>,
@@ -190,8 +193,8 @@ pub(crate) struct Worker<'s> {
     ready_bits: u64,
     /// IPv4 and IPv6 fragments waiting for the rest of their datagram.
     reasm: Reassembler,
-    /// Whether some socket asks for receive timestamps (looked at once
-    /// per iteration).
+    /// Whether some socket asks for receive timestamps (taken with the
+    /// rest of what is published).
     stamp: bool,
     /// The sockets a group datagram reaches (kept for its capacity).
     group_matches: Vec<u32>,
@@ -203,7 +206,7 @@ pub(crate) struct Worker<'s> {
 
     // The GRO stage and tunnels.
     /// Whether this burst runs the GRO stage (a tunnel or a GRO socket
-    /// exists): read once per burst.
+    /// exists): taken with the rest of what is published.
     gro_active: bool,
     /// Frames taken from the ports so far (a GRO train grows only from one
     /// frame to the very next).
@@ -305,7 +308,10 @@ impl<'s> Worker<'s> {
             link_seen: Vec::new(),
             txbuf: (0..n_ifaces).map(|_| Burst::new()).collect(),
             snapshot: shared.sockets.snapshot(),
-            snap_gen: shared.sockets.generation(),
+            // The first look takes everything again (the snapshot above
+            // may be older than the generation read after it).
+            snap_gen: u64::MAX,
+            changes_seen: u64::MAX,
             net_gen: shared.net_generation(),
             net: Arc::new(Net::clone(&shared.net())),
             memo: NeighMemo::default(),

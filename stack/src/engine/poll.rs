@@ -101,35 +101,11 @@ impl Worker<'_> {
     /// One burst from every RX queue through the receive pipeline.
     #[inline]
     pub fn poll_rx(&mut self) -> usize {
-        let g = self.shared.sockets.generation();
-        if g != self.snap_gen {
-            // Staged datagrams name bindings of the old snapshot (none are
-            // between iterations: the callback's turn queues them).
-            self.deliver_staged();
-            self.snapshot = self.shared.sockets.snapshot();
-            self.snap_gen = g;
-        }
-        // After the snapshot: a tunnel or GRO socket in it was counted
-        // before it was published. The no-gro-stage build (the benchmark's
-        // baseline) has no stage at all.
-        self.gro_active = !cfg!(feature = "no-gro-stage") && self.shared.gro_users.load(Ordering::Acquire) != 0;
-        self.stamp = self.shared.stamp_users.load(Ordering::Relaxed) != 0;
-        let net_gen = self.shared.net_generation();
-        if net_gen != self.net_gen {
-            // A copy of its own: the burst's reference count stays on
-            // this lcore's cache lines, not one all lcores bounce.
-            self.net = Arc::new(Net::clone(&self.shared.net()));
-            self.net_gen = net_gen;
-        }
+        self.look_at_published();
         if self.memo.sync(self.shared.neigh.generation()) {
             // The table changed: the callback's frames wait for a new
             // look-up too.
             self.direct_until = Instant(0);
-        }
-        let tap_gen = self.shared.capture.generation();
-        if tap_gen != self.tap_gen {
-            self.tap = self.shared.capture.current();
-            self.tap_gen = tap_gen;
         }
         let mut total = 0;
         if !self.looped.is_empty() {
@@ -143,6 +119,10 @@ impl Worker<'_> {
             if n == 0 {
                 continue;
             }
+            // A change that returned before these frames came holds for
+            // them, also when it came after this iteration's first look
+            // (an lcore taken off its CPU in between).
+            self.look_at_published();
             total += n;
             self.add(Counter::RxFrames, n as u64);
             // The device wrote these frames from another core: start all
@@ -369,6 +349,10 @@ impl Worker<'_> {
         if self.memo.sync(self.shared.neigh.generation()) {
             self.direct_until = Instant(0);
         }
+        // So do a membership joined and an address added or removed: a
+        // program that joins a group and then sends to it gets its own
+        // copy back, as on Linux.
+        self.sync_net();
         let mut n = 0;
         while n < INBOX_BATCH {
             let Some(pkt) = inbox.pop() else { break };
@@ -379,6 +363,55 @@ impl Worker<'_> {
         // Room made: a sender blocked on the full inbox goes on.
         inbox.drained();
         n
+    }
+
+    /// Takes what changed since the last look: the socket table, and what
+    /// [`Shared::published`](crate::shared::Shared::published) counts
+    /// (two loads when nothing did).
+    #[inline(always)]
+    pub(super) fn look_at_published(&mut self) {
+        let g = self.shared.sockets.generation();
+        let c = self.shared.changes();
+        if g != self.snap_gen || c != self.changes_seen {
+            self.take_published(g, c);
+        }
+    }
+
+    #[cold]
+    #[inline(never)]
+    fn take_published(&mut self, g: u64, c: u64) {
+        // What is staged names bindings of the snapshot it was staged
+        // with, and went through the GRO stage as it was: it goes first.
+        self.deliver_staged();
+        if g != self.snap_gen {
+            self.snapshot = self.shared.sockets.snapshot();
+            self.snap_gen = g;
+        }
+        // After the snapshot: a tunnel or GRO socket in it was counted
+        // before it was published. The no-gro-stage build (the benchmark's
+        // baseline) has no stage at all.
+        self.gro_active = !cfg!(feature = "no-gro-stage") && self.shared.gro_users.load(Ordering::Acquire) != 0;
+        self.stamp = self.shared.stamp_users.load(Ordering::Acquire) != 0;
+        self.sync_net();
+        let tap_gen = self.shared.capture.generation();
+        if tap_gen != self.tap_gen {
+            self.tap = self.shared.capture.current();
+            self.tap_gen = tap_gen;
+        }
+        self.changes_seen = c;
+    }
+
+    /// Takes the interfaces, routes and memberships published since the
+    /// last look.
+    #[inline]
+    fn sync_net(&mut self) {
+        let net_gen = self.shared.net_generation();
+        if net_gen != self.net_gen {
+            // A copy of its own: the burst's reference count stays on
+            // this lcore's cache lines, not one all lcores bounce.
+            self.net = Arc::new(Net::clone(&self.shared.net()));
+            self.net_gen = net_gen;
+        }
     }
 
     #[inline]

@@ -91,6 +91,8 @@ impl Worker<'_> {
             if n == 0 {
                 continue;
             }
+            // Taken from the device after what the lcore that did saw.
+            self.look_at_published();
             total += n;
             self.rx_handed_frames(&mut burst);
         }
@@ -100,6 +102,7 @@ impl Worker<'_> {
             if n == 0 {
                 continue;
             }
+            self.look_at_published();
             total += n;
             // At most a burst staged at a time.
             self.deliver_staged();

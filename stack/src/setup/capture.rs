@@ -1,6 +1,7 @@
 //! A capture over the control endpoint (`{"op": "capture", ...}`): the
-//! connection's thread attaches a [`Tap`], answers with the interfaces,
-//! then writes the records the lcores copy as a stream of [`Message`]s
+//! connection's thread attaches a [`Tap`], answers with the interfaces
+//! (a frame that arrives after the answer is captured: the lcores look
+//! for a new tap after every burst), then writes the records the lcores copy as a stream of [`Message`]s
 //! until the client sends anything or closes, the stack goes, or a write
 //! fails (the client was killed); then it detaches the tap. The lcores let
 //! go of it at their next loop iteration, and what they copied meanwhile
@@ -81,7 +82,7 @@ pub(super) fn session(conn: UnixStream, shared: &WeakStack, stop: &AtomicBool, r
         Ok(t) => Arc::new(t),
         Err(e) => return refuse(&mut out, e, libc::EINVAL),
     };
-    if !stack.shared.capture.attach(tap.clone()) {
+    if !stack.shared.attach_capture(tap.clone()) {
         return refuse(&mut out, "a capture is attached already (one at a time)".into(), libc::EBUSY);
     }
     log::info!("spate: capture attached (snaplen {})", tap.snaplen());
@@ -93,7 +94,7 @@ pub(super) fn session(conn: UnixStream, shared: &WeakStack, stop: &AtomicBool, r
     drop(stack);
     let result = if started { stream(&conn, out, shared, stop, &tap) } else { Err(io::ErrorKind::BrokenPipe.into()) };
     if let Some(s) = shared.shared() {
-        s.capture.detach(&tap);
+        s.detach_capture(&tap);
     }
     let (captured, dropped) = tap.totals();
     match result {
@@ -136,7 +137,7 @@ fn stream(conn: &UnixStream, out: UnixStream, shared: &WeakStack, stop: &AtomicB
     // copied before goes out too.
     let offset = realtime_offset(shared);
     if let Some(s) = shared.shared() {
-        s.capture.detach(tap);
+        s.detach_capture(tap);
     }
     let waited = Instant::now();
     while Arc::strong_count(tap) > 1 && waited.elapsed() < LET_GO {

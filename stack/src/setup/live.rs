@@ -2,8 +2,9 @@
 //! entries, as `ip addr`, `ip route` and `ip neigh` change Linux's. Each
 //! change publishes a new copy of the interfaces and routes
 //! (`shared::Net`): the lcores take it at their next loop iteration (one
-//! load per iteration tells them), sockets look their cached routes up
-//! again at their next send. Errors carry the errno `ip` would show.
+//! load per iteration tells them) and before they send what sockets
+//! queued after it, sockets look their cached routes up again at their
+//! next send. Errors carry the errno `ip` would show.
 
 use std::io;
 use std::net::IpAddr;

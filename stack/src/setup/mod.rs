@@ -395,6 +395,7 @@ impl Stack {
             ports,
             net: Mutex::new(Arc::new(crate::shared::Net { ifaces: ifaces.clone(), routes, mcast: Default::default() })),
             net_gen: CachePadded::new(AtomicU64::new(0)),
+            changes: CachePadded::new(AtomicU64::new(0)),
             links: ifaces,
             announce: Mutex::new(Vec::new()),
             announce_pending: std::sync::atomic::AtomicBool::new(false),

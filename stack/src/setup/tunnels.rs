@@ -89,7 +89,7 @@ pub(super) fn register_endpoints(shared: &Shared) -> Result<()> {
         let any: IpAddr = if v4 { IpAddr::from([0u8; 4]) } else { IpAddr::from([0u16; 8]) };
         // Counted before it is published: a burst that sees the endpoint
         // runs the GRO stage.
-        shared.gro_users.fetch_add(1, Ordering::AcqRel);
+        shared.gro_user(true);
         shared
             .sockets
             .bind(Binding {

@@ -156,6 +156,14 @@ pub(crate) struct Shared {
     /// Moves when `net` is replaced: the lcores take the new copy at their
     /// next loop iteration, sockets look their cached routes up again.
     pub net_gen: CachePadded<AtomicU64>,
+    /// Moves after every change the lcores take besides the socket table
+    /// (which has its own generation): `net`, the GRO and timestamp
+    /// users, the capture tap. An lcore looks at both at the top of a loop
+    /// iteration and again after each burst that brought frames, so a
+    /// frame that arrives after a change returned is received with it.
+    /// Changed through [`published`](Self::published) and the methods
+    /// that call it.
+    pub(crate) changes: CachePadded<AtomicU64>,
     /// What interfaces never change once built (their MAC, MTU, VLAN,
     /// offloads, tunnel), for code that reads nothing else.
     pub links: Vec<Interface>,
@@ -186,10 +194,10 @@ pub(crate) struct Shared {
     pub next_socket_id: AtomicU64,
     pub next_tx_worker: AtomicUsize,
     /// Sockets with UDP GRO on and registered tunnels: while zero, the
-    /// lcores skip the GRO stage (one load per burst).
+    /// lcores skip the GRO stage. Changed through [`gro_user`](Self::gro_user).
     pub gro_users: CachePadded<AtomicUsize>,
     /// Sockets that asked for receive timestamps: while zero, the lcores
-    /// stamp no datagram (one load per burst).
+    /// stamp no datagram. Changed through [`stamp_user`](Self::stamp_user).
     pub stamp_users: CachePadded<AtomicUsize>,
     /// Path MTUs learnt from ICMP.
     pub pmtu: crate::frag::pmtu::PathMtu,
@@ -289,7 +297,51 @@ impl Shared {
         let out = f(&mut next)?;
         *cur = Arc::new(next);
         self.net_gen.fetch_add(1, Ordering::AcqRel);
+        self.published();
         Ok(out)
+    }
+
+    /// Tells the lcores something they take changed (after it changed).
+    #[inline]
+    pub fn published(&self) {
+        self.changes.fetch_add(1, Ordering::Release);
+    }
+
+    /// The count of changes [`published`](Self::published).
+    #[inline]
+    pub fn changes(&self) -> u64 {
+        self.changes.load(Ordering::Acquire)
+    }
+
+    /// One socket or tunnel more (`on`) or less that needs the GRO stage.
+    pub fn gro_user(&self, on: bool) {
+        match on {
+            true => self.gro_users.fetch_add(1, Ordering::AcqRel),
+            false => self.gro_users.fetch_sub(1, Ordering::AcqRel),
+        };
+        self.published();
+    }
+
+    /// One socket more (`on`) or less that asks for receive timestamps.
+    pub fn stamp_user(&self, on: bool) {
+        match on {
+            true => self.stamp_users.fetch_add(1, Ordering::AcqRel),
+            false => self.stamp_users.fetch_sub(1, Ordering::AcqRel),
+        };
+        self.published();
+    }
+
+    /// Attaches a capture's tap; false when one is attached already.
+    pub fn attach_capture(&self, tap: Arc<crate::capture::Tap>) -> bool {
+        let attached = self.capture.attach(tap);
+        self.published();
+        attached
+    }
+
+    /// Detaches `tap`, if it is the one attached.
+    pub fn detach_capture(&self, tap: &Arc<crate::capture::Tap>) {
+        self.capture.detach(tap);
+        self.published();
     }
 
     /// Whether `ip` is one of our addresses.

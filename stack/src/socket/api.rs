@@ -358,9 +358,9 @@ impl UdpSocket {
     pub fn set_gro(&self, on: bool) -> io::Result<()> {
         let shared = self.shared();
         if on && !self.core.gro.swap(true, Ordering::AcqRel) {
-            shared.gro_users.fetch_add(1, Ordering::AcqRel);
+            shared.gro_user(true);
         } else if !on && self.core.gro.swap(false, Ordering::AcqRel) {
-            shared.gro_users.fetch_sub(1, Ordering::AcqRel);
+            shared.gro_user(false);
         }
         Ok(())
     }
@@ -580,14 +580,14 @@ impl Drop for Inner {
         // After the unbind: no snapshot that still holds this socket is
         // read with the GRO stage or the timestamps off because of it.
         if self.core.gro.swap(false, Ordering::AcqRel) {
-            shared.gro_users.fetch_sub(1, Ordering::AcqRel);
+            shared.gro_user(false);
         }
         if self.timestamps.swap(false, Ordering::AcqRel) {
-            shared.stamp_users.fetch_sub(1, Ordering::AcqRel);
+            shared.stamp_user(false);
         }
         // The counts stay readable in the core; the stamps stop.
         if self.core.read_delay.set_on(false) {
-            shared.stamp_users.fetch_sub(1, Ordering::AcqRel);
+            shared.stamp_user(false);
         }
         // Its groups are left (reported if the interface leaves them).
         self.stack.leave_all_groups(self.core.id);

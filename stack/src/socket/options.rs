@@ -106,9 +106,9 @@ impl UdpSocket {
     pub fn set_recv_timestamps(&self, on: bool) -> io::Result<()> {
         let shared = self.shared();
         if on && !self.inner.timestamps.swap(true, Ordering::AcqRel) {
-            shared.stamp_users.fetch_add(1, Ordering::AcqRel);
+            shared.stamp_user(true);
         } else if !on && self.inner.timestamps.swap(false, Ordering::AcqRel) {
-            shared.stamp_users.fetch_sub(1, Ordering::AcqRel);
+            shared.stamp_user(false);
         }
         Ok(())
     }
@@ -130,9 +130,9 @@ impl UdpSocket {
     pub fn set_read_delay_histogram(&self, on: bool) -> io::Result<()> {
         let shared = self.shared();
         if on && !self.core.read_delay.set_on(true) {
-            shared.stamp_users.fetch_add(1, Ordering::AcqRel);
+            shared.stamp_user(true);
         } else if !on && self.core.read_delay.set_on(false) {
-            shared.stamp_users.fetch_sub(1, Ordering::AcqRel);
+            shared.stamp_user(false);
         }
         Ok(())
     }
