@@ -549,7 +549,11 @@ fn every_member_socket_gets_every_datagram_and_spates_own_sends_loop_back() {
     let quick = UdpSocket::bind(&stack, "0.0.0.0:6002").unwrap();
     quick.set_read_timeout(Some(Duration::from_secs(1))).unwrap();
     let mut missed = Vec::new();
+    // Ten misses say enough (each costs a second).
     for i in 0..1000u32 {
+        if missed.len() == 10 {
+            break;
+        }
         quick.join_multicast_v4(&g7, &ANY).unwrap();
         sender.send_to(&i.to_be_bytes(), SocketAddr::new(g7.into(), 6002)).unwrap();
         let mut buf = [0u8; 8];
@@ -559,7 +563,7 @@ fn every_member_socket_gets_every_datagram_and_spates_own_sends_loop_back() {
         }
         quick.leave_multicast_v4(&g7, &ANY).unwrap();
     }
-    assert!(missed.is_empty(), "{} of 1,000 sends right after a join not looped back: {missed:?}", missed.len());
+    assert!(missed.is_empty(), "sends right after a join not looped back: {missed:?}");
     running.stop();
 }
 

@@ -48,7 +48,11 @@ fn a_datagram_sent_once_bind_returned_reaches_the_socket() {
     let running = stack.spawn_polling().unwrap();
     pin_to_cpu(1).unwrap();
     let mut missed = Vec::new();
+    // Ten misses say enough.
     for i in 0..ROUNDS {
+        if missed.len() == 10 {
+            break;
+        }
         let s = UdpSocket::bind(&stack, ("0.0.0.0", 20000 + i)).unwrap();
         s.set_read_timeout(Some(Duration::from_millis(300))).unwrap();
         peer.send(&udp_frame(mac, false, 4000, 20000 + i, b"sent once bound"));
@@ -56,7 +60,7 @@ fn a_datagram_sent_once_bind_returned_reaches_the_socket() {
             missed.push(i);
         }
     }
-    assert!(missed.is_empty(), "{} of {ROUNDS} missed: {missed:?}; {:?}", missed.len(), named(&stack));
+    assert!(missed.is_empty(), "rounds missed: {missed:?}; {:?}", named(&stack));
     assert_eq!(stack.counters()[Counter::UdpNoPorts], 0, "no port unreachable sent");
     running.stop();
 }

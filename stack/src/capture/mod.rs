@@ -2,7 +2,9 @@
 //! attached, each polling lcore copies the frames it receives and sends,
 //! those the tap's filter keeps, into records of the tap's own and hands
 //! them to the writer through a bounded lane of its own; with none
-//! attached, the lcores pay one load per loop iteration.
+//! attached, the lcores pay nothing past the look they take at what is
+//! published (the changes counter, at the top of each loop iteration and
+//! after each burst).
 //!
 //! Records are made when the tap is attached and recycled between the
 //! lcore and the writer (two bounded queues per lcore: free and full), so
@@ -184,9 +186,9 @@ impl Tap {
     }
 }
 
-/// Where the lcores find the attached tap: a generation they compare once
-/// per loop iteration, and the tap itself, taken under the lock only when
-/// the generation moved.
+/// Where the lcores find the attached tap: a generation they compare when
+/// `Shared::changes` moved (attaching and detaching move both), and the
+/// tap itself, taken under the lock only when the generation moved.
 #[derive(Debug, Default)]
 pub struct TapSlot {
     generation: CachePadded<AtomicU64>,

@@ -88,6 +88,10 @@ impl Worker<'_> {
         if !self.shared.mcast_pending.load(Ordering::Acquire) {
             return;
         }
+        // The reports say the memberships as they are now: a join's first
+        // report, built from a copy taken before the join, would say
+        // TO_IN{} (a leave).
+        self.sync_net();
         let (due, limited) = {
             let mut timers = self.shared.mcast_reports.lock().unwrap_or_else(|p| p.into_inner());
             let now = self.now;

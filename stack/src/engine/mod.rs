@@ -15,8 +15,9 @@
 //!    table, the reuseport group's member picked by the flow's hash; a
 //!    group address's sockets in [`group`]);
 //! 4. the GRO stage ([`gro`]), only while a tunnel or a GRO socket exists
-//!    (one load per burst decides, and the receive path is built twice, so
-//!    without them it is the code it was before the stage existed); it
+//!    (a flag taken with what is published decides, and the receive path
+//!    is built twice, so without them it is the code it was before the
+//!    stage existed); it
 //!    takes the lookup's answer, hands a tunnel's datagrams to
 //!    decapsulation ([`vxlan`], the inner frame returned to the loop as
 //!    its next frame), coalesces trains for GRO sockets and
@@ -286,8 +287,8 @@ pub(crate) struct Worker<'s> {
     steer: Option<Steering>,
 
     // Capture.
-    /// The attached capture, taken when the slot's generation moves (one
-    /// load per loop iteration otherwise).
+    /// The attached capture, taken when the slot's generation moves
+    /// (looked at with the rest of what is published).
     tap: Option<Arc<Tap>>,
     tap_gen: u64,
 }

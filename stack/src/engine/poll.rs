@@ -349,10 +349,6 @@ impl Worker<'_> {
         if self.memo.sync(self.shared.neigh.generation()) {
             self.direct_until = Instant(0);
         }
-        // So do a membership joined and an address added or removed: a
-        // program that joins a group and then sends to it gets its own
-        // copy back, as on Linux.
-        self.sync_net();
         let mut n = 0;
         while n < INBOX_BATCH {
             let Some(pkt) = inbox.pop() else { break };
@@ -381,7 +377,9 @@ impl Worker<'_> {
     #[inline(never)]
     fn take_published(&mut self, g: u64, c: u64) {
         // What is staged names bindings of the snapshot it was staged
-        // with, and went through the GRO stage as it was: it goes first.
+        // with, and went through the GRO stage as it was: it goes first
+        // (a train, none open between bursts, ended with it).
+        self.gro_flush();
         self.deliver_staged();
         if g != self.snap_gen {
             self.snapshot = self.shared.sockets.snapshot();
@@ -404,7 +402,7 @@ impl Worker<'_> {
     /// Takes the interfaces, routes and memberships published since the
     /// last look.
     #[inline]
-    fn sync_net(&mut self) {
+    pub(super) fn sync_net(&mut self) {
         let net_gen = self.shared.net_generation();
         if net_gen != self.net_gen {
             // A copy of its own: the burst's reference count stays on

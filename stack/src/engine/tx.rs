@@ -60,6 +60,10 @@ impl Worker<'_> {
     #[cold]
     #[inline(never)]
     fn transmit_group(&mut self, pkt: TxPacket) {
+        // A membership joined before the packet was sent holds for it (from
+        // the inbox or the callback), as on Linux: a socket that joins a
+        // group and then sends to it gets its copy back.
+        self.sync_net();
         let group = pkt.next_hop;
         if pkt.mbuf.port() == MCAST_LOOP_MARK && self.net.mcast.iface_in(pkt.iface, &group) {
             self.loop_back(&pkt);

@@ -137,7 +137,8 @@ impl<S: Clone> SocketTable<S> {
         }
     }
 
-    /// The current generation (lcores compare it once per burst).
+    /// The current generation (lcores compare it at the top of each loop
+    /// iteration and after each burst that brought frames).
     #[inline]
     pub fn generation(&self) -> u64 {
         self.generation.load(Ordering::Acquire)

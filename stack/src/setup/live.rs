@@ -1,10 +1,11 @@
 //! Changing a running stack: addresses, routes and static neighbour
 //! entries, as `ip addr`, `ip route` and `ip neigh` change Linux's. Each
 //! change publishes a new copy of the interfaces and routes
-//! (`shared::Net`): the lcores take it at their next loop iteration (one
-//! load per iteration tells them) and before they send what sockets
-//! queued after it, sockets look their cached routes up again at their
-//! next send. Errors carry the errno `ip` would show.
+//! (`shared::Net`): the lcores take it before they receive a frame that
+//! arrives after the change returned (they look at the top of each loop
+//! iteration and after each burst) and before they send a group packet,
+//! sockets look their cached routes up again at their next send. Errors
+//! carry the errno `ip` would show.
 
 use std::io;
 use std::net::IpAddr;
@@ -57,10 +58,10 @@ fn check_prefix(c: &Cidr) -> io::Result<()> {
 
 impl Stack {
     /// Adds `addr` to interface `iface` (`ip addr add`): it answers ARP or
-    /// neighbour solicitations and pings, and sockets may bind it, from the
-    /// lcores' next loop iteration; lcore 0 announces it (gratuitous ARP,
-    /// unsolicited neighbour advertisement) at its next timer, within 10
-    /// ms. `ENODEV` for no such interface, `EEXIST` for an address the
+    /// neighbour solicitations and pings, and sockets may bind it, for
+    /// every frame that arrives after this returns; lcore 0 announces it
+    /// (gratuitous ARP, unsolicited neighbour advertisement) at its next
+    /// timer, within 10 ms. `ENODEV` for no such interface, `EEXIST` for an address the
     /// stack has already, `EINVAL` for one no interface can own
     /// (unspecified, multicast, limited broadcast).
     pub fn add_address(&self, iface: u16, addr: Cidr) -> io::Result<()> {
@@ -99,13 +100,13 @@ impl Stack {
         Ok(())
     }
 
-    /// Removes `ip` from interface `iface` (`ip addr del`): from the
-    /// lcores' next loop iteration it answers nothing, datagrams to it are
-    /// not delivered (sockets bound to it stop receiving), and sends from
-    /// it fail: `ENETUNREACH` for IPv4, as Linux's; `EADDRNOTAVAIL` for
-    /// IPv6, where Linux sends from the removed address anyway (6.18).
-    /// `ENODEV` for no such interface,
-    /// `EADDRNOTAVAIL` for an address the interface does not have.
+    /// Removes `ip` from interface `iface` (`ip addr del`): for every
+    /// frame that arrives after this returns it answers nothing, datagrams
+    /// to it are not delivered (sockets bound to it stop receiving), and
+    /// sends from it fail: `ENETUNREACH` for IPv4, as Linux's;
+    /// `EADDRNOTAVAIL` for IPv6, where Linux sends from the removed address
+    /// anyway (6.18). `ENODEV` for no such interface, `EADDRNOTAVAIL` for
+    /// an address the interface does not have.
     pub fn remove_address(&self, iface: u16, ip: IpAddr) -> io::Result<()> {
         let orphaned = self.shared.change_net(|net| {
             let i = net.ifaces.get_mut(iface as usize).ok_or_else(|| errno(libc::ENODEV, "no such interface"))?;

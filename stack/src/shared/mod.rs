@@ -154,7 +154,8 @@ pub(crate) struct Shared {
     /// The interfaces and routes now; replaced whole on a change.
     pub(crate) net: Mutex<Arc<Net>>,
     /// Moves when `net` is replaced: the lcores take the new copy at their
-    /// next loop iteration, sockets look their cached routes up again.
+    /// next look at what is published (before any frame that arrives
+    /// after the change), sockets look their cached routes up again.
     pub net_gen: CachePadded<AtomicU64>,
     /// Moves after every change the lcores take besides the socket table
     /// (which has its own generation): `net`, the GRO and timestamp
