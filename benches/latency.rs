@@ -210,15 +210,6 @@ fn over_vhost(warm: usize, n: usize) -> (Rtts, usize) {
     (Rtts::new(rtts), lost)
 }
 
-/// A process's worth of busy polling on CPU 1 (a noisy neighbour) until
-/// the flag drops.
-fn neighbour(stop: Arc<AtomicBool>) -> std::thread::JoinHandle<()> {
-    std::thread::spawn(move || {
-        spate_testkit::pin_to_cpu(1).expect("pin to CPU 1");
-        spate_testkit::spin_until(&stop);
-    })
-}
-
 /// `spate-echo --poll mode --lcores lcores` on `net_af_packet` (veth) or
 /// `net_tap`: the round trips of a kernel client.
 fn spate_echo_rtts(tap: bool, mode: &str, lcores: &str, warm: usize, n: usize) -> (Rtts, usize) {
@@ -301,8 +292,8 @@ fn poll_table(quick: bool) {
     println!("| CPUs | server on | path | server | p50 us | p99 us | p99.9 us | lost |");
     println!("|---|---|---|---|---|---|---|---|");
     for noisy in [false, true] {
-        let stop = Arc::new(AtomicBool::new(false));
-        let spinner = noisy.then(|| neighbour(stop.clone()));
+        // A process's worth of busy polling on CPU 1 (a noisy neighbour).
+        let spinner = noisy.then(|| spate_testkit::Spinners::pinned(1));
         let cpus = if noisy { "a busy process on CPU 1" } else { "otherwise idle" };
         let mut rows = Vec::new();
         for (on, cpu, lcores) in [("CPU 1", Some(1), "1"), ("CPU 0 or 1", None, "1@(0-1)")] {
@@ -323,10 +314,7 @@ fn poll_table(quick: bool) {
                 r.pct(99.9)
             );
         }
-        stop.store(true, Ordering::Relaxed);
-        if let Some(t) = spinner {
-            t.join().unwrap();
-        }
+        drop(spinner);
     }
 }
 

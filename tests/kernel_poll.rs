@@ -347,35 +347,6 @@ fn a_port_polled_busy_keeps_its_lcore_awake() {
     assert!(n >= 2, "{n} sleeps");
 }
 
-/// A thread spinning per online CPU (unpinned) until dropped: with an
-/// lcore awake, more threads are runnable than there are CPUs.
-struct Spinners {
-    stop: std::sync::Arc<std::sync::atomic::AtomicBool>,
-    threads: Vec<std::thread::JoinHandle<()>>,
-}
-
-impl Spinners {
-    fn start() -> Spinners {
-        let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
-        let threads = (0..spate::dpdk::lcore::online_cpus().expect("the online CPUs"))
-            .map(|_| {
-                let stop = stop.clone();
-                std::thread::spawn(move || spate_testkit::spin_until(&stop))
-            })
-            .collect();
-        Spinners { stop, threads }
-    }
-}
-
-impl Drop for Spinners {
-    fn drop(&mut self) {
-        self.stop.store(true, std::sync::atomic::Ordering::Relaxed);
-        for t in self.threads.drain(..) {
-            let _ = t.join();
-        }
-    }
-}
-
 #[test]
 fn a_cpu_set_lcore_yields_to_threads_waiting_for_a_cpu() {
     let _serial = device_lock();
@@ -392,7 +363,9 @@ fn a_cpu_set_lcore_yields_to_threads_waiting_for_a_cpu() {
     for (lcores, yields) in [(all.as_str(), true), ("1", false)] {
         let (spate_ns, kernel) = spate_and_kernel("pyld");
         let app = echo_on(&spate_ns, "net_af_packet0,iface=vA", "adaptive", lcores, &["--poll-idle-us", "10000"]);
-        let spinners = Spinners::start();
+        // A thread spinning per online CPU: with an lcore awake, more
+        // threads are runnable than there are CPUs.
+        let spinners = spate_testkit::Spinners::unpinned(spate::dpdk::lcore::online_cpus().expect("the online CPUs"));
         kernel.run(|| spate_testkit::echo_after_gaps(10, 20, Duration::from_millis(2)));
         drop(spinners);
         let (c, out) = app.stop();

@@ -360,20 +360,9 @@ fn a_capture_holds_what_arrives_once_it_started() {
     let mac = stack.interfaces()[0].mac;
     let _sink = UdpSocket::bind(&stack, "0.0.0.0:7").unwrap();
     let running = stack.spawn_polling().unwrap();
-    // Stops the busy thread also when the test fails: the next test's
-    // lcore runs on that CPU.
-    struct Spinning(std::sync::Arc<std::sync::atomic::AtomicBool>);
-    impl Drop for Spinning {
-        fn drop(&mut self) {
-            self.0.store(true, std::sync::atomic::Ordering::Relaxed);
-        }
-    }
-    let spinning = Spinning(std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false)));
-    let stop = spinning.0.clone();
-    std::thread::spawn(move || {
-        spate_testkit::pin_to_cpu(1).unwrap();
-        spate_testkit::spin_until(&stop)
-    });
+    // Stopped also when the test fails: the next test's lcore runs on
+    // that CPU.
+    let spinning = spate_testkit::Spinners::pinned(1);
     let mut missed = Vec::new();
     // Ten misses say enough (each costs a second).
     for i in 0..300u32 {

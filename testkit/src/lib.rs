@@ -49,6 +49,51 @@ pub fn spin_until(stop: &std::sync::atomic::AtomicBool) {
     }
 }
 
+/// Threads spinning ([`spin_until`]) until dropped, also when a test
+/// fails: noisy neighbours that keep CPUs busy.
+#[derive(Debug)]
+pub struct Spinners {
+    stop: std::sync::Arc<std::sync::atomic::AtomicBool>,
+    threads: Vec<std::thread::JoinHandle<()>>,
+}
+
+impl Spinners {
+    /// `n` threads, each free to run on any CPU.
+    pub fn unpinned(n: usize) -> Spinners {
+        Spinners::start(n, None)
+    }
+
+    /// One thread on CPU `cpu`.
+    pub fn pinned(cpu: usize) -> Spinners {
+        Spinners::start(1, Some(cpu))
+    }
+
+    fn start(n: usize, cpu: Option<usize>) -> Spinners {
+        let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let threads = (0..n)
+            .map(|_| {
+                let stop = stop.clone();
+                std::thread::spawn(move || {
+                    if let Some(cpu) = cpu {
+                        pin_to_cpu(cpu).expect("pin the spinning thread");
+                    }
+                    spin_until(&stop)
+                })
+            })
+            .collect();
+        Spinners { stop, threads }
+    }
+}
+
+impl Drop for Spinners {
+    fn drop(&mut self) {
+        self.stop.store(true, std::sync::atomic::Ordering::Relaxed);
+        for t in self.threads.drain(..) {
+            let _ = t.join();
+        }
+    }
+}
+
 /// The CPU's model name (`/proc/cpuinfo`), printed with every benchmark
 /// table: the same code costs different cycles on different machines.
 pub fn cpu_model() -> String {

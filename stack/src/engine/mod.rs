@@ -17,10 +17,9 @@
 //! 4. the GRO stage ([`gro`]), only while a tunnel or a GRO socket exists
 //!    (a flag taken with what is published decides, and the receive path
 //!    is built twice, so without them it is the code it was before the
-//!    stage existed); it
-//!    takes the lookup's answer, hands a tunnel's datagrams to
-//!    decapsulation ([`vxlan`], the inner frame returned to the loop as
-//!    its next frame), coalesces trains for GRO sockets and
+//!    stage existed); it takes the lookup's answer, hands a tunnel's
+//!    datagrams to decapsulation ([`vxlan`], the inner frame returned to
+//!    the loop as its next frame), coalesces trains for GRO sockets and
 //!    passes the rest on. Linux looks the socket up inside its GRO stage;
 //!    spate's stage takes the answer of the one lookup each datagram gets;
 //! 5. staging and queueing ([`deliver`]): each socket's share of the

@@ -1,9 +1,10 @@
 //! A capture over the control endpoint (`{"op": "capture", ...}`): the
 //! connection's thread attaches a [`Tap`], answers with the interfaces
 //! (a frame that arrives after the answer is captured: the lcores look
-//! for a new tap after every burst), then writes the records the lcores copy as a stream of [`Message`]s
-//! until the client sends anything or closes, the stack goes, or a write
-//! fails (the client was killed); then it detaches the tap. The lcores let
+//! for a new tap after every burst), then writes the records the lcores
+//! copy as a stream of [`Message`]s until the client sends anything or
+//! closes, the stack goes, or a write fails (the client was killed); then
+//! it detaches the tap. The lcores let
 //! go of it at their next loop iteration, and what they copied meanwhile
 //! is still written, with a last count of what was captured and dropped.
 //!
